@@ -1,0 +1,182 @@
+"""Real S3 servers on loopback for development, the demo and the test suite.
+
+MinIO is the everyday S3 (built from the Go module proxy at a pinned version, see
+``make minio``); moto server is the second S3, for what MinIO cannot show (Glacier storage
+classes, RestoreObject, InvalidObjectState). Each server runs on a free loopback port with
+generated credentials and a throwaway data dir, is checked healthy before it is handed
+out, and is stopped by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MINIO_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"
+MINIO_BIN = Path(os.environ.get("MINIO_BIN", ROOT / ".cache" / "bin" / "minio"))
+
+
+class ServerStartError(RuntimeError):
+    """A test server did not come up; the message says why and what to do."""
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class S3Server:
+    """A running S3-compatible server: where it listens and how to sign for it."""
+
+    name: str
+    endpoint_url: str
+    access_key: str
+    secret_key: str
+    region: str = "us-east-1"
+    process: subprocess.Popen | None = None
+    workdir: Path | None = None
+    log_path: Path | None = None
+    console_url: str | None = None
+    _log_file: object = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid if self.process else -1
+
+    def env(self) -> dict[str, str]:
+        """Environment that points the AWS SDKs (and so `python -m tasks`) at this server."""
+        return {
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_REGION": self.region,
+            "AWS_ENDPOINT_URL_S3": self.endpoint_url,
+        }
+
+    def client(self, **config):
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=Config(s3={"addressing_style": "path"}, **config),
+        )
+
+    def log_tail(self, lines: int = 20) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        if self._log_file:
+            self._log_file.close()
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _wait_healthy(server: S3Server, url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last_error = "no answer"
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise ServerStartError(
+                f"{server.name} exited with code {server.process.returncode} before it was "
+                f"healthy. Its log ends with:\n{server.log_tail()}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status < 500:
+                    return
+        except urllib.error.HTTPError as e:
+            if e.code < 500:
+                return
+            last_error = f"HTTP {e.code}"
+        except OSError as e:
+            last_error = str(e)
+        time.sleep(0.1)
+    server.stop()
+    raise ServerStartError(
+        f"{server.name} did not answer {url} within {timeout:.0f}s (last: {last_error}). "
+        f"Log:\n{server.log_tail()}"
+    )
+
+
+def _spawn(name: str, argv: list[str], env: dict[str, str], workdir: Path) -> tuple:
+    log_path = workdir / f"{name}.log"
+    log_file = open(log_path, "wb")
+    process = subprocess.Popen(
+        argv, env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return process, log_path, log_file
+
+
+def start_minio(console: bool = False, timeout: float = 60.0) -> S3Server:
+    """Start the pinned MinIO build on a free loopback port with a throwaway data dir."""
+    if not MINIO_BIN.exists():
+        raise ServerStartError(
+            f"MinIO binary not found at {MINIO_BIN}. Build it with `make minio` "
+            f"(go install github.com/minio/minio@{MINIO_VERSION}, about 2 minutes)."
+        )
+    workdir = Path(tempfile.mkdtemp(prefix="s3arch-minio-"))
+    port = free_loopback_port()
+    access_key = "minio-" + secrets.token_hex(4)
+    secret_key = secrets.token_hex(20)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(workdir),
+        "MINIO_ROOT_USER": access_key,
+        "MINIO_ROOT_PASSWORD": secret_key,
+        "MINIO_BROWSER": "on" if console else "off",
+        "MINIO_UPDATE": "off",
+        "MINIO_API_REQUESTS_MAX": "10000",
+    }
+    argv = [str(MINIO_BIN), "server", str(workdir / "data"), "--quiet",
+            "--address", f"127.0.0.1:{port}"]
+    console_url = None
+    if console:
+        console_port = free_loopback_port()
+        argv += ["--console-address", f"127.0.0.1:{console_port}"]
+        console_url = f"http://127.0.0.1:{console_port}"
+    process, log_path, log_file = _spawn("minio", argv, env, workdir)
+    server = S3Server("MinIO", f"http://127.0.0.1:{port}", access_key, secret_key,
+                      process=process, workdir=workdir, log_path=log_path,
+                      console_url=console_url, _log_file=log_file)
+    _wait_healthy(server, f"{server.endpoint_url}/minio/health/live", timeout)
+    return server
+
+
+def start_moto(timeout: float = 60.0) -> S3Server:
+    """Start moto server (S3 with Glacier semantics) on a free loopback port."""
+    workdir = Path(tempfile.mkdtemp(prefix="s3arch-moto-"))
+    port = free_loopback_port()
+    env = dict(os.environ, HOME=str(workdir))
+    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    process, log_path, log_file = _spawn("moto", argv, env, workdir)
+    server = S3Server("moto server", f"http://127.0.0.1:{port}", "testing", "testing",
+                      process=process, workdir=workdir, log_path=log_path, _log_file=log_file)
+    _wait_healthy(server, f"{server.endpoint_url}/moto-api/", timeout)
+    return server

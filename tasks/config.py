@@ -1,0 +1,102 @@
+"""The typed configuration at the front of the pipeline."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from .errors import BadArgument
+
+STORAGE_CLASSES = ("GLACIER", "DEEP_ARCHIVE", "GLACIER_IR", "STANDARD_IA", "STANDARD")
+CODECS = ("gzip", "zstd")
+DEFAULT_LEVEL = {"gzip": 1, "zstd": 3}
+LEVEL_RANGE = {"gzip": (0, 3), "zstd": (1, 19)}
+MiB = 1 << 20
+GiB = 1 << 30
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 10**6, "mb": 10**6,
+               "mib": MiB, "g": 10**9, "gb": 10**9, "gib": GiB}
+
+
+def parse_size(text: str | int) -> int:
+    """'256MiB' -> 268435456. Accepts B, KB/KiB, MB/MiB, GB/GiB."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise BadArgument(f"cannot read size {text!r}", hint="write it like 256MiB, 1GiB or 500MB")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+@dataclass(frozen=True)
+class S3Url:
+    bucket: str
+    key: str = ""
+
+    @classmethod
+    def parse(cls, url: str) -> "S3Url":
+        m = re.fullmatch(r"s3://([^/]+)/?(.*)", url or "", flags=re.S)
+        if not m:
+            raise BadArgument(f"{url!r} is not an S3 URL", hint="write it as s3://BUCKET/PREFIX/")
+        bucket = m.group(1)
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.\-_]{1,254}", bucket):
+            raise BadArgument(f"{bucket!r} is not a valid bucket name",
+                              hint="bucket names are 3-63 lowercase letters, digits, dots, hyphens")
+        return cls(bucket, m.group(2))
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+@dataclass(frozen=True)
+class ArchiveSpec:
+    """What to archive, where to, and how. The destination keys derive from (source bucket,
+    source prefix) alone, so every re-run of the same spec finds what an earlier one left."""
+
+    source: S3Url
+    destination: S3Url
+    storage_class: str = "GLACIER"
+    codec: str = "gzip"
+    level: int | None = None
+    memory_budget: int = 256 * MiB
+    concurrency: int = 64
+    overwrite: bool = False
+    dry_run: bool = False
+    delete_source: bool = False
+    sse: str | None = None
+    sse_kms_key_id: str | None = None
+    block_size: int = MiB
+    min_part_size: int = 8 * MiB
+    large_object_chunk: int = 8 * MiB
+    compress_threads: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
+
+    def __post_init__(self):
+        if self.storage_class not in STORAGE_CLASSES:
+            raise BadArgument(f"unknown storage class {self.storage_class!r}",
+                              hint=f"--storage-class takes one of {', '.join(STORAGE_CLASSES)}")
+        if self.codec not in CODECS:
+            raise BadArgument(f"unknown codec {self.codec!r}", hint="--codec takes gzip or zstd")
+        lo, hi = LEVEL_RANGE[self.codec]
+        if self.level is not None and not lo <= self.level <= hi:
+            raise BadArgument(f"level {self.level} is out of range for {self.codec}",
+                              hint=f"--level takes {lo}..{hi} with --codec {self.codec}")
+        if self.memory_budget < 32 * MiB:
+            raise BadArgument("memory budget below 32MiB", hint="--memory-budget 64MiB or more")
+        if not 1 <= self.concurrency <= 1024:
+            raise BadArgument(f"concurrency {self.concurrency} out of range",
+                              hint="--concurrency takes 1..1024")
+        if self.sse not in (None, "AES256", "aws:kms"):
+            raise BadArgument(f"unknown SSE {self.sse!r}", hint="--sse takes AES256 or aws:kms")
+        if self.sse_kms_key_id and self.sse != "aws:kms":
+            raise BadArgument("--sse-kms-key-id needs --sse aws:kms")
+        if self.delete_source and self.dry_run:
+            raise BadArgument("--delete-source and --dry-run contradict each other")
+
+    @property
+    def effective_level(self) -> int:
+        return DEFAULT_LEVEL[self.codec] if self.level is None else self.level
+
+    @property
+    def extension(self) -> str:
+        return ".tar.gz" if self.codec == "gzip" else ".tar.zst"

@@ -1,0 +1,169 @@
+"""Fetch listed objects in parallel within a memory budget, delivered in listing order.
+
+Each object becomes one or more *pieces*: objects up to ``chunk`` bytes are one GET, larger
+ones are ranged GETs of ``chunk`` bytes, so no object is ever held whole. Before a piece is
+requested its size is reserved in a ``ByteBudget``; the reservation is released once the tar
+writer has consumed it, so bytes in flight plus bytes waiting stay under the budget. Every
+GET carries ``If-Match`` with the listed ETag, and every piece is checked against the length
+the listing promised (a short body is fetched again, never archived short).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from .errors import ArchiverError, IntegrityError, TransientError
+from .listing import ListedObject
+
+_LENGTH_RETRIES = 3
+
+
+class ByteBudget:
+    """A counting semaphore in bytes. One reservation larger than the cap is let through
+    when nothing else is held, so progress never deadlocks."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.used = 0
+        self.peak = 0
+        self._cond = threading.Condition()
+
+    def acquire(self, n: int, abort: threading.Event) -> bool:
+        with self._cond:
+            while self.used and self.used + n > self.cap:
+                if abort.is_set():
+                    return False
+                self._cond.wait(0.2)
+            self.used += n
+            self.peak = max(self.peak, self.used)
+            return True
+
+    def release(self, n: int) -> None:
+        with self._cond:
+            self.used -= n
+            self._cond.notify_all()
+
+
+@dataclass(slots=True)
+class Piece:
+    obj: ListedObject
+    index: int
+    last: bool
+    start: int
+    end: int
+    chunks: list = field(default_factory=list)
+    received: int = 0
+    attempts: int = 0
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+class Fetcher:
+    def __init__(self, data_plane, bucket: str, *, budget: ByteBudget, concurrency: int,
+                 chunk: int, abort: threading.Event):
+        self.data = data_plane
+        self.bucket = bucket
+        self.budget = budget
+        self.chunk = chunk
+        self.abort = abort
+        self.gets = 0
+        self._slots = threading.Semaphore(concurrency)
+        self._cond = threading.Condition()
+        self._done: dict[int, Piece] = {}
+        self._error: BaseException | None = None
+        self._total: int | None = None
+
+    def pieces(self, objects: Iterable[ListedObject]) -> Iterator[Piece]:
+        """Pieces in listing order; the consumer owns each piece's bytes until it asks for
+        the next one, when the piece's budget is released."""
+        scheduler = threading.Thread(target=self._schedule, args=(objects,),
+                                     name="s3arch-fetch", daemon=True)
+        scheduler.start()
+        seq = 0
+        while True:
+            with self._cond:
+                while seq not in self._done and self._error is None and self._total != seq:
+                    if self.abort.is_set():
+                        raise InterruptedError("fetch aborted")
+                    self._cond.wait(0.2)
+                if self._error is not None:
+                    raise self._error
+                if self._total == seq:
+                    return
+                piece = self._done.pop(seq)
+            yield piece
+            self.budget.release(piece.size)
+            seq += 1
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = exc
+            self._cond.notify_all()
+        self.abort.set()
+
+    def _schedule(self, objects: Iterable[ListedObject]) -> None:
+        seq = 0
+        try:
+            for obj in objects:
+                if obj.size <= self.chunk:
+                    spans = [(0, obj.size)]
+                else:
+                    spans = [(s, min(s + self.chunk, obj.size)) for s in range(0, obj.size, self.chunk)]
+                for i, (start, end) in enumerate(spans):
+                    if not self.budget.acquire(end - start, self.abort):
+                        return
+                    while not self._slots.acquire(timeout=0.2):
+                        if self.abort.is_set():
+                            return
+                    self._request(seq, Piece(obj, i, i == len(spans) - 1, start, end))
+                    seq += 1
+            with self._cond:
+                self._total = seq
+                self._cond.notify_all()
+        except BaseException as exc:  # noqa: BLE001 - listing errors end up here
+            self._fail(exc)
+
+    def _request(self, seq: int, piece: Piece) -> None:
+        piece.attempts += 1
+        piece.chunks = []
+        piece.received = 0
+        whole = piece.index == 0 and piece.last
+        # A ranged GET of a zero-byte object is answered 416, so whole objects go unranged.
+        byte_range = None if whole else (piece.start, piece.end)
+
+        def on_body(chunk: bytes) -> None:
+            piece.chunks.append(chunk)
+            piece.received += len(chunk)
+
+        def on_done(error: ArchiverError | None) -> None:
+            if error is None and piece.received != piece.size:
+                error = IntegrityError(
+                    f"GET s3://{self.bucket}/{piece.obj.key}: received {piece.received} bytes "
+                    f"of {piece.size} for bytes {piece.start}-{piece.end}")
+            if error is not None and error.retryable and not self.abort.is_set() \
+                    and piece.attempts < _LENGTH_RETRIES and isinstance(error, (IntegrityError, TransientError)):
+                threading.Timer(0.2 * piece.attempts, self._retry, args=(seq, piece)).start()
+                return
+            self._slots.release()
+            if error is not None:
+                self._fail(error)
+                return
+            with self._cond:
+                self._done[seq] = piece
+                self._cond.notify_all()
+
+        self.gets += 1
+        self.data.get(self.bucket, piece.obj.key, etag=piece.obj.etag, byte_range=byte_range,
+                      on_body=on_body, on_done=on_done)
+
+    def _retry(self, seq: int, piece: Piece) -> None:
+        try:
+            self._request(seq, piece)
+        except BaseException as exc:  # noqa: BLE001
+            self._slots.release()
+            self._fail(exc)

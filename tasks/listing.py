@@ -1,0 +1,91 @@
+"""List a prefix page by page; pages stream to the fetch stage as they arrive."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Iterator
+
+from .s3 import translate
+
+
+@dataclass(slots=True, frozen=True)
+class ListedObject:
+    key: str
+    size: int
+    etag: str
+    last_modified: datetime
+
+
+def iter_pages(control, bucket: str, prefix: str) -> Iterator[list[ListedObject]]:
+    """Pages of up to 1,000 objects in S3's (UTF-8 binary) key order."""
+    paginator = control.get_paginator("list_objects_v2")
+    try:
+        for page in paginator.paginate(Bucket=bucket, Prefix=prefix,
+                                       PaginationConfig={"PageSize": 1000}):
+            contents = page.get("Contents")
+            if contents:
+                yield [ListedObject(o["Key"], o["Size"], o["ETag"], o["LastModified"])
+                       for o in contents]
+    except Exception as exc:  # noqa: BLE001 - every failure leaves as a typed error
+        raise translate(exc, f"list s3://{bucket}/{prefix}") from exc
+
+
+class ListingFeed:
+    """Runs the listing in a thread, a bounded number of pages ahead of the consumer.
+
+    Memory stays bounded (``pages_ahead`` x 1,000 entries) whatever the prefix size, and the
+    totals listed so far are visible to the stages that size things from them.
+    """
+
+    _END = object()
+
+    def __init__(self, control, bucket: str, prefix: str, pages_ahead: int = 8):
+        self.objects_listed = 0
+        self.bytes_listed = 0
+        self.tar_bytes_bound = 0
+        self.finished = False
+        self._queue: queue.Queue = queue.Queue(pages_ahead)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(control, bucket, prefix),
+                                        name="s3arch-list", daemon=True)
+        self._thread.start()
+
+    def _run(self, control, bucket, prefix):
+        from .tarwriter import member_size_bound
+
+        try:
+            for page in iter_pages(control, bucket, prefix):
+                for o in page:
+                    self.tar_bytes_bound += member_size_bound(o.key, o.size)
+                self.objects_listed += len(page)
+                self.bytes_listed += sum(o.size for o in page)
+                if not self._put(page):
+                    return
+            self.finished = True
+            self._put(self._END)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            self._put(exc)
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[ListedObject]:
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield from item
+
+    def close(self):
+        self._stop.set()

@@ -1,0 +1,171 @@
+"""Read archives back: list members, fetch one object by ranged GET, verify the whole.
+
+Everything here works from the manifest: ``cat`` fetches only the compressed blocks that
+hold one object; ``verify`` reads the archive end to end with Python's tarfile in stream
+mode and checks every member's name, size and SHA-256 against the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator
+
+from isal import isal_zlib
+
+from .errors import BadArgument, IntegrityError
+from .manifest import ArchiveLayout, iter_manifest
+from .s3 import translate
+from .tarwriter import member_name
+
+
+def list_members(control, layout: ArchiveLayout) -> Iterator[dict]:
+    return (r for r in iter_manifest(control, layout) if r["type"] == "object")
+
+
+def _decompressor(codec: str, from_block_start: bool):
+    if codec == "gzip":
+        return isal_zlib.decompressobj(-15 if from_block_start else 31)
+    import zstandard
+
+    return _ZstdFrames(zstandard.ZstdDecompressor())
+
+
+class _ZstdFrames:
+    """Decompress concatenated zstd frames incrementally."""
+
+    def __init__(self, dctx):
+        self._dctx = dctx
+        self._d = dctx.decompressobj()
+
+    def decompress(self, data: bytes) -> bytes:
+        out = []
+        while data:
+            out.append(self._d.decompress(data))
+            if not self._d.eof:
+                break
+            data = self._d.unused_data
+            self._d = self._dctx.decompressobj()
+        return b"".join(out)
+
+
+def _object(control, layout: ArchiveLayout, archive_key: str, what: str, **kwargs):
+    try:
+        return control.get_object(Bucket=layout.bucket, Key=archive_key, **kwargs)["Body"]
+    except Exception as exc:  # noqa: BLE001
+        raise translate(exc, f"{what} s3://{layout.bucket}/{archive_key} (object)") from exc
+
+
+def cat_object(control, layout: ArchiveLayout, key: str, out: BinaryIO) -> dict:
+    """Write one archived object to ``out`` using one ranged GET of its blocks."""
+    header = None
+    record = None
+    for r in iter_manifest(control, layout):
+        if r["type"] == "header":
+            header = r
+        elif r["type"] == "object" and r["key"] == key:
+            record = r
+            break
+    if record is None:
+        raise BadArgument(f"{key!r} is not in {layout.manifest_url}",
+                          hint="python -m tasks ls lists the archived keys")
+    start, end = record["range"]
+    body = _object(control, layout, header["archive"]["key"], "read", Range=f"bytes={start}-{end - 1}")
+    d = _decompressor(header["codec"], from_block_start=True)
+    skip = record["data_offset"] - record["block"] * header["block_size"]
+    remaining = record["size"]
+    digest = hashlib.sha256()
+    for chunk in body.iter_chunks(1 << 20):
+        data = d.decompress(chunk)
+        if skip:
+            cut = min(skip, len(data))
+            data, skip = data[cut:], skip - cut
+        data = data[:remaining]
+        remaining -= len(data)
+        digest.update(data)
+        out.write(data)
+        if not remaining:
+            break
+    body.close()
+    if remaining or digest.hexdigest() != record["sha256"]:
+        raise IntegrityError(f"{key!r} read back from the archive does not match its manifest "
+                             f"entry (missing {remaining} bytes or SHA-256 differs)")
+    return record
+
+
+class _DecompressingReader:
+    """A file-like view of the decompressed archive, counting and hashing the raw bytes."""
+
+    def __init__(self, body, codec: str):
+        self._chunks = body.iter_chunks(1 << 20)
+        self._d = _decompressor(codec, from_block_start=False)
+        self._buf = bytearray()
+        self.raw_size = 0
+        self.raw_sha256 = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        while n < 0 or len(self._buf) < n:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                break
+            self.raw_size += len(chunk)
+            self.raw_sha256.update(chunk)
+            self._buf += self._d.decompress(chunk)
+        n = len(self._buf) if n < 0 else min(n, len(self._buf))
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
+
+@dataclass
+class VerifyReport:
+    objects: int
+    bytes: int
+    archive_size: int
+
+
+def verify_archive(control, layout: ArchiveLayout) -> VerifyReport:
+    """Read the whole archive and check it member by member against the manifest."""
+    records = iter_manifest(control, layout)
+    header = next(records)
+    body = _object(control, layout, header["archive"]["key"], "verify")
+    reader = _DecompressingReader(body, header["codec"])
+    objects = total = 0
+    summary = None
+    with tarfile.open(fileobj=reader, mode="r|") as tar:
+        members = iter(tar)
+        for record in records:
+            if record["type"] == "summary":
+                summary = record
+                break
+            member = next(members, None)
+            key = record["key"]
+            expected_name = member_name(key, record["size"])[0].rstrip("/")
+            if member is None or member.name != expected_name or member.size != record["size"]:
+                raise IntegrityError(f"archive member for {key!r} is "
+                                     f"{member.name if member else 'missing'!r}, size "
+                                     f"{member.size if member else '-'}; manifest says "
+                                     f"{expected_name!r}, size {record['size']}")
+            if member.isfile():
+                digest = hashlib.sha256()
+                f = tar.extractfile(member)
+                while chunk := f.read(1 << 20):
+                    digest.update(chunk)
+                if digest.hexdigest() != record["sha256"]:
+                    raise IntegrityError(f"{key!r}: SHA-256 in the archive differs from the manifest")
+            objects += 1
+            total += record["size"]
+        if next(members, None) is not None:
+            raise IntegrityError("the archive holds members the manifest does not list")
+    reader.read()  # drain to the end so size and checksum cover every byte
+    body.close()
+    if summary is None:
+        raise IntegrityError(f"{layout.manifest_url} has no summary record")
+    if reader.raw_size != summary["archive_size"] or reader.raw_sha256.hexdigest() != summary["archive_sha256"]:
+        raise IntegrityError(f"archive is {reader.raw_size} bytes with SHA-256 "
+                             f"{reader.raw_sha256.hexdigest()}; manifest says {summary['archive_size']} "
+                             f"bytes, {summary['archive_sha256']}")
+    if objects != summary["objects"]:
+        raise IntegrityError(f"archive holds {objects} objects, manifest summary says {summary['objects']}")
+    return VerifyReport(objects, total, reader.raw_size)

@@ -1,0 +1,164 @@
+"""A lean POSIX pax tar writer over fetched buffers.
+
+Python's tarfile builds a TarInfo and re-encodes headers per member; here a member costs one
+512-byte ustar header (plus a pax header only when the name or size needs it) and the data is
+appended from the fetched chunks without joining them. See docs/FORMAT.md for the layout.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+BLOCK = 512
+_ZEROS = bytes(BLOCK * 2)
+_USTAR_NAME_MAX = 100
+_OCTAL_SIZE_MAX = 8**11 - 1  # 11 octal digits: sizes of 8 GiB and more need pax
+
+
+def member_name(key: str, size: int) -> tuple[str, bool]:
+    """The tar member name for an S3 key, and whether it is a directory entry.
+
+    Keys are stored as they are, except what would let an extractor leave its target
+    directory or silently merge two keys: empty path segments (a leading ``/``, ``a//b``)
+    become ``%2F`` and ``.``/``..`` segments become ``%2E``/``%2E%2E``. A zero-byte object whose
+    key ends in ``/`` (a "folder marker") becomes a directory entry; any other key ending in
+    ``/`` keeps its data under a last segment ``%2F``. The manifest records the exact key.
+    """
+    is_dir = size == 0 and key.endswith("/")
+    segments = key.split("/")
+    if is_dir:
+        segments.pop()
+    safe = []
+    for seg in segments:
+        if seg == "":
+            safe.append("%2F")
+        elif seg in (".", ".."):
+            safe.append(seg.replace(".", "%2E"))
+        else:
+            safe.append(seg)
+    name = "/".join(safe)
+    return (name + "/", True) if is_dir else (name, False)
+
+
+def member_size_bound(key: str, size: int) -> int:
+    """Upper bound of a member's bytes in the tar stream (headers, data, padding)."""
+    header = BLOCK + (BLOCK + _padded(len(key.encode("utf-8", "surrogateescape")) * 3 + 64))
+    return header + _padded(size)
+
+
+def _padded(n: int) -> int:
+    return (n + BLOCK - 1) // BLOCK * BLOCK
+
+
+def _pax_record(keyword: str, value: bytes) -> bytes:
+    # "%d %s=%s\n" where the leading length counts the whole record, itself included.
+    body = b" " + keyword.encode() + b"=" + value + b"\n"
+    n = len(body) + 1
+    while len(str(n)) + len(body) != n:
+        n = len(str(n)) + len(body)
+    return str(n).encode() + body
+
+
+def _ustar_header(name: bytes, size: int, mtime: int, typeflag: bytes, mode: int) -> bytes:
+    h = bytearray(BLOCK)
+    h[0:len(name)] = name
+    h[100:108] = b"%07o\0" % mode
+    h[108:116] = b"0000000\0"
+    h[116:124] = b"0000000\0"
+    h[124:136] = b"%011o\0" % min(size, _OCTAL_SIZE_MAX)
+    h[136:148] = b"%011o\0" % max(0, min(mtime, 8**11 - 1))
+    h[148:156] = b"        "
+    h[156:157] = typeflag
+    h[257:265] = b"ustar\x0000"
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h)
+
+
+def member_header(name: str, size: int, mtime: int, is_dir: bool) -> bytes:
+    """ustar header, preceded by a pax extended header when the name or size needs one."""
+    encoded = name.encode("utf-8", "surrogateescape")
+    records = b""
+    if len(encoded) > _USTAR_NAME_MAX or not encoded.isascii():
+        records += _pax_record("path", encoded)
+        short = b"s3arch-long-name"
+    else:
+        short = encoded
+    if size > _OCTAL_SIZE_MAX:
+        records += _pax_record("size", str(size).encode())
+    typeflag, mode = (b"5", 0o755) if is_dir else (b"0", 0o644)
+    header = _ustar_header(short, size, mtime, typeflag, mode)
+    if not records:
+        return header
+    pax = _ustar_header(b"PaxHeader/" + short[:80], len(records), mtime, b"x", 0o644)
+    return pax + records + bytes(_padded(len(records)) - len(records)) + header
+
+
+class BlockSink:
+    """Cuts the tar stream into fixed-size blocks for ``emit(index, block, final)``.
+
+    Fixed sizes make the block of any tar offset ``offset // block_size``, which is all the
+    manifest needs to map an object to the compressed bytes that hold it. Full blocks wait
+    for ``emit_ready``, so the writer can record a member before its last block moves on.
+    """
+
+    def __init__(self, block_size: int, emit: Callable[[int, bytes, bool], None]):
+        self.block_size = block_size
+        self.offset = 0
+        self._emit = emit
+        self._index = 0
+        self._buf = bytearray()
+        self._ready: list[bytes] = []
+
+    def write(self, data) -> None:
+        mv = memoryview(data)
+        self.offset += len(mv)
+        while mv:
+            room = self.block_size - len(self._buf)
+            self._buf += mv[:room]
+            mv = mv[room:]
+            if len(self._buf) == self.block_size:
+                self._ready.append(bytes(self._buf))
+                self._buf.clear()
+
+    def emit_ready(self) -> None:
+        for block in self._ready:
+            self._emit(self._index, block, False)
+            self._index += 1
+        self._ready.clear()
+
+    def close(self) -> None:
+        self.emit_ready()
+        self._emit(self._index, bytes(self._buf), True)
+        self._index += 1
+        self._buf.clear()
+
+    @property
+    def blocks(self) -> int:
+        return self._index
+
+
+class TarStream:
+    """Writes members into a BlockSink; returns where each landed in the tar stream."""
+
+    def __init__(self, sink: BlockSink):
+        self.sink = sink
+
+    def begin(self, key: str, size: int, mtime: int) -> tuple[int, int]:
+        """Write a member's header; its data follows through ``write`` and ``end``.
+
+        Returns (header offset, data offset) in the uncompressed tar stream."""
+        name, is_dir = member_name(key, size)
+        header_offset = self.sink.offset
+        self.sink.write(member_header(name, size, mtime, is_dir))
+        return header_offset, self.sink.offset
+
+    def write(self, chunk) -> None:
+        self.sink.write(chunk)
+
+    def end(self, size: int) -> None:
+        if size and size % BLOCK:
+            self.sink.write(_ZEROS[: BLOCK - size % BLOCK])
+
+    def close(self) -> None:
+        self.sink.write(_ZEROS)
+        self.sink.close()

@@ -1,0 +1,72 @@
+"""Session-wide real S3 servers on loopback. A server that cannot start fails the suite."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from devtools.servers import ServerStartError, start_minio, start_moto  # noqa: E402
+
+
+def _start(starter, name):
+    try:
+        return starter()
+    except ServerStartError as exc:
+        pytest.fail(f"{name} could not start, so the suite cannot prove anything: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def minio():
+    server = _start(start_minio, "MinIO")
+    print(f"\n[servers] MinIO pid {server.pid} at {server.endpoint_url}", file=sys.stderr)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    server = _start(start_moto, "moto server")
+    print(f"\n[servers] moto server pid {server.pid} at {server.endpoint_url}", file=sys.stderr)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(minio):
+    return minio.client(max_pool_connections=64)
+
+
+@pytest.fixture
+def buckets(s3):
+    """A fresh source and destination bucket per test."""
+    suffix = uuid.uuid4().hex[:10]
+    src, dst = f"src-{suffix}", f"dst-{suffix}"
+    s3.create_bucket(Bucket=src)
+    s3.create_bucket(Bucket=dst)
+    return src, dst
+
+
+@pytest.fixture
+def clients(minio):
+    import boto3
+
+    from tasks.s3 import S3Clients
+
+    session = boto3.Session(aws_access_key_id=minio.access_key,
+                            aws_secret_access_key=minio.secret_key, region_name=minio.region)
+    return S3Clients.from_session(session, minio.endpoint_url)
+
+
+@pytest.fixture
+def cli_env(minio):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(minio.env())
+    env["PYTHONPATH"] = str(ROOT)
+    return env
