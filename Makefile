@@ -1,0 +1,38 @@
+# Everyday commands. `make demo` and `make test` work on a fresh machine with Python 3.11 and Go.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
+MINIO  := .cache/bin/minio
+
+.PHONY: demo test venv minio lock clean
+
+$(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r requirements-test.txt -c constraints.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+# MinIO built from the Go module proxy at a pinned version, cached in .cache/bin.
+$(MINIO):
+	@echo "building MinIO $(MINIO_VERSION) from the Go module proxy (about 2 minutes, once)"
+	GOBIN=$(CURDIR)/.cache/bin GOFLAGS=-trimpath go install github.com/minio/minio@$(MINIO_VERSION)
+
+minio: $(MINIO)
+
+demo: venv minio
+	$(PY) -m devtools.demo
+
+test: venv minio
+	$(PY) -m pytest
+
+lock:
+	rm -rf .cache/lockvenv && $(PYTHON) -m venv .cache/lockvenv
+	.cache/lockvenv/bin/pip install --quiet -r requirements-test.txt
+	{ echo "# Full lock of requirements-test.txt, made with 'make lock' (pip freeze of a clean venv)."; \
+	  .cache/lockvenv/bin/pip freeze; } > constraints.txt
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache

@@ -1,0 +1,1 @@
+"""Development tools: embedded S3 servers, sample data, the demo. Not part of the engine."""

@@ -1,0 +1,41 @@
+"""Small helpers the tests share: seeding buckets and running the CLI as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def seed(s3, bucket: str, objects: dict[str, bytes]) -> None:
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]), objects.items()))
+
+
+def run_cli(env, *args, check=True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "tasks", *args], env=env, cwd=ROOT,
+                          capture_output=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"python -m tasks {' '.join(args)} exited {proc.returncode}:\n"
+                             f"{proc.stderr.decode(errors='replace')}")
+    return proc
+
+
+def run_json(env, *args, check=True) -> dict:
+    proc = run_cli(env, *args, "--json", check=check)
+    return json.loads(proc.stdout.decode().strip().splitlines()[-1])
+
+
+def keys_in(s3, bucket: str, prefix: str = "") -> list[str]:
+    out = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        out += [o["Key"] for o in page.get("Contents", [])]
+    return out
+
+
+def open_uploads(s3, bucket: str) -> list[dict]:
+    return s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
