@@ -67,14 +67,25 @@ class _Entry:
     last_block: int
 
 
-def _plan_memory(spec: ArchiveSpec) -> tuple[int, int, int]:
-    """Split the budget: (fetch bytes, upload parts in flight, compression blocks pending)."""
-    pending_blocks = 2 * spec.compress_threads + 2
-    compress_mem = pending_blocks * spec.block_size * 2  # raw block plus its output
-    upload_inflight = max(1, min(8, (spec.memory_budget // 4) // spec.min_part_size - 1))
-    upload_mem = (upload_inflight + 1) * spec.min_part_size
-    fetch = max(16 * MiB, spec.memory_budget - compress_mem - upload_mem - 16 * MiB)
-    return fetch, upload_inflight, pending_blocks
+_PER_GET_OVERHEAD = 384 << 10  # CRT connection and request buffers per GET in flight
+
+
+def _plan_memory(spec: ArchiveSpec) -> tuple[int, int, int, int]:
+    """Split the budget: (fetch reservation, GETs in flight, upload parts in flight,
+    compression blocks pending).
+
+    Measured multipliers, not wishes: a fetched byte is held twice while it is delivered
+    (CRT's response buffer and the Python chunk), a part once in the upload buffer and once
+    in flight, and a block once raw and once compressed.
+    """
+    pending_blocks = spec.compress_threads + 2
+    compress_mem = pending_blocks * spec.block_size * 2
+    upload_inflight = max(1, min(8, (spec.memory_budget // 8) // spec.min_part_size - 1))
+    upload_mem = 2 * (upload_inflight + 1) * spec.min_part_size
+    gets = max(8, min(spec.concurrency, (spec.memory_budget // 4) // _PER_GET_OVERHEAD))
+    rest = spec.memory_budget - compress_mem - upload_mem - gets * _PER_GET_OVERHEAD
+    fetch = max(4 * MiB, rest // 3)
+    return fetch, gets, upload_inflight, pending_blocks
 
 
 def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
@@ -162,7 +173,7 @@ def _run_pipeline(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, 
         failure.append(exc)
         abort.set()
 
-    fetch_budget, upload_inflight, pending_blocks = _plan_memory(spec)
+    fetch_budget, gets_inflight, upload_inflight, pending_blocks = _plan_memory(spec)
     feed = ListingFeed(control, spec.source.bucket, spec.source.key)
     objects = iter(feed)
     try:
@@ -178,8 +189,8 @@ def _run_pipeline(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, 
     progress = progress or Progress()
     progress.start(feed)
     budget = ByteBudget(fetch_budget)
-    fetcher = Fetcher(clients.data, spec.source.bucket, budget=budget, concurrency=spec.concurrency,
-                      chunk=min(spec.large_object_chunk, fetch_budget // 4), abort=abort)
+    fetcher = Fetcher(clients.data, spec.source.bucket, budget=budget, concurrency=gets_inflight,
+                      chunk=min(spec.large_object_chunk, fetch_budget // 8), abort=abort)
     sizer = PartSizer(spec.min_part_size,
                       lambda: (feed.tar_bytes_bound + (1 << 20)) if feed.finished else None)
     extra = {}

@@ -67,7 +67,7 @@ class ArchiveSpec:
     sse: str | None = None
     sse_kms_key_id: str | None = None
     block_size: int = MiB
-    min_part_size: int = 8 * MiB
+    min_part_size: int = 0  # 0: derived from the memory budget (5-8 MiB)
     large_object_chunk: int = 8 * MiB
     compress_threads: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
 
@@ -90,6 +90,9 @@ class ArchiveSpec:
             raise BadArgument(f"unknown SSE {self.sse!r}", hint="--sse takes AES256 or aws:kms")
         if self.sse_kms_key_id and self.sse != "aws:kms":
             raise BadArgument("--sse-kms-key-id needs --sse aws:kms")
+        if not self.min_part_size:
+            # S3's 5 MiB minimum for small budgets, where two parts in flight weigh most.
+            object.__setattr__(self, "min_part_size", max(5 * MiB, min(8 * MiB, self.memory_budget // 16)))
         if self.delete_source and self.dry_run:
             raise BadArgument("--delete-source and --dry-run contradict each other")
 

@@ -169,7 +169,7 @@ class DataPlane:
             self._host = f"s3.{region}.amazonaws.com"
             tls = s3.S3RequestTlsMode.ENABLED
         self._client = s3.S3Client(bootstrap=bootstrap, region=region, credential_provider=provider,
-                                   tls_mode=tls, throughput_target_gbps=10.0, part_size=8 << 20)
+                                   tls_mode=tls, throughput_target_gbps=10.0, part_size=1 << 20)
 
     def get(self, bucket: str, key: str, *, etag: str | None, byte_range: tuple[int, int] | None,
             on_body: Callable[[bytes], None], on_done: Callable[[ArchiverError | None], None]):

@@ -99,7 +99,8 @@ class PartUploader:
         self._crc_full = checksums.crc32c(data, self._crc_full)
         self._buf += data
         while len(self._buf) >= self._part_size and len(self._parts) < MAX_PARTS - 1:
-            part = bytes(self._buf[: self._part_size])
+            with memoryview(self._buf) as view:  # one copy, not slice-then-copy
+                part = bytes(view[: self._part_size])
             del self._buf[: self._part_size]
             self._submit(part)
             self._part_size = self.sizer.next_size(len(self._parts), self.bytes_written - len(self._buf))
