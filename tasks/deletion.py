@@ -17,14 +17,14 @@ from .s3 import translate
 def delete_archived_sources(control, source: S3Url, layout: ArchiveLayout) -> int:
     archived = (r for r in iter_manifest(control, layout) if r["type"] == "object")
     current = (o for page in iter_pages(control, source.bucket, source.key) for o in page)
-    batch: list[dict] = []
+    batch: list[str] = []
     deleted = 0
     record = next(archived, None)
     for obj in current:
         while record is not None and record["key"] < obj.key:
             record = next(archived, None)
         if record is not None and record["key"] == obj.key and record["etag"] == obj.etag:
-            batch.append({"Key": obj.key, "ETag": obj.etag})
+            batch.append(obj.key)
             if len(batch) == 1000:
                 deleted += _delete(control, source.bucket, batch)
                 batch = []
@@ -33,10 +33,10 @@ def delete_archived_sources(control, source: S3Url, layout: ArchiveLayout) -> in
     return deleted
 
 
-def _delete(control, bucket: str, batch: list[dict]) -> int:
+def _delete(control, bucket: str, batch: list[str]) -> int:
     try:
         resp = control.delete_objects(
-            Bucket=bucket, Delete={"Objects": [{"Key": o["Key"]} for o in batch], "Quiet": True})
+            Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
     except Exception as exc:  # noqa: BLE001
         raise translate(exc, f"delete archived sources in s3://{bucket}") from exc
     errors = resp.get("Errors", [])
