@@ -7,10 +7,12 @@ MINIO  := .cache/bin/minio
 
 .PHONY: demo test venv minio lock clean
 
-$(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt
+$(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements-test.txt -c constraints.txt
+	# The engine in editable mode, so Airflow's DAG and task processes import `tasks`.
+	$(VENV)/bin/pip install --quiet --no-deps -e .
 	touch $@
 
 venv: $(VENV)/.installed

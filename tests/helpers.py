@@ -39,3 +39,12 @@ def keys_in(s3, bucket: str, prefix: str = "") -> list[str]:
 
 def open_uploads(s3, bucket: str) -> list[dict]:
     return s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+
+
+def read_archive(s3, bucket: str, key: str) -> dict[str, bytes]:
+    """Every file member of a .tar.gz archive in S3, read in stream mode (``r|gz``)."""
+    import tarfile
+
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+    with tarfile.open(fileobj=body, mode="r|gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}

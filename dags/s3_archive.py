@@ -1,0 +1,121 @@
+"""Archive DAGs: one per job in the jobs file (docs/JOBS.md), named ``s3_archive__<job>``.
+
+Each run plans its prefixes (the logical date minus the job's age for scheduled runs and
+backfills; a date range or explicit prefixes from the trigger form), archives one mapped
+task per prefix, then reports. On-call re-runs one prefix by clearing its mapped task in the
+UI, or by triggering with ``{"prefixes": ["<prefix>"]}``; a prefix already archived is skipped
+unless ``overwrite`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from airflow.sdk import DAG, Param, TriggerRule, task
+from s3arch_airflow.operators import ROWS_XCOM_KEY, S3ArchivePrefixOperator
+
+from tasks.jobs import ArchiveJob, load_jobs
+
+JOBS_FILE = Path(os.environ.get("S3ARCH_JOBS_FILE") or Path(__file__).with_name("archive_jobs.yaml"))
+
+PARAMS = {
+    "date_from": Param(None, type=["null", "string"], format="date", title="First date",
+                       description="Archive a range of days: first day (YYYY-MM-DD). Leave both "
+                                   "dates empty to archive the run's logical date minus the job's age."),
+    "date_to": Param(None, type=["null", "string"], format="date", title="Last date",
+                     description="Last day of the range, inclusive (YYYY-MM-DD)."),
+    "prefixes": Param([], type="array", items={"type": "string"}, title="Prefixes (on-call)",
+                      description="Exact prefixes to archive, one per line, e.g. logs/2026/11/03/. "
+                                  "Overrides the dates."),
+    "overwrite": Param(False, type="boolean", title="Overwrite",
+                       description="Re-archive prefixes that already have a complete archive."),
+    "dry_run": Param(False, type="boolean", title="Dry run",
+                     description="List and estimate only; write nothing."),
+}
+
+
+def archive_dag(job: ArchiveJob) -> DAG:
+    with DAG(
+        dag_id=f"s3_archive__{job.name}",
+        description=job.description or f"Archive s3://{job.source.bucket}/{job.source.key}"
+                                       f"{job.prefix_template} into {job.destination}",
+        schedule=job.schedule,
+        start_date=datetime.combine(job.start_date, datetime.min.time(), tzinfo=timezone.utc),
+        catchup=False,
+        max_active_runs=4,
+        params=PARAMS,
+        render_template_as_native_obj=True,
+        tags=["s3-archive"],
+        doc_md=__doc__,
+        default_args={"retries": 0},
+    ) as dag:
+
+        @task(task_id="plan", execution_timeout=timedelta(minutes=10))
+        def plan_prefixes(params: dict, dag_run=None, logical_date=None) -> list[list[str]]:
+            from airflow.sdk import conf
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from tasks.errors import ArchiverError
+            from tasks.jobs import batches, plan
+
+            reference = logical_date or dag_run.run_after
+            try:
+                prefixes = plan(job, date_from=params.get("date_from"), date_to=params.get("date_to"),
+                                prefixes=params.get("prefixes"), logical_date=reference.date())
+            except ArchiverError as exc:
+                raise AirflowFailException(f"bad parameters, nothing was started: {exc}") from exc
+            planned = batches(prefixes, conf.getint("core", "max_map_length"))
+            print(f"{len(prefixes)} prefix(es) in {len(planned)} task(s): "
+                  f"{prefixes[0]}{' .. ' + prefixes[-1] if len(prefixes) > 1 else ''}")
+            return planned
+
+        planned = plan_prefixes()
+
+        archived = S3ArchivePrefixOperator.partial(
+            task_id="archive",
+            source_bucket=job.source.bucket,
+            destination=str(job.destination),
+            storage_class=job.storage_class,
+            codec=job.codec,
+            level=job.level,
+            memory_budget=job.memory_budget,
+            overwrite="{{ params.overwrite }}",
+            dry_run="{{ params.dry_run }}",
+            delete_source=job.delete_source,
+            allow_empty=job.allow_empty,
+            aws_conn_id=job.aws_conn_id,
+            pool=job.pool,
+            retries=job.retries,
+            retry_delay=timedelta(seconds=job.retry_delay_seconds),
+            retry_exponential_backoff=True,
+            max_retry_delay=timedelta(hours=1),
+            execution_timeout=timedelta(minutes=job.execution_timeout_minutes),
+            map_index_template="{{ task.label }}",
+        ).expand(prefix=planned)
+
+        @task(task_id="report", trigger_rule=TriggerRule.ALL_DONE, execution_timeout=timedelta(minutes=10))
+        def report(ti=None) -> list[dict]:
+            from airflow.sdk.exceptions import AirflowFailException
+            from s3arch_airflow.report import collect_rows, format_table
+
+            planned_batches = ti.xcom_pull(task_ids="plan")
+            if not planned_batches:
+                raise AirflowFailException("the plan task produced nothing (bad parameters?); see its log")
+            pushed = ti.xcom_pull(task_ids="archive", key=ROWS_XCOM_KEY,
+                                  map_indexes=list(range(len(planned_batches))))
+            rows = collect_rows(planned_batches, [p for p in pushed or [] if p])
+            print(format_table(rows))
+            failed = [row["prefix"] for row in rows if row["status"] == "failed"]
+            if failed:
+                raise AirflowFailException(f"{len(failed)} of {len(rows)} prefix(es) failed: "
+                                           f"{', '.join(failed)}")
+            return rows
+
+        archived >> report()
+    return dag
+
+
+for _job in load_jobs(JOBS_FILE).values():
+    globals()[f"s3_archive__{_job.name}"] = archive_dag(_job)

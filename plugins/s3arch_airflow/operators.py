@@ -1,0 +1,163 @@
+"""S3ArchivePrefixOperator: archive one S3 prefix into a compressed tar plus manifest.
+
+Follows the amazon provider's conventions: ``aws_conn_id`` names the connection (its extra's
+``endpoint_url`` points at MinIO or another S3), the prefix and switches are template fields,
+and nothing touches S3 or imports the engine's heavy parts before ``execute``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+ROWS_XCOM_KEY = "archive_rows"
+
+
+def as_bool(value: Any) -> bool:
+    """Template fields may render to the strings 'True'/'False'."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+class S3ArchivePrefixOperator(BaseOperator):
+    """Archive ``prefix`` of ``source_bucket`` under ``destination`` (s3://BUCKET/PREFIX/).
+
+    ``prefix`` may also be a list of prefixes, archived one after the other: the archive DAG
+    uses that only when a range holds more dates than Airflow's ``max_map_length``.
+
+    The task result (and the ``archive_rows`` XCom, pushed even when the task fails) is one
+    row per prefix: prefix, status, objects, bytes_in, bytes_out, ratio, seconds, archive,
+    manifest, error. Errors the engine marks permanent (missing bucket, access denied, a
+    rejected storage class, ...) fail the task without using its retries.
+    """
+
+    template_fields: Sequence[str] = ("source_bucket", "prefix", "destination", "storage_class",
+                                      "codec", "overwrite", "dry_run")
+    ui_color = "#e6f0ff"
+
+    def __init__(self, *, source_bucket: str, prefix: str | list[str], destination: str,
+                 storage_class: str = "GLACIER", codec: str = "gzip", level: int | None = None,
+                 memory_budget: str | int = "256MiB", overwrite: bool | str = False,
+                 dry_run: bool | str = False, delete_source: bool = False,
+                 allow_empty: bool = False, aws_conn_id: str | None = "aws_default",
+                 region_name: str | None = None, progress_interval: float = 10.0, **kwargs):
+        super().__init__(**kwargs)
+        self.source_bucket = source_bucket
+        self.prefix = prefix
+        self.destination = destination
+        self.storage_class = storage_class
+        self.codec = codec
+        self.level = level
+        self.memory_budget = memory_budget
+        self.overwrite = overwrite
+        self.dry_run = dry_run
+        self.delete_source = delete_source
+        self.allow_empty = allow_empty
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+        self.progress_interval = progress_interval
+
+    @property
+    def prefixes(self) -> list[str]:
+        return [self.prefix] if isinstance(self.prefix, str) else list(self.prefix)
+
+    @property
+    def label(self) -> str:
+        """How the UI names a mapped instance (``map_index_template="{{ task.label }}"``)."""
+        prefixes = self.prefixes
+        if len(prefixes) == 1:
+            return prefixes[0]
+        return f"{prefixes[0]} .. {prefixes[-1]} ({len(prefixes)} prefixes)"
+
+    def _clients(self):
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from tasks.errors import BadArgument
+        from tasks.s3 import S3Clients
+
+        hook = S3Hook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
+        if self.aws_conn_id:
+            # The provider quietly falls back to the default credential chain and AWS
+            # endpoint when the connection is missing; for an archiver that is a wrong
+            # account or endpoint, so a missing connection is a permanent error here.
+            try:
+                hook.get_connection(self.aws_conn_id)
+            except AirflowNotFoundException:
+                raise BadArgument(f"Airflow connection {self.aws_conn_id!r} does not exist",
+                                  hint="create it (Admin > Connections, type aws, endpoint_url in "
+                                       "the extra for MinIO) or set aws_conn_id=None for the "
+                                       "default AWS credential chain") from None
+        session = hook.get_session(region_name=hook.conn_region_name)
+        return S3Clients.from_session(session, hook.conn_config.get_service_endpoint_url("s3"))
+
+    def execute(self, context: Context) -> list[dict]:
+        from tasks.errors import ArchiverError
+
+        rows: list[dict] = []
+        failed: list[tuple[str, ArchiverError]] = []
+        clients = None
+        for prefix in self.prefixes:
+            try:
+                clients = clients or self._clients()
+                rows.append(self._archive_one(clients, prefix))
+            except ArchiverError as exc:
+                self.log.error("%s: %s (%s)", prefix, exc,
+                               "retryable" if exc.retryable else "permanent: no retry")
+                rows.append(_row(prefix, "failed", error=str(exc), retryable=exc.retryable))
+                failed.append((prefix, exc))
+        context["ti"].xcom_push(key=ROWS_XCOM_KEY, value=rows)
+        if failed:
+            summary = "; ".join(f"{p}: {e}" for p, e in failed)
+            if any(e.retryable for _, e in failed):
+                raise AirflowException(f"{len(failed)} of {len(rows)} prefix(es) failed: {summary}")
+            raise AirflowFailException(f"{len(failed)} of {len(rows)} prefix(es) failed "
+                                       f"permanently (not retried): {summary}")
+        return rows
+
+    def _archive_one(self, clients, prefix: str) -> dict:
+        from tasks.archive import archive_prefix
+        from tasks.config import ArchiveSpec, S3Url, parse_size
+        from tasks.errors import EmptyPrefix
+        from tasks.progress import Progress
+
+        spec = ArchiveSpec(source=S3Url(self.source_bucket, prefix),
+                           destination=S3Url.parse(self.destination),
+                           storage_class=self.storage_class, codec=self.codec, level=self.level,
+                           memory_budget=parse_size(self.memory_budget),
+                           overwrite=as_bool(self.overwrite), dry_run=as_bool(self.dry_run),
+                           delete_source=self.delete_source and not as_bool(self.dry_run))
+        self.log.info("archiving %s -> %s (%s, %s)", spec.source, spec.destination,
+                      spec.storage_class, spec.codec)
+        progress = Progress(lambda snap: self.log.info("%s: %s", prefix, snap.line()),
+                            interval=self.progress_interval)
+        try:
+            result = archive_prefix(spec, clients, progress)
+        except EmptyPrefix as exc:
+            if not self.allow_empty:
+                raise
+            self.log.warning("%s", exc)
+            return _row(prefix, "empty")
+        self.log.info("%s: %s, %d objects, %d -> %d bytes in %.1fs: %s", prefix, result.status,
+                      result.objects, result.bytes_in, result.bytes_out, result.seconds, result.archive)
+        row = _row(prefix, result.status, objects=result.objects, bytes_in=result.bytes_in,
+                   bytes_out=result.bytes_out or result.estimated_bytes_out or 0,
+                   seconds=round(result.seconds, 2), archive=result.archive,
+                   manifest=result.manifest, deleted=result.deleted)
+        row["ratio"] = round(row["bytes_in"] / row["bytes_out"], 2) if row["bytes_out"] else 0.0
+        return row
+
+
+def _row(prefix: str, status: str, **values) -> dict:
+    row = {"prefix": prefix, "status": status, "objects": 0, "bytes_in": 0, "bytes_out": 0,
+           "ratio": 0.0, "seconds": 0.0, "archive": None, "manifest": None, "deleted": 0,
+           "error": None, "retryable": None}
+    row.update(values)
+    return row

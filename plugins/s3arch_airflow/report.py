@@ -1,0 +1,45 @@
+"""The archive DAG's closing report: one row per planned prefix, whatever happened to it."""
+
+from __future__ import annotations
+
+from tasks.progress import human_bytes
+
+COLUMNS = ("prefix", "status", "objects", "bytes_in", "bytes_out", "ratio", "seconds", "archive")
+
+
+def collect_rows(planned: list[list[str]], pushed: list[list[dict]]) -> list[dict]:
+    """One row per planned prefix, in plan order: what the mapped tasks pushed (a list of
+    rows per task), or a failed row for a prefix whose task left no result (killed, timed
+    out, upstream failed), so no prefix is forgotten."""
+    reported = {row["prefix"]: row for rows in pushed if rows for row in rows}
+    out = []
+    for index, batch in enumerate(planned):
+        for prefix in batch:
+            out.append(reported.get(prefix) or {
+                "prefix": prefix, "status": "failed", "objects": 0, "bytes_in": 0, "bytes_out": 0,
+                "ratio": 0.0, "seconds": 0.0, "archive": None, "manifest": None, "deleted": 0,
+                "error": f"no result from archive task map index {index}: it was killed, timed out "
+                         "or did not run; see its log", "retryable": True})
+    return out
+
+
+def format_table(rows: list[dict]) -> str:
+    def cell(row, column):
+        value = row.get(column)
+        if column in ("bytes_in", "bytes_out"):
+            return human_bytes(value or 0)
+        if column == "objects":
+            return f"{value or 0:,}"
+        if column == "archive" and row.get("status") == "failed":
+            return row.get("error") or ""
+        return "" if value is None else str(value)
+
+    table = [COLUMNS] + [tuple(cell(row, c) for c in COLUMNS) for row in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+    lines = ["  ".join(text.ljust(width) for text, width in zip(line, widths)).rstrip() for line in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    lines.append(", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "nothing planned")
+    return "\n".join(lines)

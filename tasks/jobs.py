@@ -1,0 +1,206 @@
+"""Archive jobs: what to archive each day, read from a YAML file rather than code.
+
+A job names a source bucket, a prefix template with the date in it, a destination and how to
+archive. ``plan`` turns a job and a date range (or a list of prefixes from on-call) into the
+prefixes to archive; the Airflow DAG and any cron script call the same function. The file's
+format is documented in docs/JOBS.md.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass, fields
+from datetime import date, datetime, timedelta
+from pathlib import Path
+
+from .config import CODECS, STORAGE_CLASSES, ArchiveSpec, S3Url, parse_size
+from .errors import BadArgument
+
+_JOB_NAME = re.compile(r"[A-Za-z0-9_\-]{1,200}")
+
+
+@dataclass(frozen=True)
+class ArchiveJob:
+    name: str
+    source: S3Url  # bucket, and the key part before the template (usually empty)
+    prefix_template: str  # e.g. "logs/{date:%Y/%m/%d}/"
+    destination: S3Url
+    storage_class: str = "GLACIER"
+    codec: str = "gzip"
+    level: int | None = None
+    min_age_days: int = 1
+    aws_conn_id: str = "aws_default"
+    schedule: str = "@daily"
+    start_date: date = date(2026, 1, 1)
+    pool: str = "s3_archive"
+    memory_budget: int = parse_size("256MiB")
+    execution_timeout_minutes: int = 360
+    retries: int = 3
+    retry_delay_seconds: int = 60
+    delete_source: bool = False
+    allow_empty: bool = False
+    description: str = ""
+
+    def prefix_for(self, day: date) -> str:
+        return self.source.key + self.prefix_template.format(date=day)
+
+    def date_of(self, prefix: str) -> date:
+        """The date a prefix of this job stands for; rejects prefixes the job cannot produce."""
+        pattern = self.source.key.replace("%", "%%") + _strptime_pattern(self.prefix_template)
+        try:
+            day = datetime.strptime(prefix, pattern).date()
+        except ValueError:
+            day = None
+        # strptime also accepts unpadded numbers; only the job's exact spelling is its prefix.
+        if day is not None and self.prefix_for(day) == prefix:
+            return day
+        raise BadArgument(f"prefix {prefix!r} is not one that job {self.name!r} archives "
+                          f"(template {self.source.key + self.prefix_template!r})",
+                          hint=f"pass it exactly as the job makes it, e.g. {self.prefix_for(date(2026, 1, 31))!r}")
+
+    def spec_for(self, prefix: str, *, overwrite: bool = False, dry_run: bool = False) -> ArchiveSpec:
+        return ArchiveSpec(source=S3Url(self.source.bucket, prefix), destination=self.destination,
+                           storage_class=self.storage_class, codec=self.codec, level=self.level,
+                           memory_budget=self.memory_budget, overwrite=overwrite, dry_run=dry_run,
+                           delete_source=self.delete_source and not dry_run)
+
+    @property
+    def newest_allowed(self) -> date:
+        """Dates younger than this may still be receiving objects."""
+        return date.today() - timedelta(days=self.min_age_days)
+
+
+def _strptime_pattern(template: str) -> str:
+    """'logs/{date:%Y/%m/%d}/' -> 'logs/%Y/%m/%d/' (literal % escaped)."""
+    out = []
+    for literal, field_name, spec, _ in string.Formatter().parse(template):
+        out.append(literal.replace("%", "%%"))
+        if field_name is not None:
+            out.append(spec)
+    return "".join(out)
+
+
+def _check_template(name: str, template: str) -> None:
+    names = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    if names != ["date"]:
+        raise BadArgument(f"job {name!r}: prefix_template {template!r} must contain {{date:...}} exactly once",
+                          hint="write it like logs/{date:%Y/%m/%d}/")
+    sample = template.format(date=date(2026, 1, 31))
+    if sample == template.format(date=date(2026, 1, 30)):
+        raise BadArgument(f"job {name!r}: prefix_template {template!r} gives the same prefix for "
+                          "different days", hint="include the day, e.g. {date:%Y/%m/%d}")
+    if not template.endswith("/"):
+        raise BadArgument(f"job {name!r}: prefix_template {template!r} must end with '/'",
+                          hint="without it, logs/2026/01/1 would also match logs/2026/01/10..19")
+
+
+def load_jobs(path: str | Path) -> dict[str, ArchiveJob]:
+    """Read and validate the jobs file; every mistake names the job and the field."""
+    import yaml
+
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise BadArgument(f"jobs file {path} does not exist",
+                          hint="create it (see docs/JOBS.md) or point S3ARCH_JOBS_FILE at it") from None
+    except yaml.YAMLError as exc:
+        raise BadArgument(f"jobs file {path} is not valid YAML: {exc}") from None
+    raw_jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(raw_jobs, dict):
+        raise BadArgument(f"jobs file {path} has no 'jobs:' mapping", hint="see docs/JOBS.md")
+    return {name: job_from_dict(name, body or {}) for name, body in raw_jobs.items()}
+
+
+def job_from_dict(name: str, body: dict) -> ArchiveJob:
+    if not _JOB_NAME.fullmatch(str(name)):
+        raise BadArgument(f"job name {name!r} may only use letters, digits, '_' and '-'")
+    known = {f.name for f in fields(ArchiveJob)} - {"name"}
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise BadArgument(f"job {name!r}: unknown field(s) {', '.join(unknown)}",
+                          hint=f"known fields: {', '.join(sorted(known))}")
+    for required in ("source", "prefix_template", "destination"):
+        if not body.get(required):
+            raise BadArgument(f"job {name!r}: '{required}' is required")
+    values = dict(body)
+    values["source"] = S3Url.parse(values["source"])
+    values["destination"] = S3Url.parse(values["destination"])
+    if "memory_budget" in values:
+        values["memory_budget"] = parse_size(values["memory_budget"])
+    if isinstance(values.get("start_date"), str):
+        values["start_date"] = parse_date(values["start_date"], f"job {name!r}: start_date")
+    if values.get("storage_class", "GLACIER") not in STORAGE_CLASSES:
+        raise BadArgument(f"job {name!r}: storage_class {values['storage_class']!r} is not one of "
+                          f"{', '.join(STORAGE_CLASSES)}")
+    if values.get("codec", "gzip") not in CODECS:
+        raise BadArgument(f"job {name!r}: codec {values['codec']!r} is not gzip or zstd")
+    for number in ("min_age_days", "execution_timeout_minutes", "retries", "retry_delay_seconds"):
+        if number in values and (not isinstance(values[number], int) or values[number] < 0):
+            raise BadArgument(f"job {name!r}: {number} must be a whole number >= 0")
+    _check_template(name, values["prefix_template"])
+    job = ArchiveJob(name=name, **values)
+    job.spec_for(job.prefix_for(date(2026, 1, 31)))  # the engine's own checks, at load time
+    return job
+
+
+def parse_date(text, what: str) -> date:
+    if isinstance(text, date):
+        return text
+    try:
+        return date.fromisoformat(str(text).strip())
+    except ValueError:
+        raise BadArgument(f"{what}: {text!r} is not a date", hint="write it as YYYY-MM-DD") from None
+
+
+def days_between(first: date, last: date) -> list[date]:
+    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+def plan(job: ArchiveJob, *, date_from=None, date_to=None, prefixes=None,
+         logical_date: date | None = None) -> list[str]:
+    """The prefixes one run archives, oldest first.
+
+    Explicit ``prefixes`` win (on-call), then a date range, then the run's logical date minus
+    the job's ``min_age_days`` (scheduled runs and backfills). Every mistake is reported
+    before any work starts.
+    """
+    if prefixes:
+        if date_from or date_to:
+            raise BadArgument("give either prefixes or a date range, not both")
+        if isinstance(prefixes, str):
+            prefixes = [p for p in re.split(r"[\s,]+", prefixes) if p]
+        dated = sorted((job.date_of(p), p) for p in dict.fromkeys(prefixes))
+        _check_age(job, dated[-1][0])
+        return [p for _, p in dated]
+    if date_from or date_to:
+        if not (date_from and date_to):
+            raise BadArgument("date_from and date_to go together",
+                              hint="for one day set both to the same date")
+        first, last = parse_date(date_from, "date_from"), parse_date(date_to, "date_to")
+        if first > last:
+            raise BadArgument(f"empty date range: date_from {first} is after date_to {last}",
+                              hint="swap them, or set both to the same date for one day")
+        _check_age(job, last)
+        return [job.prefix_for(d) for d in days_between(first, last)]
+    if logical_date is None:
+        raise BadArgument("no date range, no prefixes and no logical date: nothing to plan")
+    return [job.prefix_for(logical_date - timedelta(days=job.min_age_days))]
+
+
+def _check_age(job: ArchiveJob, newest: date) -> None:
+    if newest > job.newest_allowed:
+        raise BadArgument(
+            f"{newest} is too recent for job {job.name!r}: it archives days at least "
+            f"{job.min_age_days} day(s) old, so the newest allowed is {job.newest_allowed}",
+            hint="pick an earlier date; data for recent days may still be arriving")
+
+
+def batches(prefixes: list[str], max_tasks: int) -> list[list[str]]:
+    """Split prefixes into at most ``max_tasks`` consecutive batches of near-equal size,
+    so a range longer than Airflow's max_map_length still maps (one batch per task)."""
+    if max_tasks < 1:
+        raise BadArgument("max_tasks must be at least 1")
+    per_task = -(-len(prefixes) // max_tasks) if prefixes else 1
+    return [prefixes[i:i + per_task] for i in range(0, len(prefixes), per_task)]

@@ -1,0 +1,192 @@
+"""The archive DAG run with dag.test() against the embedded MinIO, as an operator would use it.
+
+Airflow is imported only inside the fixtures, after AIRFLOW_HOME points at a throwaway home
+with a migrated SQLite DB, this repo's dags/ and plugins/, and a jobs file for the test's
+buckets.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import date, datetime, timedelta, timezone
+
+import pytest
+
+from devtools.airflow_local import prepare_airflow, write_jobs_file
+from devtools.sample_data import seed_day
+from helpers import ROOT, keys_in, read_archive
+
+TEMPLATE = "logs/{date:%Y/%m/%d}/"
+DAG_ID = "s3_archive__logs"
+
+
+@pytest.fixture(scope="module")
+def af(minio, tmp_path_factory):
+    """A local Airflow home whose one job archives src/logs/YYYY/MM/DD/ into dst/archive/."""
+    s3 = minio.client(max_pool_connections=32)
+    suffix = uuid.uuid4().hex[:8]
+    src, dst = f"af-src-{suffix}", f"af-dst-{suffix}"
+    for bucket in (src, dst):
+        s3.create_bucket(Bucket=bucket)
+    home = tmp_path_factory.mktemp("airflow-home")
+    jobs = write_jobs_file(home / "jobs.yaml", {"logs": {
+        "source": f"s3://{src}/", "prefix_template": TEMPLATE, "destination": f"s3://{dst}/archive/",
+        "storage_class": "STANDARD", "min_age_days": 2, "aws_conn_id": "s3_archive",
+        "start_date": "2026-01-01", "retries": 1, "retry_delay_seconds": 1,
+        "memory_budget": "64MiB"}})
+    airflow = prepare_airflow(home, minio, jobs)
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in airflow.env.items():
+            mp.setenv(name, value)
+        airflow.s3, airflow.src, airflow.dst, airflow.seeded = s3, src, dst, {}
+        yield airflow
+
+
+def seed(af, *days: date) -> None:
+    for day in days:
+        af.seeded.update(seed_day(af.s3, af.src, TEMPLATE, day, files_per_hour=2, lines_per_file=20))
+
+
+def run_dag(af, *, logical: date = date(2026, 10, 1), conf: dict | None = None):
+    """dag.test() one run; return {task_id or (task_id, map_index): task instance}."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models import TaskInstance
+    from airflow.utils.session import create_session
+
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    dag = bag.dags[DAG_ID]
+    run = dag.test(logical_date=datetime.combine(logical, datetime.min.time(), tzinfo=timezone.utc),
+                   run_conf=conf or {})
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run.run_id).all()
+        session.expunge_all()
+    return run, {(ti.task_id if ti.map_index < 0 else (ti.task_id, ti.map_index)): ti for ti in tis}
+
+
+def archived_day(af, day: date) -> dict[str, bytes]:
+    return read_archive(af.s3, af.dst, f"archive/{af.src}/{day:logs/%Y/%m/%d}.tar.gz")
+
+
+def manifest_modified(af, day: date):
+    return af.s3.head_object(Bucket=af.dst, Key=f"archive/{af.src}/{day:logs/%Y/%m/%d}.manifest.jsonl.gz")["LastModified"]
+
+
+def report_rows(run) -> list[dict]:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        value = session.query(XComModel.value).filter_by(dag_id=DAG_ID, run_id=run.run_id,
+                                                         task_id="report", key="return_value").scalar()
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def test_scheduled_run_archives_logical_date_minus_the_jobs_age(af):
+    day = date(2026, 10, 3)
+    seed(af, day)
+    run, tis = run_dag(af, logical=day + timedelta(days=2))
+    assert run.state == "success"
+    assert tis[("archive", 0)].rendered_map_index == "logs/2026/10/03/"
+    source = {k: v for k, v in af.seeded.items() if k.startswith("logs/2026/10/03/")}
+    assert archived_day(af, day) == source
+
+
+def test_range_run_maps_one_task_per_date_named_by_prefix_and_rerun_skips(af):
+    days = [date(2026, 10, 6), date(2026, 10, 7), date(2026, 10, 8)]
+    seed(af, *days)
+    run, tis = run_dag(af, conf={"date_from": "2026-10-06", "date_to": "2026-10-08"})
+    assert run.state == "success"
+    names = sorted(ti.rendered_map_index for key, ti in tis.items() if key[0] == "archive")
+    assert names == ["logs/2026/10/06/", "logs/2026/10/07/", "logs/2026/10/08/"]
+    for day in days:
+        assert archived_day(af, day) == {k: v for k, v in af.seeded.items() if k.startswith(f"{day:logs/%Y/%m/%d}/")}
+    before = [manifest_modified(af, d) for d in days]
+
+    again, tis = run_dag(af, conf={"date_from": "2026-10-06", "date_to": "2026-10-08"})
+    assert again.state == "success"
+    assert [manifest_modified(af, d) for d in days] == before
+    rows = report_rows(again)
+    assert [(r["prefix"], r["status"]) for r in rows] == [(f"{d:logs/%Y/%m/%d}/", "skipped") for d in days]
+
+
+
+
+def test_permanent_failure_of_one_prefix_does_not_stop_the_others_and_fails_the_run(af):
+    seed(af, date(2026, 10, 10), date(2026, 10, 12))  # 10-11 has no objects: a permanent error
+    run, tis = run_dag(af, conf={"date_from": "2026-10-10", "date_to": "2026-10-12"})
+    assert run.state == "failed"
+    by_prefix = {ti.rendered_map_index: ti for key, ti in tis.items() if key[0] == "archive"}
+    assert by_prefix["logs/2026/10/11/"].state == "failed"
+    assert by_prefix["logs/2026/10/11/"].try_number == 1  # the job allows a retry; not used
+    assert by_prefix["logs/2026/10/10/"].state == by_prefix["logs/2026/10/12/"].state == "success"
+    assert tis["report"].state == "failed"
+    assert archived_day(af, date(2026, 10, 12))
+    assert not keys_in(af.s3, af.dst, f"archive/{af.src}/logs/2026/10/11")
+    rows = _rows_from_task_xcom(run, "archive", 1)
+    assert rows[0]["status"] == "failed" and "holds no objects" in rows[0]["error"]
+    assert rows[0]["retryable"] is False
+
+
+def _rows_from_task_xcom(run, task_id, map_index):
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        value = session.query(XComModel.value).filter_by(
+            dag_id=DAG_ID, run_id=run.run_id, task_id=task_id, map_index=map_index,
+            key="archive_rows").scalar()
+    return json.loads(value) if isinstance(value, str) else value
+
+
+@pytest.mark.parametrize("conf, message", [
+    ({"date_from": "2026-10-20", "date_to": "2026-10-19"}, "empty date range"),
+    ({"date_from": "2026-10-20"}, "date_from and date_to go together"),
+    ({"prefixes": ["logs/2026/10/2/"]}, "is not one that job 'logs' archives"),
+    ({"date_from": "2026-10-20", "date_to": "2099-01-01"}, "too recent"),
+])
+def test_bad_params_are_rejected_before_any_work(af, conf, message, capfd):
+    run, tis = run_dag(af, conf=conf)
+    out, err = capfd.readouterr()
+    assert run.state == "failed"
+    assert tis["plan"].state == "failed" and tis["plan"].try_number == 1
+    assert "archive" not in {k if isinstance(k, str) else k[0] for k in tis} or \
+        all(ti.state == "upstream_failed" for k, ti in tis.items() if not isinstance(k, str))
+    assert f"bad parameters, nothing was started: {message}" in out + err or \
+        (message in out + err and "bad parameters, nothing was started" in out + err)
+
+
+def test_malformed_date_is_rejected_by_the_trigger_form_schema(af):
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    with pytest.raises(ParamValidationError, match="date_from"):
+        run_dag(af, conf={"date_from": "2026-13-01", "date_to": "2026-13-02"})
+
+
+def test_on_call_rerun_of_one_prefix_touches_nothing_else(af):
+    days = [date(2026, 10, 14), date(2026, 10, 15)]
+    seed(af, *days)
+    run_dag(af, conf={"date_from": "2026-10-14", "date_to": "2026-10-15"})
+    before = [manifest_modified(af, d) for d in days]
+    run, _ = run_dag(af, conf={"prefixes": ["logs/2026/10/15/"], "overwrite": True})
+    assert run.state == "success"
+    assert [r["status"] for r in report_rows(run)] == ["archived"]
+    assert manifest_modified(af, days[0]) == before[0]
+    assert manifest_modified(af, days[1]) > before[1]
+    assert keys_in(af.s3, af.dst, f"archive/{af.src}/logs/2026/10/15") == [
+        f"archive/{af.src}/logs/2026/10/15.manifest.jsonl.gz", f"archive/{af.src}/logs/2026/10/15.tar.gz"]
+
+
+def test_range_longer_than_max_map_length_is_batched_into_fewer_tasks(af, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "2")
+    days = [date(2026, 10, 17) + timedelta(days=i) for i in range(5)]
+    seed(af, *days)
+    run, tis = run_dag(af, conf={"date_from": "2026-10-17", "date_to": "2026-10-21"})
+    assert run.state == "success"
+    names = sorted(ti.rendered_map_index for key, ti in tis.items() if key[0] == "archive")
+    assert names == ["logs/2026/10/17/ .. logs/2026/10/19/ (3 prefixes)",
+                     "logs/2026/10/20/ .. logs/2026/10/21/ (2 prefixes)"]
+    assert [r["prefix"] for r in report_rows(run)] == [f"{d:logs/%Y/%m/%d}/" for d in days]
+    for day in days:
+        assert archived_day(af, day)
