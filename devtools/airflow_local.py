@@ -50,6 +50,7 @@ def airflow_env(home: Path, s3: S3Server, jobs_file: Path, *, conn_id: str = "s3
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
         "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
+        "AIRFLOW__API__WORKERS": "1",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
@@ -101,6 +102,17 @@ class LocalAirflow:
         self.stop()
         raise ServerStartError(f"the Airflow api-server did not answer within {timeout:.0f}s:\n"
                                f"{self.log_tail('api-server')}")
+
+    def api(self, method: str, path: str, body: dict | None = None) -> dict:
+        """Call the REST API (/api/v2/...). The local setup lets every caller act as admin."""
+        request = urllib.request.Request(f"{self.api_url}/api/v2/{path.lstrip('/')}", method=method,
+                                         data=json.dumps(body).encode() if body is not None else None,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {exc.read().decode(errors='replace')}") from None
 
     def log_tail(self, name: str, lines: int = 40) -> str:
         path = self.home / f"{name}.log"

@@ -1,0 +1,145 @@
+"""End to end with real Airflow processes: the api-server, scheduler and dag-processor on
+SQLite with the LocalExecutor, started by the test and stopped by PID, driven through the
+REST API the way the UI and on-call scripts drive it, with MinIO as the S3."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import date, timedelta
+
+import pytest
+
+from devtools.airflow_local import prepare_airflow, write_jobs_file
+from devtools.sample_data import seed_day
+from devtools.servers import ServerStartError
+from helpers import keys_in, open_uploads, read_archive
+
+TEMPLATE = "logs/{date:%Y/%m/%d}/"
+DAG_ID = "s3_archive__e2e"
+MIN_AGE = 2
+
+
+@pytest.fixture(scope="module")
+def stack(minio, tmp_path_factory):
+    s3 = minio.client(max_pool_connections=32)
+    suffix = uuid.uuid4().hex[:8]
+    src, dst = f"e2e-src-{suffix}", f"e2e-dst-{suffix}"
+    for bucket in (src, dst):
+        s3.create_bucket(Bucket=bucket)
+    home = tmp_path_factory.mktemp("airflow-e2e")
+    jobs = write_jobs_file(home / "jobs.yaml", {"e2e": {
+        "source": f"s3://{src}/", "prefix_template": TEMPLATE, "destination": f"s3://{dst}/archive/",
+        "storage_class": "STANDARD", "min_age_days": MIN_AGE, "aws_conn_id": "s3_archive",
+        "schedule": "@daily", "start_date": "2026-01-01", "retries": 1, "retry_delay_seconds": 2,
+        "memory_budget": "64MiB"}})
+    airflow = prepare_airflow(home, minio, jobs)
+    try:
+        airflow.start()
+    except ServerStartError as exc:
+        pytest.fail(f"Airflow could not start, so the end-to-end test cannot run: {exc}", pytrace=False)
+    try:
+        wait_for(lambda: _dag_parsed(airflow), 120, "the dag-processor to parse the archive DAG", airflow)
+        yield airflow, s3, src, dst
+    finally:
+        airflow.stop()
+        assert not airflow.processes
+
+
+def _dag_parsed(airflow) -> bool:
+    try:
+        return airflow.api("GET", f"dags/{DAG_ID}")["dag_id"] == DAG_ID
+    except RuntimeError:
+        return False
+
+
+def wait_for(condition, timeout, what, airflow):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(1)
+    logs = "\n".join(f"--- {name}\n{airflow.log_tail(name)}" for name in ("scheduler", "dag-processor"))
+    pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
+
+
+def run_state(airflow, run_id):
+    return airflow.api("GET", f"dags/{DAG_ID}/dagRuns/{run_id}")["state"]
+
+
+def wait_run(airflow, run_id, timeout=240) -> str:
+    return wait_for(lambda: (s := run_state(airflow, run_id)) in ("success", "failed") and s,
+                    timeout, f"run {run_id} to finish", airflow)
+
+
+def archive_state(s3, src, dst, day):
+    """(archive keys for the day, members of its archive or None)."""
+    keys = keys_in(s3, dst, f"archive/{src}/{day:logs/%Y/%m/%d}.")
+    archive = f"archive/{src}/{day:logs/%Y/%m/%d}.tar.gz"
+    return keys, (read_archive(s3, dst, archive) if archive in keys else None)
+
+
+def assert_archived_once(s3, src, dst, day, seeded):
+    keys, members = archive_state(s3, src, dst, day)
+    stem = f"archive/{src}/{day:logs/%Y/%m/%d}"
+    assert keys == [f"{stem}.manifest.jsonl.gz", f"{stem}.tar.gz"], keys
+    assert members == {k: v for k, v in seeded.items() if k.startswith(f"{day:logs/%Y/%m/%d}/")}
+
+
+def test_trigger_backfill_and_on_call_clear_through_the_rest_api(stack):
+    airflow, s3, src, dst = stack
+    seeded = {}
+
+    def seed(*days):
+        for day in days:
+            seeded.update(seed_day(s3, src, TEMPLATE, day, files_per_hour=2, lines_per_file=20))
+
+    # 1. On-call triggers a date range with conf; one day's data has not landed yet.
+    seed(date(2026, 9, 1), date(2026, 9, 3))
+    run = airflow.api("POST", f"dags/{DAG_ID}/dagRuns", {
+        "logical_date": None, "conf": {"date_from": "2026-09-01", "date_to": "2026-09-03"}})
+    assert wait_run(airflow, run["dag_run_id"]) == "failed"
+    tis = airflow.api("GET", f"dags/{DAG_ID}/dagRuns/{run['dag_run_id']}/taskInstances")["task_instances"]
+    mapped = {ti["rendered_map_index"]: ti for ti in tis if ti["task_id"] == "archive"}
+    assert sorted(mapped) == ["logs/2026/09/01/", "logs/2026/09/02/", "logs/2026/09/03/"]
+    assert mapped["logs/2026/09/02/"]["state"] == "failed"
+    assert mapped["logs/2026/09/02/"]["try_number"] == 1  # permanent: retries not burned
+    assert archive_state(s3, src, dst, date(2026, 9, 2)) == ([], None)
+
+    # 2. The data lands; on-call clears exactly that mapped task (and the report after it).
+    seed(date(2026, 9, 2))
+    done_before = {d: s3.head_object(Bucket=dst, Key=f"archive/{src}/{d:logs/%Y/%m/%d}.tar.gz")["LastModified"]
+                   for d in (date(2026, 9, 1), date(2026, 9, 3))}
+    cleared = airflow.api("POST", f"dags/{DAG_ID}/clearTaskInstances", {
+        "dry_run": False, "dag_run_id": run["dag_run_id"],
+        "task_ids": [["archive", mapped["logs/2026/09/02/"]["map_index"]]],
+        "include_downstream": True, "only_failed": False, "reset_dag_runs": True})
+    assert {(ti["task_id"], ti["map_index"]) for ti in cleared["task_instances"]} == {
+        ("archive", mapped["logs/2026/09/02/"]["map_index"]), ("report", -1)}
+    wait_for(lambda: run_state(airflow, run["dag_run_id"]) in ("queued", "running"), 30,
+             "the cleared run to restart", airflow)
+    assert wait_run(airflow, run["dag_run_id"]) == "success"
+    for day in (date(2026, 9, 1), date(2026, 9, 2), date(2026, 9, 3)):
+        assert_archived_once(s3, src, dst, day, seeded)
+    assert {d: s3.head_object(Bucket=dst, Key=f"archive/{src}/{d:logs/%Y/%m/%d}.tar.gz")["LastModified"]
+            for d in done_before} == done_before  # the others were not touched
+
+    # 3. A backfill over logical dates archives each date minus the job's age, one run each.
+    logical = [date(2026, 9, 10) + timedelta(days=i) for i in range(3)]
+    seed(*(d - timedelta(days=MIN_AGE) for d in logical))
+    backfill = airflow.api("POST", "backfills", {
+        "dag_id": DAG_ID, "from_date": f"{logical[0]}T00:00:00Z", "to_date": f"{logical[-1]}T00:00:00Z",
+        "run_backwards": False, "dag_run_conf": {}, "reprocess_behavior": "none", "max_active_runs": 2})
+
+    def backfill_runs():
+        runs = airflow.api("GET", f"dags/{DAG_ID}/dagRuns?run_type=backfill&limit=50")["dag_runs"]
+        runs = [r for r in runs if r.get("backfill_id") in (None, backfill["id"])]
+        return runs if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs) else None
+
+    runs = wait_for(backfill_runs, 300, "the backfill's three runs", airflow)
+    assert sorted(r["state"] for r in runs) == ["success"] * 3
+    for day in logical:
+        assert_archived_once(s3, src, dst, day - timedelta(days=MIN_AGE), seeded)
+
+    assert open_uploads(s3, dst) == []
