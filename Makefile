@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO  := .cache/bin/minio
 
-.PHONY: demo test venv minio lock clean
+.PHONY: demo airflow test venv minio lock clean
 
 $(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ minio: $(MINIO)
 
 demo: venv minio
 	$(PY) -m devtools.demo
+
+# The Airflow UI on http://127.0.0.1:8080 against an embedded MinIO with sample logs (Ctrl-C stops).
+airflow: venv minio
+	$(PY) -m devtools.airflow_ui
 
 test: venv minio
 	$(PY) -m pytest

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -131,10 +130,6 @@ class LocalAirflow:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         self.processes.clear()
-
-    def remove(self) -> None:
-        self.stop()
-        shutil.rmtree(self.home, ignore_errors=True)
 
 
 def prepare_airflow(home: Path, s3: S3Server, jobs_file: Path, *, pool_slots: int = 2,

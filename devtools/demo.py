@@ -1,68 +1,91 @@
-"""`make demo`: the archive path end to end on an embedded MinIO with sample logs.
+"""`make demo`: the archive DAG end to end on an embedded MinIO with sample logs.
 
-Starts MinIO on loopback, seeds three days of hourly log files, archives each day with the
-real CLI (python -m tasks archive), lists and reads one object back from an archive, verifies
-it, shows that a re-run is a no-op, and stops MinIO again.
+Starts MinIO on loopback, seeds three days of hourly log files, runs the shipped archive DAG
+(`dags/archive_jobs.yaml`, job `app_logs`) for those days with `airflow dags test` on a
+throwaway SQLite Airflow, then uses the CLI to list an archive, read one object back with a
+ranged GET and verify the whole archive, shows that a second run of the DAG skips every day,
+and stops MinIO again.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
+from devtools.airflow_local import prepare_airflow
 from devtools.sample_data import days, seed_day
 from devtools.servers import ROOT, start_minio
 
-SOURCE_BUCKET = "app-logs"
-ARCHIVE_BUCKET = "log-archive"
+JOBS_FILE = ROOT / "dags" / "archive_jobs.yaml"
+DAG_ID = "s3_archive__app_logs"
+SOURCE_BUCKET, ARCHIVE_BUCKET = "app-logs", "log-archive"
 TEMPLATE = "logs/{date:%Y/%m/%d}/"
-FIRST, LAST = date(2026, 11, 19), date(2026, 11, 21)
 
 
 def run_cli(env, *args, capture=True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "tasks", *args]
     print("$ python -m tasks " + " ".join(args), flush=True)
-    return subprocess.run(cmd, env=env, cwd=ROOT, check=True, text=True,
-                          stdout=subprocess.PIPE if capture else None)
+    return subprocess.run([sys.executable, "-m", "tasks", *args], env=env, cwd=ROOT, check=True,
+                          text=True, stdout=subprocess.PIPE if capture else None)
+
+
+def run_dag(airflow, first: date, last: date, log: Path) -> None:
+    """`airflow dags test` with a date range; print only the report's table."""
+    conf = json.dumps({"date_from": str(first), "date_to": str(last)})
+    print(f"$ airflow dags test {DAG_ID} --conf '{conf}'   (full log: {log})", flush=True)
+    result = airflow.cli("dags", "test", DAG_ID, "--conf", conf, check=False)
+    log.write_text(result.stdout)
+    lines = result.stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("prefix ")), None)
+    if result.returncode or start is None:
+        print(result.stdout[-4000:])
+        raise SystemExit(f"the DAG run failed; see {log}")
+    end = next(i for i in range(start, len(lines)) if lines[i].split()[0][0].isdigit())
+    print("\n".join("  " + line for line in lines[start:end + 1]) + "\n")
 
 
 def main() -> int:
+    # The newest three days the job may archive (it leaves the last min_age_days alone).
+    last = date.today() - timedelta(days=1)
+    first = last - timedelta(days=2)
     server = start_minio()
     print(f"embedded MinIO (pid {server.pid}) at {server.endpoint_url}")
+    home = ROOT / ".cache" / "demo-airflow"  # kept after the demo, for its logs
+    shutil.rmtree(home, ignore_errors=True)
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env.update(server.env(), PYTHONPATH=str(ROOT))
         s3 = server.client()
         for bucket in (SOURCE_BUCKET, ARCHIVE_BUCKET):
             s3.create_bucket(Bucket=bucket)
-        seeded = 0
-        for day in days(FIRST, LAST):
-            seeded += len(seed_day(s3, SOURCE_BUCKET, TEMPLATE, day, files_per_hour=40, lines_per_file=60))
-        print(f"seeded {seeded:,} log files under s3://{SOURCE_BUCKET}/logs/2026/11/19..21/\n")
+        seeded = sum(len(seed_day(s3, SOURCE_BUCKET, TEMPLATE, day, files_per_hour=40, lines_per_file=60))
+                     for day in days(first, last))
+        print(f"seeded {seeded:,} log files under s3://{SOURCE_BUCKET}/{TEMPLATE.format(date=first)}"
+              f" .. {TEMPLATE.format(date=last)}\n")
 
-        for day in days(FIRST, LAST):
-            # MinIO accepts only the STANDARD storage class; on AWS leave the GLACIER default.
-            run_cli(env, "archive", f"s3://{SOURCE_BUCKET}/{TEMPLATE.format(date=day)}",
-                    f"s3://{ARCHIVE_BUCKET}/archive/", "--storage-class", "STANDARD", capture=False)
-        archive = f"s3://{ARCHIVE_BUCKET}/archive/{SOURCE_BUCKET}/logs/2026/11/21.tar.gz"
+        print(f"a throwaway Airflow (SQLite) in {home}; job 'app_logs' from {JOBS_FILE.relative_to(ROOT)}")
+        airflow = prepare_airflow(home, server, JOBS_FILE)
+        run_dag(airflow, first, last, home / "dag-run-1.log")
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(server.env(), PYTHONPATH=str(ROOT))
+        archive = f"s3://{ARCHIVE_BUCKET}/archive/{SOURCE_BUCKET}/{TEMPLATE.format(date=last).rstrip('/')}.tar.gz"
         members = run_cli(env, "ls", archive).stdout.splitlines()
         print(f"  {len(members)} members, first: {members[0].strip()}")
-        key = "logs/2026/11/21/13/app-0007.log"
+        key = f"{TEMPLATE.format(date=last)}13/app-0007.log"
         text = run_cli(env, "cat", archive, key).stdout
         print(f"  {key}: {len(text.splitlines())} lines, first: {text.splitlines()[0]}")
         run_cli(env, "verify", archive, capture=False)
-        again = json.loads(run_cli(env, "archive", f"s3://{SOURCE_BUCKET}/logs/2026/11/21/",
-                                   f"s3://{ARCHIVE_BUCKET}/archive/", "--storage-class",
-                                   "STANDARD", "--json").stdout)
-        print(f"  re-run status: {again['status']} (nothing rewritten)\n")
+
+        print("\nthe same run again: every day is already archived, so each is skipped")
+        run_dag(airflow, first, last, home / "dag-run-2.log")
         print("what the demo made:")
         for obj in s3.list_objects_v2(Bucket=ARCHIVE_BUCKET)["Contents"]:
             print(f"  s3://{ARCHIVE_BUCKET}/{obj['Key']}  {obj['Size']:,} bytes")
-        print("\ndemo finished; stopping MinIO (its data dir is removed).")
+        print(f"\ndemo finished; stopping MinIO (its data dir is removed; Airflow logs stay in {home}).")
+        print("To click through the same DAG in the Airflow UI: make airflow")
         return 0
     finally:
         server.stop()

@@ -55,3 +55,16 @@ def test_init_script_creates_connection_pool_and_buckets_the_compose_file_names(
     assert 'endpoint_url' in init and 'http://minio:9000' in init
     assert 'airflow pools set "${S3ARCH_POOL' in init and env["S3ARCH_POOL"] == "s3_archive"
     assert "S3ARCH_BUCKETS" in init and env["S3ARCH_BUCKETS"]
+
+
+def test_shipped_jobs_file_uses_the_connection_pool_and_buckets_compose_creates():
+    from tasks.jobs import load_jobs
+
+    compose = _compose()
+    env = compose["services"]["airflow-init"]["environment"]
+    buckets = set(env["S3ARCH_BUCKETS"].split())
+    for job in load_jobs(ROOT / "dags" / "archive_jobs.yaml").values():
+        assert job.aws_conn_id == "s3_archive" and job.pool == env["S3ARCH_POOL"]
+        assert {job.source.bucket, job.destination.bucket} <= buckets
+        assert job.storage_class == "STANDARD"  # the only class MinIO accepts
+    assert "./dags:/opt/airflow/dags:ro" in compose["services"]["airflow-scheduler"]["volumes"]
