@@ -190,3 +190,40 @@ def test_range_longer_than_max_map_length_is_batched_into_fewer_tasks(af, monkey
     assert [r["prefix"] for r in report_rows(run)] == [f"{d:logs/%Y/%m/%d}/" for d in days]
     for day in days:
         assert archived_day(af, day)
+
+
+def test_timed_out_try_leaves_no_upload_and_the_next_try_archives(af):
+    """Airflow's execution_timeout raises AirflowTaskTimeout from SIGALRM in the middle of
+    the engine; the try must abort its uploads, and the next try must start over cleanly."""
+    import os
+
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+    from airflow.sdk.execution_time.timeout import timeout
+    from s3arch_airflow import S3ArchivePrefixOperator
+
+    from helpers import open_uploads, seed as put_objects
+
+    prefix = "big/2026/10/25/"
+    objects = {f"{prefix}blob-{i:03d}.bin": os.urandom(1 << 20) for i in range(160)}
+    put_objects(af.s3, af.src, objects)
+    operator = S3ArchivePrefixOperator(task_id="archive_big", source_bucket=af.src, prefix=prefix,
+                                       destination=f"s3://{af.dst}/archive/", storage_class="STANDARD",
+                                       memory_budget="32MiB", aws_conn_id="s3_archive")
+
+    class TaskInstanceStub:
+        def __init__(self):
+            self.pushed = {}
+
+        def xcom_push(self, key, value):
+            self.pushed[key] = value
+
+    ti = TaskInstanceStub()
+    with pytest.raises(AirflowTaskTimeout):
+        with timeout(0.4):
+            operator.execute({"ti": ti})
+    assert open_uploads(af.s3, af.dst) == []
+    assert not keys_in(af.s3, af.dst, f"archive/{af.src}/big/")
+
+    rows = operator.execute({"ti": ti})
+    assert rows[0]["status"] == "archived" and rows[0]["objects"] == 160
+    assert read_archive(af.s3, af.dst, f"archive/{af.src}/big/2026/10/25.tar.gz") == objects
