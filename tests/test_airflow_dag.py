@@ -8,6 +8,7 @@ buckets.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import date, datetime, timedelta, timezone
 
@@ -192,7 +193,7 @@ def test_range_longer_than_max_map_length_is_batched_into_fewer_tasks(af, monkey
         assert archived_day(af, day)
 
 
-def test_timed_out_try_leaves_no_upload_and_the_next_try_archives(af):
+def test_timed_out_try_leaves_no_upload_and_the_next_try_archives(af, capfd):
     """Airflow's execution_timeout raises AirflowTaskTimeout from SIGALRM in the middle of
     the engine; the try must abort its uploads, and the next try must start over cleanly."""
     import os
@@ -208,7 +209,8 @@ def test_timed_out_try_leaves_no_upload_and_the_next_try_archives(af):
     put_objects(af.s3, af.src, objects)
     operator = S3ArchivePrefixOperator(task_id="archive_big", source_bucket=af.src, prefix=prefix,
                                        destination=f"s3://{af.dst}/archive/", storage_class="STANDARD",
-                                       memory_budget="32MiB", aws_conn_id="s3_archive")
+                                       memory_budget="32MiB", aws_conn_id="s3_archive",
+                                       progress_interval=0.25)
 
     class TaskInstanceStub:
         def __init__(self):
@@ -226,4 +228,7 @@ def test_timed_out_try_leaves_no_upload_and_the_next_try_archives(af):
 
     rows = operator.execute({"ti": ti})
     assert rows[0]["status"] == "archived" and rows[0]["objects"] == 160
+    out, err = capfd.readouterr()
+    assert re.search(r"big/2026/10/25/: [\d,]+/160 objects, .* MiB in -> .* obj/s", out + err), \
+        "no progress line (objects, bytes, rate) in the task log"
     assert read_archive(af.s3, af.dst, f"archive/{af.src}/big/2026/10/25.tar.gz") == objects
