@@ -48,3 +48,26 @@ def read_archive(s3, bucket: str, key: str) -> dict[str, bytes]:
     body = s3.get_object(Bucket=bucket, Key=key)["Body"]
     with tarfile.open(fileobj=body, mode="r|gz") as tar:
         return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+
+
+LOG_TEMPLATE = "logs/{date:%Y/%m/%d}/"
+
+
+def airflow_with_log_job(minio, home: Path, job_name: str, **job_overrides):
+    """Fresh source/destination buckets, a jobs file with one daily log job between them,
+    and a prepared local Airflow home (migrated DB, pool, connection s3_archive)."""
+    import uuid
+
+    from devtools.airflow_local import prepare_airflow, write_jobs_file
+
+    s3 = minio.client(max_pool_connections=32)
+    suffix = uuid.uuid4().hex[:8]
+    src, dst = f"{job_name}-src-{suffix}", f"{job_name}-dst-{suffix}"
+    for bucket in (src, dst):
+        s3.create_bucket(Bucket=bucket)
+    job = {"source": f"s3://{src}/", "prefix_template": LOG_TEMPLATE, "destination": f"s3://{dst}/archive/",
+           "storage_class": "STANDARD", "min_age_days": 2, "aws_conn_id": "s3_archive",
+           "start_date": "2026-01-01", "retries": 1, "retry_delay_seconds": 1, "memory_budget": "64MiB",
+           **job_overrides}
+    jobs = write_jobs_file(home / "jobs.yaml", {job_name: job})
+    return prepare_airflow(home, minio, jobs), s3, src, dst

@@ -9,34 +9,20 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from devtools.airflow_local import prepare_airflow, write_jobs_file
 from devtools.sample_data import seed_day
-from helpers import ROOT, keys_in, read_archive
+from helpers import LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job, keys_in, read_archive
 
-TEMPLATE = "logs/{date:%Y/%m/%d}/"
 DAG_ID = "s3_archive__logs"
 
 
 @pytest.fixture(scope="module")
 def af(minio, tmp_path_factory):
     """A local Airflow home whose one job archives src/logs/YYYY/MM/DD/ into dst/archive/."""
-    s3 = minio.client(max_pool_connections=32)
-    suffix = uuid.uuid4().hex[:8]
-    src, dst = f"af-src-{suffix}", f"af-dst-{suffix}"
-    for bucket in (src, dst):
-        s3.create_bucket(Bucket=bucket)
-    home = tmp_path_factory.mktemp("airflow-home")
-    jobs = write_jobs_file(home / "jobs.yaml", {"logs": {
-        "source": f"s3://{src}/", "prefix_template": TEMPLATE, "destination": f"s3://{dst}/archive/",
-        "storage_class": "STANDARD", "min_age_days": 2, "aws_conn_id": "s3_archive",
-        "start_date": "2026-01-01", "retries": 1, "retry_delay_seconds": 1,
-        "memory_budget": "64MiB"}})
-    airflow = prepare_airflow(home, minio, jobs)
+    airflow, s3, src, dst = airflow_with_log_job(minio, tmp_path_factory.mktemp("airflow-home"), "logs")
     with pytest.MonkeyPatch.context() as mp:
         for name, value in airflow.env.items():
             mp.setenv(name, value)

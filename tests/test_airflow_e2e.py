@@ -5,35 +5,22 @@ REST API the way the UI and on-call scripts drive it, with MinIO as the S3."""
 from __future__ import annotations
 
 import time
-import uuid
 from datetime import date, timedelta
 
 import pytest
 
-from devtools.airflow_local import prepare_airflow, write_jobs_file
 from devtools.sample_data import seed_day
 from devtools.servers import ServerStartError
-from helpers import keys_in, open_uploads, read_archive
+from helpers import LOG_TEMPLATE as TEMPLATE, airflow_with_log_job, keys_in, open_uploads, read_archive
 
-TEMPLATE = "logs/{date:%Y/%m/%d}/"
 DAG_ID = "s3_archive__e2e"
 MIN_AGE = 2
 
 
 @pytest.fixture(scope="module")
 def stack(minio, tmp_path_factory):
-    s3 = minio.client(max_pool_connections=32)
-    suffix = uuid.uuid4().hex[:8]
-    src, dst = f"e2e-src-{suffix}", f"e2e-dst-{suffix}"
-    for bucket in (src, dst):
-        s3.create_bucket(Bucket=bucket)
-    home = tmp_path_factory.mktemp("airflow-e2e")
-    jobs = write_jobs_file(home / "jobs.yaml", {"e2e": {
-        "source": f"s3://{src}/", "prefix_template": TEMPLATE, "destination": f"s3://{dst}/archive/",
-        "storage_class": "STANDARD", "min_age_days": MIN_AGE, "aws_conn_id": "s3_archive",
-        "schedule": "@daily", "start_date": "2026-01-01", "retries": 1, "retry_delay_seconds": 2,
-        "memory_budget": "64MiB"}})
-    airflow = prepare_airflow(home, minio, jobs)
+    airflow, s3, src, dst = airflow_with_log_job(minio, tmp_path_factory.mktemp("airflow-e2e"), "e2e",
+                                                 min_age_days=MIN_AGE, retry_delay_seconds=2)
     try:
         airflow.start()
     except ServerStartError as exc:
