@@ -4,8 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO  := .cache/bin/minio
+S5CMD_VERSION := v2.3.0
+S5CMD  := .cache/bin/s5cmd
 
-.PHONY: demo airflow test venv minio lock clean
+.PHONY: demo airflow test bench venv minio s5cmd lock clean
 
 $(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +25,16 @@ $(MINIO):
 	GOBIN=$(CURDIR)/.cache/bin GOFLAGS=-trimpath go install github.com/minio/minio@$(MINIO_VERSION)
 
 minio: $(MINIO)
+
+# The benchmark's reference pipeline uses s5cmd, built from the Go module proxy at a pinned version.
+$(S5CMD):
+	bench/build_s5cmd.sh $(S5CMD_VERSION) $(CURDIR)/$(S5CMD)
+
+s5cmd: $(S5CMD)
+
+# Ours against `s5cmd cp + tar | pigz | s5cmd pipe` on an embedded MinIO; prints and saves JSON.
+bench: venv minio s5cmd
+	$(PY) -m bench.bench
 
 demo: venv minio
 	$(PY) -m devtools.demo

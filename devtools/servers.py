@@ -134,17 +134,23 @@ def _spawn(name: str, argv: list[str], env: dict[str, str], workdir: Path) -> tu
     return process, log_path, log_file
 
 
-def start_minio(console: bool = False, timeout: float = 60.0) -> S3Server:
-    """Start the pinned MinIO build on a free loopback port with a throwaway data dir."""
+def start_minio(console: bool = False, timeout: float = 60.0, data_dir: Path | None = None,
+                access_key: str | None = None, secret_key: str | None = None) -> S3Server:
+    """Start the pinned MinIO build on a free loopback port.
+
+    By default the data dir is throwaway and the credentials random; the benchmark passes a
+    ``data_dir`` (kept on stop) and fixed credentials so its seeded data sets survive runs.
+    """
     if not MINIO_BIN.exists():
         raise ServerStartError(
             f"MinIO binary not found at {MINIO_BIN}. Build it with `make minio` "
             f"(go install github.com/minio/minio@{MINIO_VERSION}, about 2 minutes)."
         )
     workdir = Path(tempfile.mkdtemp(prefix="s3arch-minio-"))
+    data_dir = data_dir or workdir / "data"
     port = free_loopback_port()
-    access_key = "minio-" + secrets.token_hex(4)
-    secret_key = secrets.token_hex(20)
+    access_key = access_key or "minio-" + secrets.token_hex(4)
+    secret_key = secret_key or secrets.token_hex(20)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(workdir),
@@ -154,7 +160,7 @@ def start_minio(console: bool = False, timeout: float = 60.0) -> S3Server:
         "MINIO_UPDATE": "off",
         "MINIO_API_REQUESTS_MAX": "10000",
     }
-    argv = [str(MINIO_BIN), "server", str(workdir / "data"), "--quiet",
+    argv = [str(MINIO_BIN), "server", str(data_dir), "--quiet",
             "--address", f"127.0.0.1:{port}"]
     console_url = None
     if console:

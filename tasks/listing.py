@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterator
 
-from .s3 import translate
+from .s3 import parse_s3_time, translate
 
 
 @dataclass(slots=True, frozen=True)
@@ -27,7 +27,7 @@ def iter_pages(control, bucket: str, prefix: str) -> Iterator[list[ListedObject]
                                        PaginationConfig={"PageSize": 1000}):
             contents = page.get("Contents")
             if contents:
-                yield [ListedObject(o["Key"], o["Size"], o["ETag"], o["LastModified"])
+                yield [ListedObject(o["Key"], o["Size"], o["ETag"], parse_s3_time(o["LastModified"]))
                        for o in contents]
     except Exception as exc:  # noqa: BLE001 - every failure leaves as a typed error
         raise translate(exc, f"list s3://{bucket}/{prefix}") from exc

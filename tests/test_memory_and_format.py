@@ -78,3 +78,17 @@ def test_ten_thousand_parts_always_cover_five_tib():
     assert total >= 5 << 40
     known = PartSizer(8 << 20, lambda: 3 << 40)
     assert known.next_size(0, 0) * (MAX_PARTS - 100) >= 3 << 40
+
+
+def test_quote_key_fast_path_agrees_with_full_percent_encoding():
+    import urllib.parse
+
+    from tasks.s3 import quote_key
+
+    def full(key):
+        return "/".join(urllib.parse.quote(s, safe="~").replace(".", "%2E") if s in (".", "..")
+                        else urllib.parse.quote(s, safe="~") for s in key.split("/"))
+
+    for key in ["logs/2026/11/21/13/app-0007.log", "a/./b", "a/../b", "../x", "./x", "x/.", "a//b",
+                "a/.hidden", "dir/", "ключ/файл.txt", "sp ace+plus", "a..b", "/lead", "~tilde_-.x"]:
+        assert quote_key(key) == full(key), key
