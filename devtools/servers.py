@@ -135,7 +135,8 @@ def _spawn(name: str, argv: list[str], env: dict[str, str], workdir: Path) -> tu
 
 
 def start_minio(console: bool = False, timeout: float = 60.0, data_dir: Path | None = None,
-                access_key: str | None = None, secret_key: str | None = None) -> S3Server:
+                access_key: str | None = None, secret_key: str | None = None,
+                region: str = "us-east-1") -> S3Server:
     """Start the pinned MinIO build on a free loopback port.
 
     By default the data dir is throwaway and the credentials random; the benchmark passes a
@@ -159,6 +160,7 @@ def start_minio(console: bool = False, timeout: float = 60.0, data_dir: Path | N
         "MINIO_BROWSER": "on" if console else "off",
         "MINIO_UPDATE": "off",
         "MINIO_API_REQUESTS_MAX": "10000",
+        "MINIO_SITE_REGION": region,
     }
     argv = [str(MINIO_BIN), "server", str(data_dir), "--quiet",
             "--address", f"127.0.0.1:{port}"]
@@ -168,7 +170,7 @@ def start_minio(console: bool = False, timeout: float = 60.0, data_dir: Path | N
         argv += ["--console-address", f"127.0.0.1:{console_port}"]
         console_url = f"http://127.0.0.1:{console_port}"
     process, log_path, log_file = _spawn("minio", argv, env, workdir)
-    server = S3Server("MinIO", f"http://127.0.0.1:{port}", access_key, secret_key,
+    server = S3Server("MinIO", f"http://127.0.0.1:{port}", access_key, secret_key, region=region,
                       process=process, workdir=workdir, log_path=log_path,
                       console_url=console_url, _log_file=log_file)
     _wait_healthy(server, f"{server.endpoint_url}/minio/health/live", timeout)

@@ -22,7 +22,7 @@ from . import __version__
 from .compression import CompressedBlock, ParallelCompressor, codec_for
 from .config import ArchiveSpec, MiB
 from .deletion import delete_archived_sources
-from .errors import (ArchiverError, BadArgument, DestinationConflict, EmptyPrefix, IntegrityError)
+from .errors import (AccessDenied, ArchiverError, BadArgument, DestinationConflict, EmptyPrefix, IntegrityError)
 from .fetching import ByteBudget, Fetcher
 from .listing import ListingFeed, iter_pages
 from .manifest import (ArchiveLayout, ManifestWriter, layout_for, manifest_exists,
@@ -132,10 +132,19 @@ def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
 
 
 def check_bucket(control, bucket: str, role: str) -> None:
+    what = f"{role} bucket s3://{bucket}"
     try:
         control.head_bucket(Bucket=bucket)
     except Exception as exc:  # noqa: BLE001
-        raise translate(exc, f"{role} bucket s3://{bucket}") from exc
+        error = translate(exc, what)
+        if isinstance(error, AccessDenied):
+            # A HEAD answer has no body, so a wrong secret looks like a missing permission;
+            # a GET on the bucket returns the real code (SignatureDoesNotMatch, ...).
+            try:
+                control.list_objects_v2(Bucket=bucket, MaxKeys=0)
+            except Exception as probe:  # noqa: BLE001
+                error = translate(probe, what)
+        raise error from exc
 
 
 def _dry_run(spec, clients, result, started) -> ArchiveResult:
@@ -190,7 +199,8 @@ def _run_pipeline(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, 
     progress.start(feed)
     budget = ByteBudget(fetch_budget)
     fetcher = Fetcher(clients.data, spec.source.bucket, budget=budget, concurrency=gets_inflight,
-                      chunk=min(spec.large_object_chunk, fetch_budget // 8), abort=abort)
+                      chunk=min(spec.large_object_chunk, fetch_budget // 8), abort=abort,
+                      stall_timeout=spec.stall_timeout)
     sizer = PartSizer(spec.min_part_size,
                       lambda: (feed.tar_bytes_bound + (1 << 20)) if feed.finished else None)
     extra = {}

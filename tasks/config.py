@@ -69,6 +69,7 @@ class ArchiveSpec:
     block_size: int = MiB
     min_part_size: int = 0  # 0: derived from the memory budget (5-8 MiB)
     large_object_chunk: int = 8 * MiB
+    stall_timeout: float = 60.0  # seconds a GET may go without receiving a byte
     compress_threads: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
 
     def __post_init__(self):

@@ -11,6 +11,7 @@ the listing promised (a short body is fetched again, never archived short).
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -56,6 +57,8 @@ class Piece:
     chunks: list = field(default_factory=list)
     received: int = 0
     attempts: int = 0
+    active: float = 0.0  # when the GET last made progress
+    request: object = None
 
     @property
     def size(self) -> int:
@@ -64,8 +67,10 @@ class Piece:
 
 class Fetcher:
     def __init__(self, data_plane, bucket: str, *, budget: ByteBudget, concurrency: int,
-                 chunk: int, abort: threading.Event):
+                 chunk: int, abort: threading.Event, stall_timeout: float = 60.0):
         self.data = data_plane
+        self.stall_timeout = stall_timeout
+        self._inflight: dict[int, Piece] = {}
         self.bucket = bucket
         self.budget = budget
         self.chunk = chunk
@@ -83,6 +88,26 @@ class Fetcher:
         scheduler = threading.Thread(target=self._schedule, args=(objects,),
                                      name="s3arch-fetch", daemon=True)
         scheduler.start()
+        finished = threading.Event()
+        threading.Thread(target=self._watch_stalls, args=(finished,), name="s3arch-stalls",
+                         daemon=True).start()
+        try:
+            yield from self._in_order()
+        finally:
+            finished.set()
+
+    def _watch_stalls(self, finished: threading.Event) -> None:
+        """Cancel GETs that made no progress for ``stall_timeout``: the CRT client has no read
+        timeout, and a server that stops sending would otherwise hang the prefix forever.
+        A cancelled GET fails as transient and is retried like any other."""
+        while not finished.wait(min(1.0, self.stall_timeout / 4)):
+            now = time.monotonic()
+            for piece in list(self._inflight.values()):
+                if now - piece.active > self.stall_timeout and piece.request is not None:
+                    piece.active = float("inf")  # cancel once per attempt
+                    piece.request.cancel()
+
+    def _in_order(self) -> Iterator[Piece]:
         seq = 0
         while True:
             with self._cond:
@@ -139,8 +164,10 @@ class Fetcher:
         def on_body(chunk: bytes) -> None:
             piece.chunks.append(chunk)
             piece.received += len(chunk)
+            piece.active = time.monotonic()
 
         def on_done(error: ArchiverError | None) -> None:
+            self._inflight.pop(seq, None)
             if error is None and piece.received != piece.size:
                 error = IntegrityError(
                     f"GET s3://{self.bucket}/{piece.obj.key}: received {piece.received} bytes "
@@ -158,8 +185,11 @@ class Fetcher:
                 self._cond.notify_all()
 
         self.gets += 1
-        self.data.get(self.bucket, piece.obj.key, etag=piece.obj.etag, byte_range=byte_range,
-                      on_body=on_body, on_done=on_done)
+        piece.active = time.monotonic()
+        piece.request = None
+        self._inflight[seq] = piece
+        piece.request = self.data.get(self.bucket, piece.obj.key, etag=piece.obj.etag,
+                                      byte_range=byte_range, on_body=on_body, on_done=on_done)
 
     def _retry(self, seq: int, piece: Piece) -> None:
         try:

@@ -23,8 +23,6 @@ from .errors import (AccessDenied, ArchivedObjectNotReadable, ArchiverError, Bad
                      BadCredentials, BucketMissing, SourceChanged, StorageClassRejected,
                      TransientError, WrongRegion)
 
-_RETRY_CONFIG = {"mode": "standard", "max_attempts": 8}
-
 
 def error_for(code: str, status: int | None, message: str, *, what: str) -> ArchiverError:
     """Turn an S3 error code into the engine's typed error, with the fix in the message."""
@@ -102,11 +100,13 @@ class S3Clients:
 
     @classmethod
     def from_session(cls, session: boto3.Session | None = None, endpoint_url: str | None = None,
-                     max_pool_connections: int = 32) -> "S3Clients":
+                     max_pool_connections: int = 32, max_attempts: int = 8,
+                     read_timeout: float = 120.0) -> "S3Clients":
         session = session or boto3.Session()
         region = session.region_name or "us-east-1"
-        config = Config(retries=_RETRY_CONFIG, max_pool_connections=max_pool_connections,
-                        connect_timeout=10, read_timeout=120,
+        config = Config(retries={"mode": "standard", "max_attempts": max_attempts},
+                        max_pool_connections=max_pool_connections,
+                        connect_timeout=10, read_timeout=read_timeout,
                         s3={"addressing_style": "path" if endpoint_url else "auto"})
         control = session.client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
         # boto3 also reads AWS_ENDPOINT_URL(_S3) and the profile's endpoint_url; whatever it

@@ -70,3 +70,39 @@ def cli_env(minio):
     env.update(minio.env())
     env["PYTHONPATH"] = str(ROOT)
     return env
+
+
+class ReliabilityLog:
+    """Faults the tests injected and what came of them; rendered into docs/RELIABILITY.md
+    (between its table markers) when the whole reliability set ran and passed."""
+
+    BEGIN, END = "<!-- fault-table:begin -->", "<!-- fault-table:end -->"
+
+    def __init__(self):
+        self.rows: list[tuple[str, str, str, str]] = []
+
+    def record(self, fault: str, injected: str, outcome: str) -> None:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].split("::")[-1]
+        self.rows.append((fault, injected, outcome, test))
+
+    def render(self) -> str:
+        lines = ["| fault | injected | outcome | test |", "|---|---|---|---|"]
+        lines += [f"| {f} | {i} | {o.replace('|', '/')} | `{t}` |" for f, i, o, t in self.rows]
+        return "\n".join(lines)
+
+    def write(self, path: Path) -> None:
+        text = path.read_text()
+        head, rest = text.split(self.BEGIN, 1)
+        _, tail = rest.split(self.END, 1)
+        path.write_text(f"{head}{self.BEGIN}\n{self.render()}\n{self.END}{tail}")
+
+
+@pytest.fixture(scope="session")
+def reliability(request):
+    log = ReliabilityLog()
+    yield log
+    session = request.session
+    whole_run = not session.config.option.keyword and \
+        {Path(a).resolve() for a in session.config.args} <= {ROOT / "tests"}
+    if log.rows and whole_run and not session.testsfailed:
+        log.write(ROOT / "docs" / "RELIABILITY.md")

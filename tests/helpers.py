@@ -71,3 +71,20 @@ def airflow_with_log_job(minio, home: Path, job_name: str, **job_overrides):
            **job_overrides}
     jobs = write_jobs_file(home / "jobs.yaml", {job_name: job})
     return prepare_airflow(home, minio, jobs), s3, src, dst
+
+
+def put_exact_key(server, bucket: str, key: str, body: bytes) -> None:
+    """PUT under exactly ``key``, even with ``.``/``..`` segments that boto3 would normalise
+    away: the path is percent-encoded by the engine's own quote_key, then SigV4-signed."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    from botocore.httpsession import URLLib3Session
+
+    from tasks.s3 import quote_key
+
+    request = AWSRequest("PUT", f"{server.endpoint_url}/{bucket}/{quote_key(key)}", data=body,
+                         headers={"Content-Length": str(len(body))})
+    S3SigV4Auth(Credentials(server.access_key, server.secret_key), "s3", server.region).add_auth(request)
+    response = URLLib3Session().send(request.prepare())
+    assert response.status_code == 200, response.content

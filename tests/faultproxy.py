@@ -1,0 +1,279 @@
+"""A fault-injecting HTTP proxy for tests, in front of the embedded MinIO on loopback.
+
+Clients point their endpoint at the proxy; requests are forwarded unchanged (the Host
+header too, so SigV4 signatures stay valid) over keep-alive connections to the upstream,
+and responses are streamed back, unless a rule says otherwise. Rules are set per test:
+
+    proxy.add(Fault("status", status=503, rate=0.08, match=is_get))   # SlowDown on 8% of GETs
+    proxy.add(Fault("reset", rate=0.05, match=is_get))                # RST in the middle of the body
+    proxy.add(Fault("truncate", count=3, match=is_get))               # short body, then close
+    proxy.add(Fault("stall", seconds=30, count=1, match=is_get))      # hold the response back
+    proxy.add(Fault("status", status=500, match=is_complete_upload))  # every matching request
+
+Each rule counts what it injected (``fault.injected``), so a test can prove the fault
+actually happened. Randomness is seeded. The server runs in daemon threads, stops itself
+after ``max_lifetime`` seconds, and ``stop()`` shuts it down and releases stalled requests.
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import socket
+import struct
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+_S3_ERROR = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code>"
+             "<Message>injected by the test proxy</Message><RequestId>faultproxy</RequestId></Error>")
+_CODES = {500: "InternalError", 503: "SlowDown"}
+
+
+@dataclass
+class Request:
+    method: str
+    path: str  # percent-encoded path
+    query: dict[str, list[str]]
+
+    @property
+    def key(self) -> str:
+        """bucket/key of a path-style request, decoded."""
+        return urllib.parse.unquote(self.path.lstrip("/"))
+
+
+def is_get(r: Request) -> bool:
+    return r.method == "GET" and "/" in r.key and "list-type" not in r.query and "uploads" not in r.query
+
+
+def is_list(r: Request) -> bool:
+    return r.method == "GET" and "list-type" in r.query
+
+
+def is_upload_part(r: Request) -> bool:
+    return r.method == "PUT" and "partNumber" in r.query and "uploadId" in r.query
+
+
+def is_complete_upload(r: Request) -> bool:
+    return r.method == "POST" and "uploadId" in r.query
+
+
+@dataclass
+class Fault:
+    kind: str  # status | reset | truncate | stall
+    match: Callable[[Request], bool] = lambda r: True
+    rate: float = 1.0
+    count: int | None = None  # at most this many injections
+    status: int = 503
+    seconds: float = 30.0
+    injected: int = 0
+    seen: int = 0
+    on_inject: Callable[[Request], None] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def fires(self, request: Request, rng: random.Random) -> bool:
+        if not self.match(request):
+            return False
+        with self._lock:
+            self.seen += 1
+            if self.count is not None and self.injected >= self.count:
+                return False
+            if rng.random() >= self.rate:
+                return False
+            self.injected += 1
+        if self.on_inject:
+            self.on_inject(request)
+        return True
+
+
+class FaultProxy:
+    def __init__(self, upstream: str, *, seed: int = 1, max_lifetime: float = 600.0):
+        parsed = urllib.parse.urlsplit(upstream)
+        self.upstream_host, self.upstream_port = parsed.hostname, parsed.port
+        self.faults: list[Fault] = []
+        self._synthetic: dict[tuple[str, str], tuple[int, int]] = {}
+        self.requests = 0
+        self.released = threading.Event()
+        self._rng = random.Random(seed)
+        self._rng_lock = threading.Lock()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # keep test output readable
+                pass
+
+            def _forward(self):
+                proxy._handle(self)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        class QuietServer(ThreadingHTTPServer):
+            def handle_error(self, request, client_address):
+                pass  # clients that gave up on a stalled or broken response are expected here
+
+        self._server = QuietServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.endpoint_url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="faultproxy", daemon=True)
+        self._thread.start()
+        self._timer = threading.Timer(max_lifetime, self.stop)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def synthesize_listing(self, bucket: str, prefix: str, count: int, size: int = 1024) -> None:
+        """Answer ListObjectsV2 for bucket/prefix with ``count`` generated entries, page by
+        page and without holding them: a prefix of millions of keys without seeding them."""
+        self._synthetic[(bucket, prefix)] = (count, size)
+
+    def add(self, fault: Fault) -> Fault:
+        self.faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        self.faults = []
+
+    def stop(self) -> None:
+        self.released.set()
+        self._timer.cancel()
+        self._server.shutdown()
+        self._server.server_close()
+
+    # -- the request path ------------------------------------------------------------
+
+    def _pick(self, request: Request) -> Fault | None:
+        with self._rng_lock:
+            for fault in self.faults:
+                if fault.fires(request, self._rng):
+                    return fault
+        return None
+
+    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+        self.requests += 1
+        split = urllib.parse.urlsplit(handler.path)
+        request = Request(handler.command, split.path, urllib.parse.parse_qs(split.query, keep_blank_values=True))
+        body = _read_body(handler)
+        if is_list(request):
+            prefix = request.query.get("prefix", [""])[0]
+            synthetic = self._synthetic.get((request.key.rstrip("/"), prefix))
+            if synthetic:
+                _send_synthetic_page(handler, request, prefix, *synthetic)
+                return
+        fault = self._pick(request)
+        if fault and fault.kind == "status":
+            _send_error(handler, fault.status)
+            return
+        if fault and fault.kind == "stall":
+            self.released.wait(fault.seconds)
+        upstream = _upstream_connection(handler, self.upstream_host, self.upstream_port)
+        headers = {k: v for k, v in handler.headers.items() if k.lower() not in ("transfer-encoding", "connection")}
+        if body is not None:
+            headers["Content-Length"] = str(len(body))
+        try:
+            upstream.request(handler.command, handler.path, body=body, headers=headers)
+            response = upstream.getresponse()
+        except OSError:
+            handler.close_connection = True
+            _abort(handler)
+            return
+        length = response.getheader("Content-Length")
+        handler.send_response_only(response.status, response.reason)
+        for name, value in response.getheaders():
+            if name.lower() not in ("transfer-encoding", "connection", "date", "server"):
+                handler.send_header(name, value)
+        payload = response.read()
+        if length is None:
+            handler.send_header("Content-Length", str(len(payload)))
+        handler.end_headers()
+        if handler.command == "HEAD" or not payload:
+            return
+        if fault and fault.kind in ("reset", "truncate") and len(payload) > 1:
+            handler.wfile.write(payload[: len(payload) // 2])
+            handler.wfile.flush()
+            handler.close_connection = True
+            if fault.kind == "reset":
+                _abort(handler)
+            else:
+                handler.connection.shutdown(socket.SHUT_WR)
+            return
+        handler.wfile.write(payload)
+
+
+def _read_body(handler) -> bytes | None:
+    if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        chunks = []
+        while True:
+            size = int(handler.rfile.readline().split(b";")[0].strip(), 16)
+            if size == 0:
+                while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                return b"".join(chunks)
+            chunks.append(handler.rfile.read(size))
+            handler.rfile.readline()
+    length = int(handler.headers.get("Content-Length") or 0)
+    return handler.rfile.read(length) if length else (b"" if handler.command in ("PUT", "POST") else None)
+
+
+def _upstream_connection(handler, host, port) -> http.client.HTTPConnection:
+    """One keep-alive upstream connection per client connection."""
+    connection = getattr(handler, "_upstream", None)
+    if connection is None:
+        connection = http.client.HTTPConnection(host, port, timeout=120)
+        handler._upstream = connection
+    return connection
+
+
+def _send_synthetic_page(handler, request: Request, prefix: str, count: int, size: int) -> None:
+    start = int(request.query.get("continuation-token", ["0"])[0])
+    end = min(count, start + int(request.query.get("max-keys", ["1000"])[0]))
+    bucket = request.key.rstrip("/")
+    entries = "".join(
+        f"<Contents><Key>{prefix}{i:09d}.log</Key><LastModified>2026-11-01T00:00:00.000Z</LastModified>"
+        f"<ETag>&quot;{i:032x}&quot;</ETag><Size>{size}</Size><StorageClass>STANDARD</StorageClass></Contents>"
+        for i in range(start, end))
+    more = end < count
+    body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+            "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+            f"<Name>{bucket}</Name><Prefix>{prefix}</Prefix><KeyCount>{end - start}</KeyCount>"
+            f"<MaxKeys>1000</MaxKeys><IsTruncated>{'true' if more else 'false'}</IsTruncated>"
+            + (f"<NextContinuationToken>{end}</NextContinuationToken>" if more else "")
+            + entries + "</ListBucketResult>").encode()
+    handler.send_response_only(200)
+    handler.send_header("Content-Type", "application/xml")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def _send_error(handler, status: int) -> None:
+    body = _S3_ERROR.format(code=_CODES.get(status, "InternalError")).encode()
+    handler.send_response_only(status)
+    handler.send_header("Content-Type", "application/xml")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    if handler.command != "HEAD":
+        handler.wfile.write(body)
+
+
+def _abort(handler) -> None:
+    """Close with RST (SO_LINGER 0), as a dropped connection looks to the client."""
+    try:
+        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        handler.connection.close()
+    except OSError:
+        pass
+    handler.close_connection = True
+
+
+def wait_until(condition, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return False
