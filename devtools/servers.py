@@ -136,11 +136,12 @@ def _spawn(name: str, argv: list[str], env: dict[str, str], workdir: Path) -> tu
 
 def start_minio(console: bool = False, timeout: float = 60.0, data_dir: Path | None = None,
                 access_key: str | None = None, secret_key: str | None = None,
-                region: str = "us-east-1") -> S3Server:
+                region: str = "us-east-1", kms_key_id: str | None = None) -> S3Server:
     """Start the pinned MinIO build on a free loopback port.
 
     By default the data dir is throwaway and the credentials random; the benchmark passes a
     ``data_dir`` (kept on stop) and fixed credentials so its seeded data sets survive runs.
+    ``kms_key_id`` turns on MinIO's built-in single-key KMS, so SSE-KMS works under that id.
     """
     if not MINIO_BIN.exists():
         raise ServerStartError(
@@ -162,6 +163,10 @@ def start_minio(console: bool = False, timeout: float = 60.0, data_dir: Path | N
         "MINIO_API_REQUESTS_MAX": "10000",
         "MINIO_SITE_REGION": region,
     }
+    if kms_key_id:
+        import base64
+
+        env["MINIO_KMS_SECRET_KEY"] = f"{kms_key_id}:{base64.b64encode(secrets.token_bytes(32)).decode()}"
     argv = [str(MINIO_BIN), "server", str(data_dir), "--quiet",
             "--address", f"127.0.0.1:{port}"]
     console_url = None

@@ -217,7 +217,7 @@ def _run_pipeline(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, 
         "archive": {"bucket": layout.bucket, "key": archive_key},
         "codec": spec.codec, "level": spec.effective_level, "block_size": spec.block_size,
         "started": _now(),
-    }, abort_event=abort)
+    }, abort_event=abort, extra_args=extra)  # the manifest names every key: encrypt it alike
     codec = codec_for(spec.codec, spec.effective_level)
     out = _ArchiveOutput(uploader, manifest, codec, progress)
 

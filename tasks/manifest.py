@@ -73,10 +73,11 @@ def _dumps(record: dict) -> bytes:
 class ManifestWriter:
     """Streams records into a gzip JSON Lines object by multipart upload."""
 
-    def __init__(self, control, layout: ArchiveLayout, header: dict, abort_event=None):
+    def __init__(self, control, layout: ArchiveLayout, header: dict, abort_event=None,
+                 extra_args: dict | None = None):
         self._uploader = PartUploader(control, layout.bucket, layout.manifest_key,
                                       storage_class="STANDARD", sizer=PartSizer(8 << 20),
-                                      max_inflight=2, abort_event=abort_event)
+                                      max_inflight=2, extra_args=extra_args, abort_event=abort_event)
         self._z = zlib.compressobj(6, zlib.DEFLATED, 31)
         self._pending = bytearray()
         self.objects = 0

@@ -11,7 +11,7 @@ import tarfile
 
 import pytest
 
-from helpers import keys_in, open_uploads, run_cli, run_json, seed
+from helpers import ROOT, keys_in, open_uploads, read_archive, run_cli, run_json, seed
 
 PREFIX = "logs/2026/11/21/"
 
@@ -171,12 +171,25 @@ def test_storage_class_minio_rejects_fails_fast_naming_the_flag(s3, buckets, cli
     assert keys_in(s3, dst) == [] and open_uploads(s3, dst) == []
 
 
-@pytest.mark.parametrize("which", ["source", "destination"])
-def test_missing_bucket_fails_fast_with_its_name(s3, buckets, cli_env, which):
-    src, dst = buckets
-    seed(s3, src, {"p/a.log": b"a"})
-    args = [f"s3://{src}/p/", f"s3://{dst}/"]
-    args[0 if which == "source" else 1] = "s3://no-such-bucket-here/p/"
-    proc = run_cli(cli_env, "archive", *args, "--storage-class", "STANDARD", check=False)
-    assert proc.returncode == 2
-    assert b"no-such-bucket-here" in proc.stderr and b"does not exist" in proc.stderr
+def test_sse_kms_archive_and_manifest_are_encrypted_with_the_given_key(tmp_path):
+    from devtools.servers import start_minio
+
+    server = start_minio(kms_key_id="s3arch-test-key")
+    try:
+        s3 = server.client()
+        for bucket in ("kms-src", "kms-dst"):
+            s3.create_bucket(Bucket=bucket)
+        objects = {f"p/{i}.log": b"secret line %d\n" % i * 50 for i in range(20)}
+        seed(s3, "kms-src", objects)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(server.env(), PYTHONPATH=str(ROOT))
+        run_cli(env, "archive", "s3://kms-src/p/", "s3://kms-dst/", "--storage-class", "STANDARD",
+                "--sse", "aws:kms", "--sse-kms-key-id", "s3arch-test-key")
+        for key in ("kms-src/p.tar.gz", "kms-src/p.manifest.jsonl.gz"):
+            head = s3.head_object(Bucket="kms-dst", Key=key)
+            assert head["ServerSideEncryption"] == "aws:kms", key
+            assert head["SSEKMSKeyId"].endswith("s3arch-test-key"), key
+        assert read_archive(s3, "kms-dst", "kms-src/p.tar.gz") == objects
+        run_cli(env, "verify", "s3://kms-dst/kms-src/p.tar.gz")
+    finally:
+        server.stop()
