@@ -58,11 +58,20 @@ class Piece:
     received: int = 0
     attempts: int = 0
     active: float = 0.0  # when the GET last made progress
-    request: object = None
 
     @property
     def size(self) -> int:
         return self.end - self.start
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A GET the stall watchdog may cancel. Kept apart from the piece: the CRT request holds
+    the callbacks, which hold the piece and its bytes, so a piece -> request reference would
+    make a cycle that only the cyclic GC frees (measured: 1.1 GiB peak on 4 x 256 MiB)."""
+
+    piece: Piece
+    request: object = None
 
 
 class Fetcher:
@@ -70,7 +79,7 @@ class Fetcher:
                  chunk: int, abort: threading.Event, stall_timeout: float = 60.0):
         self.data = data_plane
         self.stall_timeout = stall_timeout
-        self._inflight: dict[int, Piece] = {}
+        self._inflight: dict[int, _InFlight] = {}
         self.bucket = bucket
         self.budget = budget
         self.chunk = chunk
@@ -102,10 +111,10 @@ class Fetcher:
         A cancelled GET fails as transient and is retried like any other."""
         while not finished.wait(min(1.0, self.stall_timeout / 4)):
             now = time.monotonic()
-            for piece in list(self._inflight.values()):
-                if now - piece.active > self.stall_timeout and piece.request is not None:
-                    piece.active = float("inf")  # cancel once per attempt
-                    piece.request.cancel()
+            for entry in list(self._inflight.values()):
+                if now - entry.piece.active > self.stall_timeout and entry.request is not None:
+                    entry.piece.active = float("inf")  # cancel once per attempt
+                    entry.request.cancel()
 
     def _in_order(self) -> Iterator[Piece]:
         seq = 0
@@ -167,6 +176,14 @@ class Fetcher:
             piece.active = time.monotonic()
 
         def on_done(error: ArchiverError | None) -> None:
+            # This runs on CRT's thread, which swallows exceptions: a bug here would hang the
+            # prefix instead of failing it.
+            try:
+                finish(error)
+            except BaseException as exc:  # noqa: BLE001
+                self._fail(exc)
+
+        def finish(error: ArchiverError | None) -> None:
             self._inflight.pop(seq, None)
             if error is None and piece.received != piece.size:
                 error = IntegrityError(
@@ -186,10 +203,11 @@ class Fetcher:
 
         self.gets += 1
         piece.active = time.monotonic()
-        piece.request = None
-        self._inflight[seq] = piece
-        piece.request = self.data.get(self.bucket, piece.obj.key, etag=piece.obj.etag,
-                                      byte_range=byte_range, on_body=on_body, on_done=on_done)
+        entry = self._inflight[seq] = _InFlight(piece)
+        request = self.data.get(self.bucket, piece.obj.key, etag=piece.obj.etag,
+                                byte_range=byte_range, on_body=on_body, on_done=on_done)
+        if self._inflight.get(seq) is entry:  # not already done on CRT's thread
+            entry.request = request
 
     def _retry(self, seq: int, piece: Piece) -> None:
         try:
