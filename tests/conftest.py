@@ -82,7 +82,7 @@ class ReliabilityLog:
         self.rows: list[tuple[str, str, str, str]] = []
 
     def record(self, fault: str, injected: str, outcome: str) -> None:
-        test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].split("::")[-1]
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0].split("::")[-1]
         self.rows.append((fault, injected, outcome, test))
 
     def render(self) -> str:

@@ -67,6 +67,7 @@ class Fault:
     match: Callable[[Request], bool] = lambda r: True
     rate: float = 1.0
     count: int | None = None  # at most this many injections
+    after: int = 0  # let this many matching requests through first
     status: int = 503
     seconds: float = 30.0
     injected: int = 0
@@ -79,6 +80,8 @@ class Fault:
             return False
         with self._lock:
             self.seen += 1
+            if self.seen <= self.after:
+                return False
             if self.count is not None and self.injected >= self.count:
                 return False
             if rng.random() >= self.rate:
