@@ -55,13 +55,9 @@ def buckets(s3):
 
 @pytest.fixture
 def clients(minio):
-    import boto3
+    from helpers import engine_clients
 
-    from tasks.s3 import S3Clients
-
-    session = boto3.Session(aws_access_key_id=minio.access_key,
-                            aws_secret_access_key=minio.secret_key, region_name=minio.region)
-    return S3Clients.from_session(session, minio.endpoint_url)
+    return engine_clients(minio)
 
 
 @pytest.fixture

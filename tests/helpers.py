@@ -88,3 +88,15 @@ def put_exact_key(server, bucket: str, key: str, body: bytes) -> None:
     S3SigV4Auth(Credentials(server.access_key, server.secret_key), "s3", server.region).add_auth(request)
     response = URLLib3Session().send(request.prepare())
     assert response.status_code == 200, response.content
+
+
+def engine_clients(server, endpoint_url: str | None = None, **config):
+    """The engine's S3Clients signed for ``server``, optionally reached through another
+    endpoint (the fault proxy)."""
+    import boto3
+
+    from tasks.s3 import S3Clients
+
+    session = boto3.Session(aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,
+                            region_name=server.region)
+    return S3Clients.from_session(session, endpoint_url or server.endpoint_url, **config)

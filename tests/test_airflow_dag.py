@@ -60,13 +60,14 @@ def manifest_modified(af, day: date):
     return af.s3.head_object(Bucket=af.dst, Key=f"archive/{af.src}/{day:logs/%Y/%m/%d}.manifest.jsonl.gz")["LastModified"]
 
 
-def report_rows(run) -> list[dict]:
+def xcom_rows(run, task_id: str = "report", key: str = "return_value", map_index: int = -1) -> list[dict]:
+    """Rows a task of ``run`` pushed: the report's table, or an archive task's archive_rows."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        value = session.query(XComModel.value).filter_by(dag_id=DAG_ID, run_id=run.run_id,
-                                                         task_id="report", key="return_value").scalar()
+        value = session.query(XComModel.value).filter_by(
+            dag_id=DAG_ID, run_id=run.run_id, task_id=task_id, map_index=map_index, key=key).scalar()
     return json.loads(value) if isinstance(value, str) else value
 
 
@@ -94,7 +95,7 @@ def test_range_run_maps_one_task_per_date_named_by_prefix_and_rerun_skips(af):
     again, tis = run_dag(af, conf={"date_from": "2026-10-06", "date_to": "2026-10-08"})
     assert again.state == "success"
     assert [manifest_modified(af, d) for d in days] == before
-    rows = report_rows(again)
+    rows = xcom_rows(again)
     assert [(r["prefix"], r["status"]) for r in rows] == [(f"{d:logs/%Y/%m/%d}/", "skipped") for d in days]
 
 
@@ -111,20 +112,9 @@ def test_permanent_failure_of_one_prefix_does_not_stop_the_others_and_fails_the_
     assert tis["report"].state == "failed"
     assert archived_day(af, date(2026, 10, 12))
     assert not keys_in(af.s3, af.dst, f"archive/{af.src}/logs/2026/10/11")
-    rows = _rows_from_task_xcom(run, "archive", 1)
+    rows = xcom_rows(run, "archive", "archive_rows", map_index=1)
     assert rows[0]["status"] == "failed" and "holds no objects" in rows[0]["error"]
     assert rows[0]["retryable"] is False
-
-
-def _rows_from_task_xcom(run, task_id, map_index):
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        value = session.query(XComModel.value).filter_by(
-            dag_id=DAG_ID, run_id=run.run_id, task_id=task_id, map_index=map_index,
-            key="archive_rows").scalar()
-    return json.loads(value) if isinstance(value, str) else value
 
 
 @pytest.mark.parametrize("conf, message", [
@@ -158,7 +148,7 @@ def test_on_call_rerun_of_one_prefix_touches_nothing_else(af):
     before = [manifest_modified(af, d) for d in days]
     run, _ = run_dag(af, conf={"prefixes": ["logs/2026/10/15/"], "overwrite": True})
     assert run.state == "success"
-    assert [r["status"] for r in report_rows(run)] == ["archived"]
+    assert [r["status"] for r in xcom_rows(run)] == ["archived"]
     assert manifest_modified(af, days[0]) == before[0]
     assert manifest_modified(af, days[1]) > before[1]
     assert keys_in(af.s3, af.dst, f"archive/{af.src}/logs/2026/10/15") == [
@@ -174,15 +164,39 @@ def test_range_longer_than_max_map_length_is_batched_into_fewer_tasks(af, monkey
     names = sorted(ti.rendered_map_index for key, ti in tis.items() if key[0] == "archive")
     assert names == ["logs/2026/10/17/ .. logs/2026/10/19/ (3 prefixes)",
                      "logs/2026/10/20/ .. logs/2026/10/21/ (2 prefixes)"]
-    assert [r["prefix"] for r in report_rows(run)] == [f"{d:logs/%Y/%m/%d}/" for d in days]
+    assert [r["prefix"] for r in xcom_rows(run)] == [f"{d:logs/%Y/%m/%d}/" for d in days]
     for day in days:
         assert archived_day(af, day)
 
 
-def test_timed_out_try_leaves_no_upload_and_the_next_try_archives(af, capfd):
+class TaskInstanceStub:
+    """What the operator needs of a task instance when called directly: xcom_push."""
+
+    def __init__(self):
+        self.pushed = {}
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
+def test_missing_connection_fails_permanently_instead_of_using_other_credentials(af):
+    from airflow.sdk.exceptions import AirflowFailException
+    from s3arch_airflow import S3ArchivePrefixOperator
+
+    operator = S3ArchivePrefixOperator(task_id="archive_nowhere", source_bucket=af.src, prefix="logs/",
+                                       destination=f"s3://{af.dst}/archive/", aws_conn_id="no_such_conn")
+    ti = TaskInstanceStub()
+    with pytest.raises(AirflowFailException, match="permanently"):
+        operator.execute({"ti": ti})
+    row = ti.pushed["archive_rows"][0]
+    assert "connection 'no_such_conn' does not exist" in row["error"] and row["retryable"] is False
+
+
+def test_timed_out_try_leaves_no_upload_and_the_next_try_archives(af, capfd, monkeypatch):
     """Airflow's execution_timeout raises AirflowTaskTimeout from SIGALRM in the middle of
     the engine; the try must abort its uploads, and the next try must start over cleanly."""
     import os
+    import signal
 
     from airflow.sdk.exceptions import AirflowTaskTimeout
     from airflow.sdk.execution_time.timeout import timeout
@@ -198,17 +212,25 @@ def test_timed_out_try_leaves_no_upload_and_the_next_try_archives(af, capfd):
                                        memory_budget="32MiB", aws_conn_id="s3_archive",
                                        progress_interval=0.25)
 
-    class TaskInstanceStub:
-        def __init__(self):
-            self.pushed = {}
+    # Airflow's own timeout (SIGALRM), brought forward to fire once 40 of the 160 objects are
+    # in the tar stream, so the try is always interrupted mid-upload, never before or after.
+    from tasks.tarwriter import TarStream
 
-        def xcom_push(self, key, value):
-            self.pushed[key] = value
+    begin, started = TarStream.begin, []
 
+    def begin_and_count(self, *args):
+        started.append(1)
+        if len(started) == 40:
+            signal.setitimer(signal.ITIMER_REAL, 0.01)
+        return begin(self, *args)
+
+    monkeypatch.setattr(TarStream, "begin", begin_and_count)
     ti = TaskInstanceStub()
     with pytest.raises(AirflowTaskTimeout):
-        with timeout(0.4):
+        with timeout(600):
             operator.execute({"ti": ti})
+    assert 40 <= len(started) < 160
+    monkeypatch.undo()
     assert open_uploads(af.s3, af.dst) == []
     assert not keys_in(af.s3, af.dst, f"archive/{af.src}/big/")
 

@@ -7,11 +7,10 @@ import os
 import random
 import time
 
-import boto3
 import pytest
 
 from faultproxy import Fault, FaultProxy, is_complete_upload, is_get, is_upload_part
-from helpers import keys_in, open_uploads, read_archive, seed
+from helpers import engine_clients, keys_in, open_uploads, read_archive, seed
 from tasks.archive import archive_prefix
 from tasks.config import ArchiveSpec, S3Url
 from tasks.errors import TransientError
@@ -25,10 +24,8 @@ def proxy(minio):
     p.stop()
 
 
-def clients_via(proxy, minio, **kw) -> S3Clients:
-    session = boto3.Session(aws_access_key_id=minio.access_key, aws_secret_access_key=minio.secret_key,
-                            region_name=minio.region)
-    return S3Clients.from_session(session, proxy.endpoint_url, **kw)
+def clients_via(proxy, minio, **config) -> S3Clients:
+    return engine_clients(minio, proxy.endpoint_url, **config)
 
 
 @pytest.fixture

@@ -12,24 +12,16 @@ import time
 import uuid
 from pathlib import Path
 
-import boto3
 import pytest
 
 from faultproxy import FaultProxy
-from helpers import ROOT, keys_in, open_uploads, put_exact_key, read_archive, run_json, seed
+from helpers import ROOT, engine_clients, keys_in, open_uploads, put_exact_key, read_archive, run_json, seed
 from tasks.archive import archive_prefix
 from tasks.config import ArchiveSpec, S3Url
 from tasks.manifest import iter_manifest, layout_for
-from tasks.s3 import S3Clients
 
 LONG_KEY = "p/" + "/".join(["seg-" + "é" * 60] * 8)  # non-ASCII, segments under NAME_MAX
 LONG_KEY = LONG_KEY + "x" * (1024 - len(LONG_KEY.encode()))
-
-
-def clients_for(server) -> S3Clients:
-    session = boto3.Session(aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,
-                            region_name=server.region)
-    return S3Clients.from_session(session, server.endpoint_url)
 
 
 def archive_and_extract(server, objects, tmp_path):
@@ -43,7 +35,7 @@ def archive_and_extract(server, objects, tmp_path):
         put_exact_key(server, src, key, body)
     assert sorted(keys_in(s3, src)) == sorted(objects)
     spec = ArchiveSpec(S3Url(src, "p/"), S3Url(dst, ""), storage_class="STANDARD", memory_budget=64 << 20)
-    clients = clients_for(server)
+    clients = engine_clients(server)
     archive_prefix(spec, clients)
     records = {r["key"]: r for r in iter_manifest(clients.control, layout_for(spec.source, spec.destination))
                if r["type"] == "object"}
@@ -119,8 +111,7 @@ def _listing_peak_rss(proxy, minio, count) -> tuple[int, int, float]:
     script = textwrap.dedent(f"""
         import json, time, boto3
         from tasks.listing import ListingFeed
-        from tasks.s3 import S3Clients
-        session = boto3.Session(aws_access_key_id={minio.access_key!r}, aws_secret_access_key={minio.secret_key!r},
+                session = boto3.Session(aws_access_key_id={minio.access_key!r}, aws_secret_access_key={minio.secret_key!r},
                                 region_name="us-east-1")
         clients = S3Clients.from_session(session, {proxy.endpoint_url!r})
         started = time.monotonic()

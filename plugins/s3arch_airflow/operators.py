@@ -78,23 +78,19 @@ class S3ArchivePrefixOperator(BaseOperator):
 
     def _clients(self):
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-        from airflow.sdk.exceptions import AirflowNotFoundException
 
         from tasks.errors import BadArgument
         from tasks.s3 import S3Clients
 
         hook = S3Hook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
-        if self.aws_conn_id:
-            # The provider quietly falls back to the default credential chain and AWS
-            # endpoint when the connection is missing; for an archiver that is a wrong
-            # account or endpoint, so a missing connection is a permanent error here.
-            try:
-                hook.get_connection(self.aws_conn_id)
-            except AirflowNotFoundException:
-                raise BadArgument(f"Airflow connection {self.aws_conn_id!r} does not exist",
-                                  hint="create it (Admin > Connections, type aws, endpoint_url in "
-                                       "the extra for MinIO) or set aws_conn_id=None for the "
-                                       "default AWS credential chain") from None
+        # The provider quietly falls back to the default credential chain and AWS endpoint
+        # when the connection is missing (its wrapper then carries no conn_id); for an
+        # archiver that is a wrong account or endpoint, so it is a permanent error here.
+        if self.aws_conn_id and hook.conn_config.conn_id != self.aws_conn_id:
+            raise BadArgument(f"Airflow connection {self.aws_conn_id!r} does not exist",
+                              hint="create it (Admin > Connections, type aws, endpoint_url in "
+                                   "the extra for MinIO) or set aws_conn_id=None for the "
+                                   "default AWS credential chain")
         session = hook.get_session(region_name=hook.conn_region_name)
         return S3Clients.from_session(session, hook.conn_config.get_service_endpoint_url("s3"))
 
@@ -111,7 +107,7 @@ class S3ArchivePrefixOperator(BaseOperator):
             except ArchiverError as exc:
                 self.log.error("%s: %s (%s)", prefix, exc,
                                "retryable" if exc.retryable else "permanent: no retry")
-                rows.append(_row(prefix, "failed", error=str(exc), retryable=exc.retryable))
+                rows.append(result_row(prefix, "failed", error=str(exc), retryable=exc.retryable))
                 failed.append((prefix, exc))
         context["ti"].xcom_push(key=ROWS_XCOM_KEY, value=rows)
         if failed:
@@ -144,10 +140,10 @@ class S3ArchivePrefixOperator(BaseOperator):
             if not self.allow_empty:
                 raise
             self.log.warning("%s", exc)
-            return _row(prefix, "empty")
+            return result_row(prefix, "empty")
         self.log.info("%s: %s, %d objects, %d -> %d bytes in %.1fs: %s", prefix, result.status,
                       result.objects, result.bytes_in, result.bytes_out, result.seconds, result.archive)
-        row = _row(prefix, result.status, objects=result.objects, bytes_in=result.bytes_in,
+        row = result_row(prefix, result.status, objects=result.objects, bytes_in=result.bytes_in,
                    bytes_out=result.bytes_out or result.estimated_bytes_out or 0,
                    seconds=round(result.seconds, 2), archive=result.archive,
                    manifest=result.manifest, deleted=result.deleted)
@@ -155,7 +151,8 @@ class S3ArchivePrefixOperator(BaseOperator):
         return row
 
 
-def _row(prefix: str, status: str, **values) -> dict:
+def result_row(prefix: str, status: str, **values) -> dict:
+    """One prefix's line in the task result and the report."""
     row = {"prefix": prefix, "status": status, "objects": 0, "bytes_in": 0, "bytes_out": 0,
            "ratio": 0.0, "seconds": 0.0, "archive": None, "manifest": None, "deleted": 0,
            "error": None, "retryable": None}

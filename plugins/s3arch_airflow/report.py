@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from s3arch_airflow.operators import result_row
 from tasks.progress import human_bytes
 
 COLUMNS = ("prefix", "status", "objects", "bytes_in", "bytes_out", "ratio", "seconds", "archive")
@@ -15,11 +16,10 @@ def collect_rows(planned: list[list[str]], pushed: list[list[dict]]) -> list[dic
     out = []
     for index, batch in enumerate(planned):
         for prefix in batch:
-            out.append(reported.get(prefix) or {
-                "prefix": prefix, "status": "failed", "objects": 0, "bytes_in": 0, "bytes_out": 0,
-                "ratio": 0.0, "seconds": 0.0, "archive": None, "manifest": None, "deleted": 0,
-                "error": f"no result from archive task map index {index}: it was killed, timed out "
-                         "or did not run; see its log", "retryable": True})
+            out.append(reported.get(prefix) or result_row(
+                prefix, "failed", retryable=True,
+                error=f"no result from archive task map index {index}: it was killed, timed out "
+                      "or did not run; see its log"))
     return out
 
 
