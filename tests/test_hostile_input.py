@@ -111,7 +111,8 @@ def _listing_peak_rss(proxy, minio, count) -> tuple[int, int, float]:
     script = textwrap.dedent(f"""
         import json, time, boto3
         from tasks.listing import ListingFeed
-                session = boto3.Session(aws_access_key_id={minio.access_key!r}, aws_secret_access_key={minio.secret_key!r},
+        from tasks.s3 import S3Clients
+        session = boto3.Session(aws_access_key_id={minio.access_key!r}, aws_secret_access_key={minio.secret_key!r},
                                 region_name="us-east-1")
         clients = S3Clients.from_session(session, {proxy.endpoint_url!r})
         started = time.monotonic()
