@@ -25,7 +25,7 @@ from .deletion import delete_archived_sources
 from .errors import (AccessDenied, ArchiverError, BadArgument, DestinationConflict, EmptyPrefix, IntegrityError)
 from .fetching import ByteBudget, Fetcher
 from .listing import ListingFeed, iter_pages
-from .manifest import (ArchiveLayout, ManifestWriter, layout_for, manifest_exists,
+from .manifest import (MANIFEST_PART_SIZE, ArchiveLayout, ManifestWriter, layout_for, manifest_exists,
                        read_header_and_summary)
 from .progress import Progress
 from .s3 import S3Clients, translate
@@ -76,14 +76,16 @@ def _plan_memory(spec: ArchiveSpec) -> tuple[int, int, int, int]:
 
     Measured multipliers, not wishes: a fetched byte is held twice while it is delivered
     (CRT's response buffer and the Python chunk), a part once in the upload buffer and once
-    in flight, and a block once raw and once compressed.
+    in flight, and a block once raw and once compressed; the manifest writer holds up to two
+    of its parts.
     """
     pending_blocks = spec.compress_threads + 2
     compress_mem = pending_blocks * spec.block_size * 2
     upload_inflight = max(1, min(8, (spec.memory_budget // 8) // spec.min_part_size - 1))
     upload_mem = 2 * (upload_inflight + 1) * spec.min_part_size
     gets = max(8, min(spec.concurrency, (spec.memory_budget // 4) // _PER_GET_OVERHEAD))
-    rest = spec.memory_budget - compress_mem - upload_mem - gets * _PER_GET_OVERHEAD
+    manifest_mem = 2 * MANIFEST_PART_SIZE
+    rest = spec.memory_budget - compress_mem - upload_mem - manifest_mem - gets * _PER_GET_OVERHEAD
     fetch = max(4 * MiB, rest // 3)
     return fetch, gets, upload_inflight, pending_blocks
 

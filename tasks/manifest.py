@@ -70,14 +70,19 @@ def _dumps(record: dict) -> bytes:
                       default=str).encode("utf-8", "surrogateescape") + b"\n"
 
 
+# S3's minimum part size, one part in flight: the manifest's share of the memory budget is
+# two parts (archive._plan_memory counts it), whatever the number of objects.
+MANIFEST_PART_SIZE = 5 << 20
+
+
 class ManifestWriter:
     """Streams records into a gzip JSON Lines object by multipart upload."""
 
     def __init__(self, control, layout: ArchiveLayout, header: dict, abort_event=None,
                  extra_args: dict | None = None):
         self._uploader = PartUploader(control, layout.bucket, layout.manifest_key,
-                                      storage_class="STANDARD", sizer=PartSizer(8 << 20),
-                                      max_inflight=2, extra_args=extra_args, abort_event=abort_event)
+                                      storage_class="STANDARD", sizer=PartSizer(MANIFEST_PART_SIZE),
+                                      max_inflight=1, extra_args=extra_args, abort_event=abort_event)
         self._z = zlib.compressobj(6, zlib.DEFLATED, 31)
         self._pending = bytearray()
         self.objects = 0
