@@ -84,6 +84,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
             overwrite="{{ params.overwrite }}",
             dry_run="{{ params.dry_run }}",
             delete_source=job.delete_source,
+            delete_versions=job.delete_versions,
             allow_empty=job.allow_empty,
             aws_conn_id=job.aws_conn_id,
             pool=job.pool,

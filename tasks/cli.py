@@ -1,7 +1,8 @@
-"""python -m tasks: archive | ls | cat | verify.
+"""s3arch (python -m tasks): archive | delete-sources | ls | cat | verify.
 
 Exit codes: 0 success (archived, skipped, dry run), 2 a permanent error (fix the input),
-3 a transient error that outlasted the retries (try again), 4 an empty source prefix.
+3 a retryable error (a fault that outlasted the retries, or another run of the same prefix
+at work: try again), 4 an empty source prefix.
 """
 
 from __future__ import annotations
@@ -17,13 +18,20 @@ from .progress import Progress, human_bytes
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m tasks", description=__doc__.split("\n")[0])
+    # The connection flags work before or after the subcommand. They are shared by the main
+    # parser and every subcommand and default to "absent", so neither overrides the other.
+    connection = argparse.ArgumentParser(add_help=False)
+    connection.add_argument("--endpoint-url", default=argparse.SUPPRESS,
+                            help="S3 endpoint (default: AWS_ENDPOINT_URL_S3, profile, AWS)")
+    connection.add_argument("--profile", default=argparse.SUPPRESS, help="AWS profile to use")
+    p = argparse.ArgumentParser(prog="s3arch", description=__doc__.split("\n")[0], parents=[connection])
     p.add_argument("--version", action="version", version=f"s3arch {__version__}")
-    p.add_argument("--endpoint-url", help="S3 endpoint (default: AWS_ENDPOINT_URL_S3, profile, AWS)")
-    p.add_argument("--profile", help="AWS profile to use")
     sub = p.add_subparsers(dest="command", required=True)
 
-    a = sub.add_parser("archive", help="pack a prefix into one compressed tar archive + manifest")
+    def command(name, **kwargs):
+        return sub.add_parser(name, parents=[connection], **kwargs)
+
+    a = command("archive", help="pack a prefix into one compressed tar archive + manifest")
     a.add_argument("source", help="s3://SRC_BUCKET/SRC_PREFIX/")
     a.add_argument("destination", help="s3://DEST_BUCKET/DEST_PREFIX/")
     a.add_argument("--storage-class", default="GLACIER",
@@ -32,21 +40,35 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--level", type=int, help="gzip (ISA-L) 0-3, default 1; zstd 1-19, default 3")
     a.add_argument("--memory-budget", default="256MiB", help="bound on buffered bytes (default 256MiB)")
     a.add_argument("--concurrency", type=int, default=128, help="GETs in flight (default 128)")
+    a.add_argument("--threads", type=int,
+                   help="compression threads (default: the CPUs this process may use, affinity and "
+                        "cgroup quota included; capped so their blocks fit a quarter of the budget)")
     a.add_argument("--overwrite", action="store_true", help="re-archive a prefix that is done")
     a.add_argument("--dry-run", action="store_true", help="list, count and estimate; write nothing")
     a.add_argument("--delete-source", action="store_true",
-                   help="after the archive verified, delete sources whose ETag still matches")
+                   help="after the archive verified, delete sources whose ETag still matches; on an "
+                        "archived prefix, finish a deletion an earlier run did not")
+    a.add_argument("--delete-versions", action="store_true",
+                   help="with --delete-source on a versioned bucket: delete the archived versions "
+                        "(frees the space) instead of adding delete markers")
     a.add_argument("--sse", choices=["AES256", "aws:kms"])
     a.add_argument("--sse-kms-key-id")
     a.add_argument("--json", action="store_true", help="print one JSON object at the end")
     a.add_argument("--quiet", action="store_true", help="no progress lines")
 
+    d = command("delete-sources", help="finish deleting the sources of an archived prefix "
+                                              "(only objects the manifest holds with an unchanged ETag)")
+    d.add_argument("archive", help="s3://DEST_BUCKET/... archive or manifest key")
+    d.add_argument("--versions", action="store_true",
+                   help="versioned bucket: delete the archived versions instead of adding delete markers")
+    d.add_argument("--json", action="store_true")
+
     for name, text in (("ls", "list the archived objects from the manifest"),
                        ("verify", "read the whole archive back and check it against the manifest")):
-        s = sub.add_parser(name, help=text)
+        s = command(name, help=text)
         s.add_argument("archive", help="s3://DEST_BUCKET/... archive or manifest key")
         s.add_argument("--json", action="store_true")
-    c = sub.add_parser("cat", help="write one archived object to stdout (one ranged GET)")
+    c = command("cat", help="write one archived object to stdout (one ranged GET)")
     c.add_argument("archive")
     c.add_argument("key")
     return p
@@ -72,7 +94,8 @@ def _clients(args):
 
     from .s3 import S3Clients
 
-    return S3Clients.from_session(boto3.Session(profile_name=args.profile), args.endpoint_url)
+    return S3Clients.from_session(boto3.Session(profile_name=getattr(args, "profile", None)),
+                                  getattr(args, "endpoint_url", None))
 
 
 def _run(args) -> int:
@@ -82,6 +105,8 @@ def _run(args) -> int:
         return _archive(args)
     clients = _clients(args)
     layout = layout_from_url(S3Url.parse(args.archive))
+    if args.command == "delete-sources":
+        return _delete_sources(args, clients, layout)
     if args.command == "ls":
         from .reading import list_members
 
@@ -118,7 +143,8 @@ def _archive(args) -> int:
         storage_class=args.storage_class, codec=args.codec, level=args.level,
         memory_budget=parse_size(args.memory_budget), concurrency=args.concurrency,
         overwrite=args.overwrite, dry_run=args.dry_run, delete_source=args.delete_source,
-        sse=args.sse, sse_kms_key_id=args.sse_kms_key_id)
+        delete_versions=args.delete_versions, sse=args.sse, sse_kms_key_id=args.sse_kms_key_id,
+        **({"compress_threads": args.threads} if args.threads else {}))
     show = not (args.json or args.quiet)
     progress = Progress((lambda s: print(s.line(), file=sys.stderr, flush=True)) if show else None,
                         interval=2.0)
@@ -129,6 +155,8 @@ def _archive(args) -> int:
     if result.status == "skipped":
         print(f"skipped: {result.source} is already archived at {result.archive} "
               f"(manifest {result.manifest}); --overwrite re-archives it")
+        if result.deletion:
+            print(_deletion_line(result))
     elif result.status == "dry_run":
         print(f"dry run: {result.objects:,} objects, {human_bytes(result.bytes_in)} under {result.source}; "
               f"archive would be about {human_bytes(result.estimated_bytes_out or 0)} at {result.archive}")
@@ -139,5 +167,44 @@ def _archive(args) -> int:
               f"({result.objects / max(result.seconds, 1e-9):,.0f} obj/s, {human_bytes(rate)}/s)\n"
               f"  archive:  {result.archive} [{result.storage_class}]\n"
               f"  manifest: {result.manifest}"
-              + (f"\n  deleted {result.deleted:,} source objects" if args.delete_source else ""))
+              + (f"\n  {_deletion_line(result)}" if result.deletion else ""))
+    for note in result.notes:
+        print(f"note: {note}")
     return 0
+
+
+def _deletion_line(result) -> str:
+    d = result.deletion
+    kept = f"; kept {d['kept_changed']:,} rewritten since archiving" if d["kept_changed"] else ""
+    return f"source deletion finished: deleted {d['deleted']:,} archived objects{kept}"
+
+
+def _delete_sources(args, clients, layout) -> int:
+    from .archive import delete_sources
+    from .commit import read_committed
+
+    committed = read_committed(clients.control, layout)
+    if committed is None:
+        from .errors import BadArgument
+
+        raise BadArgument(f"{layout.manifest_url} does not exist: nothing is archived there, so "
+                          "nothing may be deleted", hint="give the archive or manifest URL `s3arch ls` accepts")
+    source = committed.header["source"]
+    destination = S3Url(layout.bucket, _destination_prefix(layout.stem, source))
+    spec = ArchiveSpec(source=S3Url(source["bucket"], source["prefix"]), destination=destination,
+                       codec=committed.header["codec"], storage_class=committed.summary["storage_class"],
+                       delete_source=True, delete_versions=args.versions)
+    result = delete_sources(spec, clients)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(_deletion_line(result))
+        for note in result.notes:
+            print(f"note: {note}")
+    return 0
+
+
+def _destination_prefix(stem: str, source: dict) -> str:
+    """The destination prefix that ``layout_for`` turned into ``stem`` for this source."""
+    tail = f"{source['bucket']}/{source['prefix'].rstrip('/') or '_bucket'}"
+    return stem[: -len(tail)]

@@ -15,6 +15,37 @@ LEVEL_RANGE = {"gzip": (0, 3), "zstd": (1, 19)}
 MiB = 1 << 20
 GiB = 1 << 30
 
+def available_cpus() -> int:
+    """CPUs this process may actually use: its affinity mask, and the cgroup CPU quota a
+    container runs under (a 2-CPU pod on a 64-core node gets 2, not 64)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    if quota is not None:
+        cpus = min(cpus, max(1, int(quota + 0.999)))
+    return max(1, cpus)
+
+
+def _cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
+    """CPUs' worth of quota from cgroup v2 (cpu.max) or v1 (cfs quota/period), if limited."""
+    try:
+        with open(f"{root}/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(f"{root}/cpu/cpu.cfs_quota_us") as f:
+            quota = int(f.read())
+        with open(f"{root}/cpu/cpu.cfs_period_us") as f:
+            period = int(f.read())
+        return None if quota <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
+
+
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 10**6, "mb": 10**6,
                "mib": MiB, "g": 10**9, "gb": 10**9, "gib": GiB}
 
@@ -70,7 +101,10 @@ class ArchiveSpec:
     min_part_size: int = 0  # 0: derived from the memory budget (5-8 MiB)
     large_object_chunk: int = 8 * MiB
     stall_timeout: float = 60.0  # seconds a GET may go without receiving a byte
-    compress_threads: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
+    compress_threads: int = field(default_factory=lambda: available_cpus())
+    delete_versions: bool = False  # versioned source: delete the archived versions, not just hide them
+    lease_ttl: float = 180.0  # seconds without renewal after which another run may take the prefix
+    part_growth_every: int = 1000  # parts per doubling of the part size while the total is unknown
 
     def __post_init__(self):
         if self.storage_class not in STORAGE_CLASSES:
@@ -96,6 +130,20 @@ class ArchiveSpec:
             object.__setattr__(self, "min_part_size", max(5 * MiB, min(8 * MiB, self.memory_budget // 16)))
         if self.delete_source and self.dry_run:
             raise BadArgument("--delete-source and --dry-run contradict each other")
+        if self.delete_versions and not self.delete_source:
+            raise BadArgument("--delete-versions needs --delete-source")
+        if self.compress_threads < 1:
+            raise BadArgument("compression threads must be at least 1")
+
+    @property
+    def encryption_args(self) -> dict:
+        """Server-side encryption for every object the run writes (archive and manifest)."""
+        args = {}
+        if self.sse:
+            args["ServerSideEncryption"] = self.sse
+        if self.sse_kms_key_id:
+            args["SSEKMSKeyId"] = self.sse_kms_key_id
+        return args
 
     @property
     def effective_level(self) -> int:

@@ -1,47 +1,194 @@
-"""Opt-in deletion of archived sources, after the archive and manifest are committed.
+"""Opt-in deletion of archived sources, only after the archive and manifest are committed.
 
-The current listing and the manifest are both in key order, so one merge pass pairs them
-without holding either in memory. Only objects whose ETag still equals the archived one are
-deleted: an object rewritten since it was archived stays.
+Resumable: every pass lists the source again and pairs it with the manifest (both in key
+order, so one merge pass pairs them without holding either in memory). An object is deleted
+only if its current ETag equals the archived one, so a pass that was killed, denied or timed
+out is finished by the next one, and a finished deletion re-run deletes nothing.
+
+Conditional, so an object rewritten after it was listed here survives:
+- where the endpoint honours the ETag in DeleteObjects (S3 does), each key is sent with its
+  archived ETag and S3 itself refuses to delete a changed object;
+- where it ignores it (MinIO does, measured here), each batch is re-checked with
+  ``HeadObject If-Match`` immediately before the DeleteObjects that carries it. The window
+  left is between that HEAD and the delete (docs/RELIABILITY.md).
+Which of the two applies is found out once per pass with a scratch object in the destination.
+
+Versioned buckets: a plain delete only adds a delete marker; the archived version stays and
+is still billed. ``versions=True`` deletes the archived versions themselves (each version
+whose ETag equals the archived one), which frees the space and is safe against rewrites by
+construction: a newer version is another version id and is never named.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Iterator
+
 from .config import S3Url
-from .errors import IntegrityError
-from .listing import iter_pages
+from .errors import ArchiverError, SourceDeletionFailed, error_for, status_of, translate
 from .manifest import ArchiveLayout, iter_manifest
-from .s3 import translate
+
+BATCH = 1000
+_WRONG_ETAG = '"00000000000000000000000000000000"'
 
 
-def delete_archived_sources(control, source: S3Url, layout: ArchiveLayout) -> int:
-    archived = (r for r in iter_manifest(control, layout) if r["type"] == "object")
-    current = (o for page in iter_pages(control, source.bucket, source.key) for o in page)
-    batch: list[str] = []
-    deleted = 0
+@dataclass
+class DeletionResult:
+    deleted: int = 0        # objects deleted (versions deleted, with versions=True)
+    kept_changed: int = 0   # archived keys whose current content differs: kept
+    versioned: bool = False  # the source bucket keeps versions
+    method: str = ""        # "etag" (conditional DeleteObjects), "recheck" (HEAD If-Match), "versions"
+
+    @property
+    def note(self) -> str:
+        if self.versioned and self.method != "versions":
+            return ("the source bucket is versioned: deletion added delete markers and freed no "
+                    "space; --delete-versions deletes the archived versions")
+        return ""
+
+
+def delete_archived_sources(control, source: S3Url, layout: ArchiveLayout, *,
+                            versions: bool = False) -> DeletionResult:
+    result = DeletionResult(versioned=_is_versioned(control, source.bucket))
+    try:
+        if versions and result.versioned:
+            result.method = "versions"
+            _delete_versions(control, source, layout, result)
+        else:
+            result.method = "etag" if _endpoint_honours_etag(control, layout) else "recheck"
+            _delete_current(control, source, layout, result)
+    except ArchiverError as exc:
+        raise SourceDeletionFailed(
+            f"deleted {result.deleted:,} archived source objects under {source}, then stopped",
+            cause=exc, hint="the archive is committed and verified; re-run with --delete-source "
+                            f"or `s3arch delete-sources s3://{layout.bucket}/{layout.manifest_key}` "
+                            "to finish the deletion") from exc
+    return result
+
+
+def _archived(control, layout: ArchiveLayout) -> Iterator[dict]:
+    return (r for r in iter_manifest(control, layout) if r["type"] == "object")
+
+
+def _delete_current(control, source: S3Url, layout: ArchiveLayout, result: DeletionResult) -> None:
+    from .listing import iter_pages
+
+    archived = _archived(control, layout)
     record = next(archived, None)
-    for obj in current:
-        while record is not None and record["key"] < obj.key:
-            record = next(archived, None)
-        if record is not None and record["key"] == obj.key and record["etag"] == obj.etag:
-            batch.append(obj.key)
-            if len(batch) == 1000:
-                deleted += _delete(control, source.bucket, batch)
+    batch: list[tuple[str, str]] = []
+    for page in iter_pages(control, source.bucket, source.key):
+        for obj in page:
+            while record is not None and record["key"] < obj.key:
+                record = next(archived, None)
+            if record is not None and record["key"] == obj.key:
+                if record["etag"] == obj.etag:
+                    batch.append((obj.key, obj.etag))
+                else:
+                    result.kept_changed += 1
+            if len(batch) == BATCH:
+                _delete_batch(control, source.bucket, batch, result)
                 batch = []
     if batch:
-        deleted += _delete(control, source.bucket, batch)
-    return deleted
+        _delete_batch(control, source.bucket, batch, result)
 
 
-def _delete(control, bucket: str, batch: list[str]) -> int:
+def _delete_batch(control, bucket: str, batch: list[tuple[str, str]], result: DeletionResult) -> None:
+    if result.method == "recheck":
+        unchanged = _still_unchanged(control, bucket, batch)
+        result.kept_changed += len(batch) - len(unchanged)
+        batch = unchanged
+    if batch:
+        _send(control, bucket, [{"Key": k, "ETag": etag} for k, etag in batch], result)
+
+
+def _still_unchanged(control, bucket: str, batch: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    def unchanged(item: tuple[str, str]) -> bool:
+        key, etag = item
+        try:
+            control.head_object(Bucket=bucket, Key=key, IfMatch=etag)
+            return True
+        except Exception as exc:  # noqa: BLE001
+            if status_of(exc) in (404, 412):
+                return False  # gone, or rewritten since it was archived: keep (or nothing to do)
+            raise translate(exc, f"re-check s3://{bucket}/{key} before deleting it", "source") from exc
+
+    with ThreadPoolExecutor(16, thread_name_prefix="s3arch-recheck") as pool:
+        keep = list(pool.map(unchanged, batch))
+    return [item for item, ok in zip(batch, keep) if ok]
+
+
+def _send(control, bucket: str, objects: list[dict], result: DeletionResult) -> None:
     try:
-        resp = control.delete_objects(
-            Bucket=bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True})
+        response = control.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
     except Exception as exc:  # noqa: BLE001
-        raise translate(exc, f"delete archived sources in s3://{bucket}") from exc
-    errors = resp.get("Errors", [])
-    if errors:
-        first = errors[0]
-        raise IntegrityError(f"{len(errors)} source objects could not be deleted, first "
-                             f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}")
-    return len(batch)
+        raise translate(exc, f"delete archived sources in s3://{bucket}", "bucket") from exc
+    failed = 0
+    first: ArchiverError | None = None
+    for error in response.get("Errors", []):
+        if error.get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+            result.kept_changed += 1  # S3 refused: rewritten since it was archived
+        elif error.get("Code") == "NoSuchKey":
+            pass  # already gone
+        else:
+            failed += 1
+            first = first or error_for(error.get("Code", ""), None, error.get("Message", ""),
+                                       what=f"delete s3://{bucket}/{error.get('Key')}", subject="source")
+    result.deleted += len(objects) - len(response.get("Errors", []))
+    if first is not None:
+        first.add_note(f"{failed} of {len(objects)} objects in that batch were not deleted")
+        raise first
+
+
+def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: DeletionResult) -> None:
+    archived = _archived(control, layout)
+    record = next(archived, None)
+    batch: list[dict] = []
+    paginator = control.get_paginator("list_object_versions")
+    try:
+        pages = iter(paginator.paginate(Bucket=source.bucket, Prefix=source.key))
+        for page in pages:
+            for version in page.get("Versions", []):
+                while record is not None and record["key"] < version["Key"]:
+                    record = next(archived, None)
+                if record is not None and record["key"] == version["Key"] and record["etag"] == version["ETag"]:
+                    batch.append({"Key": version["Key"], "VersionId": version["VersionId"]})
+                if len(batch) == BATCH:
+                    _send(control, source.bucket, batch, result)
+                    batch = []
+    except ArchiverError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise translate(exc, f"list versions under {source}", "bucket") from exc
+    if batch:
+        _send(control, source.bucket, batch, result)
+
+
+def _is_versioned(control, bucket: str) -> bool:
+    try:
+        return control.get_bucket_versioning(Bucket=bucket).get("Status") in ("Enabled", "Suspended")
+    except Exception as exc:  # noqa: BLE001
+        if status_of(exc) == 403:
+            return False  # may not ask; deletion still works, the note cannot be given
+        raise translate(exc, f"read the versioning state of s3://{bucket}", "bucket") from exc
+
+
+def _endpoint_honours_etag(control, layout: ArchiveLayout) -> bool:
+    """Delete a scratch object with a wrong ETag: if it survives, the endpoint checks ETags."""
+    bucket, key = layout.bucket, layout.probe_key
+    try:
+        control.put_object(Bucket=bucket, Key=key, Body=b"probe: does this endpoint honour ETags in DeleteObjects?")
+        control.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": key, "ETag": _WRONG_ETAG}],
+                                                      "Quiet": True})
+        try:
+            control.head_object(Bucket=bucket, Key=key)
+            survived = True
+        except Exception as exc:  # noqa: BLE001
+            if status_of(exc) != 404:
+                raise
+            survived = False
+        if survived:
+            control.delete_object(Bucket=bucket, Key=key)
+        return survived
+    except Exception as exc:  # noqa: BLE001
+        raise translate(exc, f"probe conditional deletes with s3://{bucket}/{key}", "bucket") from exc

@@ -1,22 +1,28 @@
-"""Typed errors of the engine.
+"""Typed errors of the engine, and the one table that classifies S3's answers into them.
 
 Every error the engine raises on purpose is an ``ArchiverError``. ``retryable`` tells a
 scheduler (the Airflow layer) whether another try can help: throttling, 5xx and network
 faults are already retried with backoff inside the engine, so what escapes as retryable is
-a fault that outlasted those retries; everything else needs a person to change something,
-and the message says what.
+a fault that outlasted those retries, or a race another try resolves; everything else needs a
+person to change something, and the message says what. The exit code follows from
+``retryable`` (3 retry later, 2 fix something), so the CLI and Airflow never disagree.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 
 class ArchiverError(Exception):
     retryable = False
-    exit_code = 2
 
     def __init__(self, message: str, *, hint: str | None = None):
         self.hint = hint
         super().__init__(message if not hint else f"{message} ({hint})")
+
+    @property
+    def exit_code(self) -> int:
+        return 3 if self.retryable else 2
 
 
 class BadArgument(ArchiverError):
@@ -27,12 +33,26 @@ class BucketMissing(ArchiverError):
     """The named bucket does not exist (or is in another account)."""
 
 
+class ObjectMissing(ArchiverError):
+    """An object the engine expected (an archive, a manifest) is not there."""
+
+
 class AccessDenied(ArchiverError):
     """The credentials may not do what was asked."""
 
 
 class BadCredentials(ArchiverError):
     """The access key or signature is not accepted."""
+
+
+class CredentialsExpired(ArchiverError):
+    """Temporary credentials expired mid-run; a new try gets fresh ones."""
+
+    retryable = True
+
+
+class ClockSkewed(ArchiverError):
+    """The machine's clock is too far from S3's for signatures to be accepted."""
 
 
 class StorageClassRejected(ArchiverError):
@@ -60,20 +80,178 @@ class DestinationConflict(ArchiverError):
     """The destination already holds something this run must not replace."""
 
 
+class ConcurrentRun(ArchiverError):
+    """Another run of the same prefix holds it (or took it over); this run committed nothing.
+
+    Retryable: the next try finds that run's result (and skips) or its lease expired.
+    """
+
+    retryable = True
+
+
+class UploadLost(ArchiverError):
+    """A multipart upload of this run was aborted by someone else."""
+
+    retryable = True
+
+
 class IntegrityError(ArchiverError):
     """What S3 stored (or returned) differs from what was written (or listed)."""
 
     retryable = True
 
 
+class ArchiveDamaged(ArchiverError):
+    """A committed prefix whose archive object is missing or differs from its manifest.
+
+    Not retryable: a re-run would only find the same damage; a person decides (see hint).
+    """
+
+
+class SourceDeletionFailed(ArchiverError):
+    """The archive is committed, but deleting its sources stopped part way.
+
+    Retryable as its cause is: a re-run with --delete-source (or ``delete-sources``) resumes
+    the deletion only, it never re-archives.
+    """
+
+    def __init__(self, message: str, *, cause: ArchiverError | None = None, hint: str | None = None):
+        self.cause = cause
+        self.retryable = cause.retryable if cause is not None else True
+        super().__init__(message if cause is None else f"{message}: {cause}", hint=hint)
+
+
 class TransientError(ArchiverError):
     """Throttling, 5xx or network faults that outlasted the engine's own retries."""
 
     retryable = True
-    exit_code = 3
 
 
 class EmptyPrefix(ArchiverError):
     """The source prefix holds no objects; nothing was written."""
 
-    exit_code = 4
+    @property
+    def exit_code(self) -> int:
+        return 4
+
+
+# What a 404 or 412 means depends on what was asked for, never on the words in a name:
+# a missing key of a listed source object means the source changed under the run, a
+# missing key of an archive means the archive is gone, and so on.
+Subject = Literal["bucket", "source", "object", "upload", "commit"]
+
+_RETRY_LATER = "retried with backoff and still failing; try again later"
+
+# code -> (error class, what happened, how to fix it). One table for both planes.
+_BY_CODE: dict[str, tuple[type[ArchiverError], str, str | None]] = {
+    "NoSuchBucket": (BucketMissing, "bucket does not exist",
+                     "check the bucket name and the account/endpoint you point at"),
+    "NoSuchUpload": (UploadLost, "the multipart upload was aborted under this run",
+                     "another run of this prefix took it over, or a lifecycle rule aborted it; "
+                     "the next try starts clean"),
+    "InvalidObjectState": (ArchivedObjectNotReadable,
+                           "object is in an archive storage class and not restored",
+                           "restore it first (S3 RestoreObject, e.g. `aws s3api restore-object`), "
+                           "wait until HeadObject shows ongoing-request=\"false\", then retry"),
+    "InvalidStorageClass": (StorageClassRejected, "the endpoint rejects this storage class",
+                            "pick one it supports with --storage-class (MinIO accepts only STANDARD)"),
+    "ExpiredToken": (CredentialsExpired, "temporary credentials expired",
+                     "retried with fresh credentials; if it persists, check the role's session duration"),
+    "TokenRefreshRequired": (CredentialsExpired, "temporary credentials need a refresh",
+                             "retried with fresh credentials"),
+    "RequestTimeTooSkewed": (ClockSkewed, "this machine's clock differs too much from S3's",
+                             "synchronise the clock (NTP/chrony) and retry"),
+    "InvalidAccessKeyId": (BadCredentials, "credentials rejected (InvalidAccessKeyId)",
+                           "check the access key, secret and session token in use"),
+    "SignatureDoesNotMatch": (BadCredentials, "credentials rejected (SignatureDoesNotMatch)",
+                              "check the access key, secret and session token in use"),
+    "InvalidToken": (BadCredentials, "credentials rejected (InvalidToken)",
+                     "check the access key, secret and session token in use"),
+    "AccessDenied": (AccessDenied, "access denied (AccessDenied)",
+                     "grant the caller the needed s3: permission on this bucket"),
+    "AllAccessDisabled": (AccessDenied, "access denied (AllAccessDisabled)",
+                          "grant the caller the needed s3: permission on this bucket"),
+    "AccountProblem": (AccessDenied, "access denied (AccountProblem)",
+                       "grant the caller the needed s3: permission on this bucket"),
+    "PermanentRedirect": (WrongRegion, "bucket is in another region (PermanentRedirect)",
+                          "set AWS_REGION / the connection's region_name to the bucket's region"),
+    "AuthorizationHeaderMalformed": (WrongRegion, "bucket is in another region (AuthorizationHeaderMalformed)",
+                                     "set AWS_REGION / the connection's region_name to the bucket's region"),
+    "IllegalLocationConstraintException": (WrongRegion, "bucket is in another region",
+                                           "set AWS_REGION / the connection's region_name to the bucket's region"),
+}
+for _code in ("InvalidArgument", "InvalidRequest", "InvalidBucketName", "KeyTooLongError",
+              "EntityTooLarge", "EntityTooSmall", "InvalidPart", "InvalidPartOrder", "MalformedXML",
+              "NotImplemented", "KMS.NotFoundException", "KMS.DisabledException",
+              "InvalidEncryptionAlgorithmError"):
+    _BY_CODE[_code] = (BadArgument, _code, None)
+
+# Bodyless answers (HEAD) carry only a status; what it means depends on the subject.
+_BY_STATUS: dict[tuple[int, str], tuple[type[ArchiverError], str, str | None]] = {
+    (404, "bucket"): _BY_CODE["NoSuchBucket"],
+    (404, "source"): (SourceChanged, "object vanished after it was listed; nothing was committed",
+                      "re-run once writers to this prefix have finished"),
+    (404, "object"): (ObjectMissing, "not found", "check the key; `s3arch ls` lists what an archive holds"),
+    (404, "upload"): _BY_CODE["NoSuchUpload"],
+    (404, "commit"): _BY_CODE["NoSuchUpload"],
+    (412, "source"): (SourceChanged, "object changed after it was listed; nothing was committed",
+                      "re-run once writers to this prefix have finished"),
+    (412, "commit"): (ConcurrentRun, "another run wrote this destination while this one ran; "
+                      "this run committed nothing", "re-run: it finds that run's archive and skips"),
+    (403, "*"): _BY_CODE["AccessDenied"],
+    (301, "*"): _BY_CODE["PermanentRedirect"],
+}
+
+
+def error_for(code: str, status: int | None, message: str, *, what: str,
+              subject: Subject = "object") -> ArchiverError:
+    """Turn an S3 answer (error code and/or HTTP status) into the engine's typed error."""
+    code = code or ""
+    entry = None
+    if code == "NoSuchKey":
+        entry = _BY_STATUS[(404, subject if subject != "bucket" else "object")]
+    elif code == "PreconditionFailed":
+        entry = _BY_STATUS.get((412, subject), _BY_STATUS[(412, "source")])
+    elif code in _BY_CODE:
+        entry = _BY_CODE[code]
+    elif status is not None:
+        entry = _BY_STATUS.get((status, subject)) or _BY_STATUS.get((status, "*"))
+        if entry is None and status == 404:
+            entry = _BY_STATUS[(404, "object")]
+        if entry is None and status == 412:
+            entry = _BY_STATUS[(412, "source")]
+    if entry is None:
+        return TransientError(f"{what}: {code or status or 'error'}: {message}".rstrip(": "),
+                              hint=_RETRY_LATER)
+    cls, text, hint = entry
+    if cls is BadArgument:
+        text = f"{code}: {message}"
+    return cls(f"{what}: {text}", hint=hint)
+
+
+def translate(exc: BaseException, what: str, subject: Subject = "object") -> ArchiverError:
+    """Any exception from boto3/botocore (or the engine) as a typed error."""
+    from botocore.exceptions import (BotoCoreError, ClientError, ConnectionError as BotoConnectionError,
+                                     NoCredentialsError)
+
+    if isinstance(exc, ArchiverError):
+        return exc
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        code = err.get("Code", "")
+        if code.isdigit():  # HEAD responses carry no body, only the status
+            status, code = int(code), ""
+        return error_for(code, status, err.get("Message", ""), what=what, subject=subject)
+    if isinstance(exc, NoCredentialsError):
+        return BadCredentials(f"{what}: no AWS credentials found",
+                              hint="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or the Airflow connection")
+    if isinstance(exc, (BotoConnectionError, BotoCoreError, OSError)):
+        return TransientError(f"{what}: {exc}", hint=_RETRY_LATER)
+    return TransientError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status of a botocore ClientError, else None."""
+    response = getattr(exc, "response", None) or {}
+    return response.get("ResponseMetadata", {}).get("HTTPStatusCode")

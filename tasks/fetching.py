@@ -204,7 +204,7 @@ class Fetcher:
         self.gets += 1
         piece.active = time.monotonic()
         entry = self._inflight[seq] = _InFlight(piece)
-        request = self.data.get(self.bucket, piece.obj.key, etag=piece.obj.etag,
+        request = self.data.get(piece.obj.key, etag=piece.obj.etag,
                                 byte_range=byte_range, on_body=on_body, on_done=on_done)
         if self._inflight.get(seq) is entry:  # not already done on CRT's thread
             entry.request = request

@@ -39,6 +39,7 @@ class ArchiveJob:
     retries: int = 3
     retry_delay_seconds: int = 60
     delete_source: bool = False
+    delete_versions: bool = False
     allow_empty: bool = False
     description: str = ""
 
@@ -63,7 +64,8 @@ class ArchiveJob:
         return ArchiveSpec(source=S3Url(self.source.bucket, prefix), destination=self.destination,
                            storage_class=self.storage_class, codec=self.codec, level=self.level,
                            memory_budget=self.memory_budget, overwrite=overwrite, dry_run=dry_run,
-                           delete_source=self.delete_source and not dry_run)
+                           delete_source=self.delete_source and not dry_run,
+                           delete_versions=self.delete_versions and self.delete_source and not dry_run)
 
     @property
     def newest_allowed(self) -> date:

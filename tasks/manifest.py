@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .config import S3Url
-from .errors import BadArgument, IntegrityError
-from .s3 import translate
+from .errors import ArchiverError, BadArgument, IntegrityError, status_of, translate
 from .upload import PartSizer, PartUploader, UploadResult
 
 FORMAT_NAME = "s3arch-manifest"
@@ -40,6 +39,16 @@ class ArchiveLayout:
     @property
     def manifest_url(self) -> str:
         return f"s3://{self.bucket}/{self.manifest_key}"
+
+    @property
+    def lease_key(self) -> str:
+        """The lease object a run holds while it writes this archive (tasks/lease.py)."""
+        return self.stem + ".lease.json"
+
+    @property
+    def probe_key(self) -> str:
+        """A scratch object for finding out whether the endpoint honours conditional deletes."""
+        return self.stem + ".delete-probe"
 
 
 def layout_for(source: S3Url, destination: S3Url) -> ArchiveLayout:
@@ -71,8 +80,9 @@ def _dumps(record: dict) -> bytes:
 
 
 # S3's minimum part size, one part in flight: the manifest's share of the memory budget is
-# two parts (archive._plan_memory counts it), whatever the number of objects.
+# two parts (pipeline.MemoryPlan counts it), whatever the number of objects.
 MANIFEST_PART_SIZE = 5 << 20
+MANIFEST_MEMORY = 2 * MANIFEST_PART_SIZE
 
 
 class ManifestWriter:
@@ -82,7 +92,8 @@ class ManifestWriter:
                  extra_args: dict | None = None):
         self._uploader = PartUploader(control, layout.bucket, layout.manifest_key,
                                       storage_class="STANDARD", sizer=PartSizer(MANIFEST_PART_SIZE),
-                                      max_inflight=1, extra_args=extra_args, abort_event=abort_event)
+                                      memory=MANIFEST_MEMORY, threads=1, extra_args=extra_args,
+                                      abort_event=abort_event)
         self._z = zlib.compressobj(6, zlib.DEFLATED, 31)
         self._pending = bytearray()
         self.objects = 0
@@ -99,13 +110,15 @@ class ManifestWriter:
         self.write(record)
 
     def complete(self, summary: dict) -> UploadResult:
+        """Write the summary and complete the manifest, only if no manifest exists: of two
+        runs that both got this far, one commits and the other fails as ConcurrentRun."""
         self.write({"type": "summary", **summary})
         self._uploader.write(self._z.compress(self._pending) + self._z.flush())
         self._pending.clear()
-        return self._uploader.complete()
+        return self._uploader.complete(if_none_match=True)
 
-    def abort(self) -> None:
-        self._uploader.abort()
+    def abort(self) -> ArchiverError | None:
+        return self._uploader.abort()
 
     @property
     def url(self) -> str:
@@ -118,7 +131,7 @@ def iter_manifest(control, layout: ArchiveLayout) -> Iterator[dict]:
     try:
         body = control.get_object(Bucket=layout.bucket, Key=layout.manifest_key)["Body"]
     except Exception as exc:  # noqa: BLE001
-        raise translate(exc, what + " (object)") from exc
+        raise translate(exc, what) from exc
     z = zlib.decompressobj(31)
     tail = b""
     last_type = None
@@ -148,10 +161,9 @@ def manifest_exists(control, layout: ArchiveLayout) -> bool:
         control.head_object(Bucket=layout.bucket, Key=layout.manifest_key)
         return True
     except Exception as exc:  # noqa: BLE001
-        err = translate(exc, f"check manifest {layout.manifest_url} (object)")
-        if getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+        if status_of(exc) == 404:
             return False
-        raise err from exc
+        raise translate(exc, f"check manifest {layout.manifest_url}") from exc
 
 
 def read_header_and_summary(control, layout: ArchiveLayout) -> tuple[dict, dict]:

@@ -16,8 +16,7 @@ from typing import Callable
 
 from awscrt import checksums
 
-from .errors import IntegrityError
-from .s3 import translate
+from .errors import ArchiverError, BadArgument, IntegrityError, translate
 
 MAX_PARTS = 10_000
 MIN_PART = 5 << 20
@@ -27,22 +26,43 @@ class PartSizer:
     """Chooses each part's size from what is known when it is cut.
 
     While the listing is still running the total is unknown, so sizes follow a schedule that
-    doubles every 1,000 parts (10,000 parts of it exceed S3's 5 TiB object limit). Once the
-    listing has finished, ``total_bound()`` (an upper bound of the bytes still to come, from
-    the listed sizes) fixes the size that fits the rest into the parts that remain.
+    doubles every ``growth_every`` parts (1,000 by default), but never past ``max_part``, the
+    largest part the memory plan holds. Once the listing has finished, ``total_bound()`` (an
+    upper bound of the bytes still to come, from the listed sizes) fixes the size that fits the
+    rest into the parts that remain. A stream that cannot fit 10,000 parts of ``max_part``
+    fails as soon as the listing shows it (``check_capacity``), not after terabytes.
     """
 
-    def __init__(self, min_part: int, total_bound: Callable[[], int | None] = lambda: None):
+    def __init__(self, min_part: int, total_bound: Callable[[], int | None] = lambda: None, *,
+                 max_part: int | None = None, growth_every: int = 1000):
         self.min_part = max(MIN_PART, min_part)
+        self.max_part = max(self.min_part, max_part or (5 << 30))
         self.total_bound = total_bound
+        self.growth_every = growth_every
+
+    @property
+    def capacity(self) -> int:
+        return (MAX_PARTS - _PART_HEADROOM) * self.max_part
+
+    def check_capacity(self, bound: int) -> None:
+        if bound > self.capacity:
+            need = -(-bound // (MAX_PARTS - _PART_HEADROOM))
+            raise BadArgument(
+                f"the prefix needs about {bound / (1 << 30):,.1f} GiB of archive, more than 10,000 "
+                f"parts of {self.max_part >> 20} MiB (the largest part this memory budget holds)",
+                hint=f"raise --memory-budget to at least {max(64, 4 * -(-need // (1 << 20)))}MiB")
 
     def next_size(self, parts_done: int, bytes_done: int) -> int:
         bound = self.total_bound()
         if bound is None:
-            return self.min_part << (parts_done // 1000)
-        remaining_parts = MAX_PARTS - 100 - parts_done  # headroom for estimate error
+            return min(self.max_part, self.min_part << (parts_done // self.growth_every))
+        self.check_capacity(bound)
+        remaining_parts = MAX_PARTS - _PART_HEADROOM - parts_done
         need = -(-max(0, bound - bytes_done) // max(1, remaining_parts))
-        return max(self.min_part, need)
+        return min(self.max_part, max(self.min_part, need))
+
+
+_PART_HEADROOM = 100  # parts kept back for the estimate's error (gzip can grow random data)
 
 
 @dataclass(slots=True)
@@ -65,19 +85,21 @@ class UploadResult:
 class PartUploader:
     """Write a stream into one S3 object by multipart upload.
 
-    ``write`` buffers into the current part and hands full parts to a thread pool; it blocks
-    while ``max_inflight`` parts are uploading, which bounds memory to about
-    (max_inflight + 1) x part size.
+    ``write`` buffers into the current part and hands full parts to a thread pool. Memory is
+    bounded in bytes, whatever the part size grows to: ``write`` blocks while the parts in
+    flight plus the part being filled would exceed ``memory``, though one part is always let
+    through so the stream cannot deadlock.
     """
 
     def __init__(self, control, bucket: str, key: str, *, storage_class: str = "STANDARD",
-                 sizer: PartSizer | None = None, max_inflight: int = 4, extra_args: dict | None = None,
-                 abort_event: threading.Event | None = None):
+                 sizer: PartSizer | None = None, memory: int = 32 << 20, threads: int = 4,
+                 extra_args: dict | None = None, abort_event: threading.Event | None = None):
         self.control = control
         self.bucket = bucket
         self.key = key
         self.storage_class = storage_class
         self.sizer = sizer or PartSizer(8 << 20)
+        self.memory = memory
         self.extra_args = extra_args or {}
         self.upload_id: str | None = None
         self.bytes_written = 0
@@ -85,8 +107,9 @@ class PartUploader:
         self._buf = bytearray()
         self._part_size = self.sizer.next_size(0, 0)
         self._parts: list[Future] = []
-        self._slots = threading.Semaphore(max_inflight)
-        self._pool = ThreadPoolExecutor(max_inflight, thread_name_prefix="s3arch-upload")
+        self._inflight = 0
+        self._cond = threading.Condition()
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="s3arch-upload")
         self._done = False
         self._crc_full = 0
 
@@ -98,22 +121,29 @@ class PartUploader:
         self.bytes_written += len(data)
         self._crc_full = checksums.crc32c(data, self._crc_full)
         self._buf += data
-        while len(self._buf) >= self._part_size and len(self._parts) < MAX_PARTS - 1:
-            with memoryview(self._buf) as view:  # one copy, not slice-then-copy
-                part = bytes(view[: self._part_size])
-            del self._buf[: self._part_size]
+        while len(self._buf) >= self._part_size:
+            if len(self._parts) >= MAX_PARTS - 1:
+                raise BadArgument(f"{self.url} would need more than {MAX_PARTS:,} parts",
+                                  hint="raise --memory-budget so that larger parts fit")
+            # Hand the filled buffer itself to the upload and start a new one with the
+            # overflow: no copy of the part is made.
+            part, self._buf = self._buf, bytearray(memoryview(self._buf)[self._part_size:])
+            del part[self._part_size:]
             self._submit(part)
             self._part_size = self.sizer.next_size(len(self._parts), self.bytes_written - len(self._buf))
 
-    def _submit(self, part: bytes) -> None:
+    def _submit(self, part: bytearray) -> None:
         if self.upload_id is None:
             self._create()
         for fut in self._parts:  # surface a failed part early instead of at the end
             if fut.done() and fut.exception():
                 raise fut.exception()
-        while not self._slots.acquire(timeout=0.2):
-            if self._abort.is_set():
-                raise InterruptedError("upload aborted")
+        with self._cond:
+            while self._inflight and self._inflight + len(part) + self._part_size > self.memory:
+                if self._abort.is_set():
+                    raise InterruptedError("upload aborted")
+                self._cond.wait(0.2)
+            self._inflight += len(part)
         number = len(self._parts) + 1
         self._parts.append(self._pool.submit(self._upload_part, number, part))
 
@@ -123,10 +153,10 @@ class PartUploader:
                 Bucket=self.bucket, Key=self.key, StorageClass=self.storage_class,
                 ChecksumAlgorithm="CRC32C", **self.extra_args)
         except Exception as exc:  # noqa: BLE001
-            raise translate(exc, f"start upload to {self.url}") from exc
+            raise translate(exc, f"start upload to {self.url}", "upload") from exc
         self.upload_id = resp["UploadId"]
 
-    def _upload_part(self, number: int, data: bytes) -> UploadedPart:
+    def _upload_part(self, number: int, data: bytearray) -> UploadedPart:
         try:
             if self._abort.is_set():
                 raise InterruptedError("upload aborted")
@@ -134,31 +164,40 @@ class PartUploader:
             b64 = _b64_crc(crc)
             resp = self.control.upload_part(
                 Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number,
-                Body=data, ChecksumCRC32C=b64, **_sse_customer_args(self.extra_args))
+                Body=bytes(data) if len(data) < (1 << 16) else data, ChecksumCRC32C=b64,
+                **_sse_customer_args(self.extra_args))
             if resp.get("ChecksumCRC32C") not in (None, b64):
                 raise IntegrityError(f"part {number} of {self.url}: S3 stored CRC32C "
                                      f"{resp['ChecksumCRC32C']}, sent {b64}")
             return UploadedPart(number, resp["ETag"], crc, len(data))
         except Exception as exc:  # noqa: BLE001
-            raise translate(exc, f"upload part {number} of {self.url}") from exc
+            raise translate(exc, f"upload part {number} of {self.url}", "upload") from exc
         finally:
-            self._slots.release()
+            with self._cond:
+                self._inflight -= len(data)
+                self._cond.notify_all()
 
-    def complete(self) -> UploadResult:
-        """Upload what is buffered, complete the upload and check what S3 reports."""
+    def finish_parts(self) -> list[UploadedPart]:
+        """Upload what is buffered and wait for every part; the upload stays open."""
         if self._buf or not self._parts:
-            self._submit(bytes(self._buf))
-            self._buf.clear()
-        parts = [f.result() for f in self._parts]
+            part, self._buf = self._buf, bytearray()
+            self._submit(part)
+        return [f.result() for f in self._parts]
+
+    def complete(self, *, if_none_match: bool = False, if_match: str | None = None) -> UploadResult:
+        """Complete the upload and check what S3 reports. With a condition, a destination
+        that another writer changed meanwhile fails as ConcurrentRun, and nothing is replaced."""
+        parts = self.finish_parts()
+        condition = {"IfNoneMatch": "*"} if if_none_match else {"IfMatch": if_match} if if_match else {}
         try:
             self.control.complete_multipart_upload(
                 Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
                 MultipartUpload={"Parts": [
                     {"PartNumber": p.number, "ETag": p.etag,
                      "ChecksumCRC32C": _b64_crc(p.crc32c)}
-                    for p in parts]})
+                    for p in parts]}, **condition)
         except Exception as exc:  # noqa: BLE001
-            raise translate(exc, f"complete upload of {self.url}") from exc
+            raise translate(exc, f"complete upload of {self.url}", "commit") from exc
         self._done = True
         self._pool.shutdown()
         return self._verify(parts)
@@ -169,7 +208,8 @@ class PartUploader:
         # report the full-object CRC instead. Either one proves the bytes.
         accepted = {f"{composite}-{len(parts)}", composite, _b64_crc(self._crc_full)}
         try:
-            head = self.control.head_object(Bucket=self.bucket, Key=self.key, ChecksumMode="ENABLED")
+            head = self.control.head_object(Bucket=self.bucket, Key=self.key, ChecksumMode="ENABLED",
+                                            **_sse_customer_args(self.extra_args))
         except Exception as exc:  # noqa: BLE001
             raise translate(exc, f"check uploaded object {self.url}") from exc
         size = sum(p.size for p in parts)
@@ -182,15 +222,23 @@ class PartUploader:
                                  f"expected one of {sorted(accepted)}")
         return UploadResult(self.key, size, len(parts), reported or "", head["ETag"])
 
-    def abort(self) -> None:
-        """Give up: stop pending parts and abort the upload. Safe to call more than once."""
+    def abort(self) -> ArchiverError | None:
+        """Give up: stop pending parts and abort the upload. Safe to call more than once.
+        Returns (never raises) the error of a failed abort, so it cannot hide the failure
+        that made the caller give up."""
         if self._done:
-            return
+            return None
         self._done = True
         self._abort.set()
         self._pool.shutdown(wait=True, cancel_futures=True)
-        if self.upload_id:
+        if not self.upload_id:
+            return None
+        try:
             abort_upload(self.control, self.bucket, self.key, self.upload_id)
+        except Exception as exc:  # noqa: BLE001
+            return translate(exc, f"abort the upload to {self.url} (left for the next run or a "
+                                  "lifecycle rule to remove)", "upload")
+        return None
 
 
 def _b64_crc(crc: int) -> str:
@@ -205,11 +253,12 @@ def abort_upload(control, bucket: str, key: str, upload_id: str) -> None:
     try:
         control.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
     except control.exceptions.NoSuchUpload:
-        pass
+        pass  # gone already: what aborting wanted
 
 
 def abort_stale_uploads(control, bucket: str, key: str) -> int:
-    """Abort multipart uploads a killed earlier run left for exactly this key."""
+    """Abort multipart uploads an earlier run left for exactly this key. Only called under
+    the prefix's lease, so every such upload belongs to a run that is provably gone."""
     aborted = 0
     try:
         paginator = control.get_paginator("list_multipart_uploads")
@@ -219,5 +268,5 @@ def abort_stale_uploads(control, bucket: str, key: str) -> int:
                     abort_upload(control, bucket, key, upload["UploadId"])
                     aborted += 1
     except Exception as exc:  # noqa: BLE001
-        raise translate(exc, f"clean up earlier uploads to s3://{bucket}/{key}") from exc
+        raise translate(exc, f"clean up earlier uploads to s3://{bucket}/{key}", "bucket") from exc
     return aborted

@@ -9,6 +9,7 @@ and responses are streamed back, unless a rule says otherwise. Rules are set per
     proxy.add(Fault("truncate", count=3, match=is_get))               # short body, then close
     proxy.add(Fault("stall", seconds=30, count=1, match=is_get))      # hold the response back
     proxy.add(Fault("status", status=500, match=is_complete_upload))  # every matching request
+    proxy.add(Fault("status", status=400, code="ExpiredToken"))        # any S3 error code
 
 Each rule counts what it injected (``fault.injected``), so a test can prove the fault
 actually happened. Randomness is seeded. The server runs in daemon threads, stops itself
@@ -69,6 +70,7 @@ class Fault:
     count: int | None = None  # at most this many injections
     after: int = 0  # let this many matching requests through first
     status: int = 503
+    code: str | None = None  # S3 error code of a "status" fault (default: by status)
     seconds: float = 30.0
     injected: int = 0
     seen: int = 0
@@ -169,7 +171,7 @@ class FaultProxy:
                 return
         fault = self._pick(request)
         if fault and fault.kind == "status":
-            _send_error(handler, fault.status)
+            _send_error(handler, fault.status, fault.code)
             return
         if fault and fault.kind == "stall":
             self.released.wait(fault.seconds)
@@ -253,8 +255,8 @@ def _send_synthetic_page(handler, request: Request, prefix: str, count: int, siz
     handler.wfile.write(body)
 
 
-def _send_error(handler, status: int) -> None:
-    body = _S3_ERROR.format(code=_CODES.get(status, "InternalError")).encode()
+def _send_error(handler, status: int, code: str | None = None) -> None:
+    body = _S3_ERROR.format(code=code or _CODES.get(status, "InternalError")).encode()
     handler.send_response_only(status)
     handler.send_header("Content-Type", "application/xml")
     handler.send_header("Content-Length", str(len(body)))

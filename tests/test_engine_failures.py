@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import tasks.archive
+import tasks.commit
 import tasks.listing
 from tasks.archive import archive_prefix
 from tasks.config import ArchiveSpec, S3Url
@@ -70,14 +70,14 @@ def test_half_done_prefix_without_manifest_starts_clean(s3, buckets, clients):
 def test_delete_source_deletes_only_unchanged_archived_objects(s3, buckets, clients, monkeypatch):
     src, dst = buckets
     seed(s3, src, {f"day/{i:03d}.log": b"z" * 50 for i in range(1200)})
-    real = tasks.archive.delete_archived_sources
+    real = tasks.commit.delete_archived_sources
 
-    def writers_still_busy(control, source, layout):
+    def writers_still_busy(control, source, layout, **kwargs):
         s3.put_object(Bucket=src, Key="day/007.log", Body=b"rewritten after archiving")
         s3.put_object(Bucket=src, Key="day/late.log", Body=b"arrived after listing")
-        return real(control, source, layout)
+        return real(control, source, layout, **kwargs)
 
-    monkeypatch.setattr(tasks.archive, "delete_archived_sources", writers_still_busy)
+    monkeypatch.setattr(tasks.commit, "delete_archived_sources", writers_still_busy)
     result = archive_prefix(_spec(src, dst, delete_source=True), clients)
     assert result.deleted == 1199
     assert sorted(keys_in(s3, src)) == ["day/007.log", "day/late.log"]

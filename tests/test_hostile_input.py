@@ -178,23 +178,3 @@ def test_wrong_credentials_fail_fast_and_say_so(seeded, cli_env, reliability):
     assert result["status"] == "failed" and result["retryable"] is False
     assert "credentials rejected" in result["message"] and took < 15
     reliability.record("wrong secret key", "-", f"exit 2 in {took:.1f} s: {result['message'][:90]}")
-
-
-def test_region_mismatch_fails_fast_naming_the_region_setting(tmp_path, reliability):
-    from devtools.servers import start_minio
-
-    server = start_minio(region="eu-west-1")
-    try:
-        s3 = server.client()
-        s3.create_bucket(Bucket="regional-src", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
-        s3.create_bucket(Bucket="regional-dst", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
-        seed(s3, "regional-src", {"p/a.txt": b"a"})
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env.update(server.env(), AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1", PYTHONPATH=str(ROOT))
-        result, took = _archive_cli(env, "regional-src", "regional-dst")
-    finally:
-        server.stop()
-    assert result["status"] == "failed" and result["retryable"] is False
-    assert "region" in result["message"] and took < 15, result
-    reliability.record("client region us-east-1, buckets in eu-west-1", "-",
-                       f"exit 2 in {took:.1f} s: {result['message'][:90]}")

@@ -46,7 +46,7 @@ class S3ArchivePrefixOperator(BaseOperator):
                  storage_class: str = "GLACIER", codec: str = "gzip", level: int | None = None,
                  memory_budget: str | int = "256MiB", overwrite: bool | str = False,
                  dry_run: bool | str = False, delete_source: bool = False,
-                 allow_empty: bool = False, aws_conn_id: str | None = "aws_default",
+                 delete_versions: bool = False, allow_empty: bool = False, aws_conn_id: str | None = "aws_default",
                  region_name: str | None = None, progress_interval: float = 10.0, **kwargs):
         super().__init__(**kwargs)
         self.source_bucket = source_bucket
@@ -59,6 +59,7 @@ class S3ArchivePrefixOperator(BaseOperator):
         self.overwrite = overwrite
         self.dry_run = dry_run
         self.delete_source = delete_source
+        self.delete_versions = delete_versions
         self.allow_empty = allow_empty
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
@@ -100,16 +101,23 @@ class S3ArchivePrefixOperator(BaseOperator):
         rows: list[dict] = []
         failed: list[tuple[str, ArchiverError]] = []
         clients = None
-        for prefix in self.prefixes:
-            try:
-                clients = clients or self._clients()
-                rows.append(self._archive_one(clients, prefix))
-            except ArchiverError as exc:
-                self.log.error("%s: %s (%s)", prefix, exc,
-                               "retryable" if exc.retryable else "permanent: no retry")
-                rows.append(result_row(prefix, "failed", error=str(exc), retryable=exc.retryable))
-                failed.append((prefix, exc))
-        context["ti"].xcom_push(key=ROWS_XCOM_KEY, value=rows)
+        try:
+            for prefix in self.prefixes:
+                try:
+                    clients = clients or self._clients()
+                    rows.append(self._archive_one(clients, prefix))
+                except ArchiverError as exc:
+                    self.log.error("%s: %s (%s)", prefix, exc,
+                                   "retryable" if exc.retryable else "permanent: no retry")
+                    rows.append(result_row(prefix, "failed", error=str(exc), retryable=exc.retryable))
+                    failed.append((prefix, exc))
+                except BaseException as exc:
+                    # A timeout or kill signal: the row still says what happened to this prefix.
+                    rows.append(result_row(prefix, "failed", error=f"{type(exc).__name__}: {exc}",
+                                           retryable=True))
+                    raise
+        finally:
+            context["ti"].xcom_push(key=ROWS_XCOM_KEY, value=rows)
         if failed:
             summary = "; ".join(f"{p}: {e}" for p, e in failed)
             if any(e.retryable for _, e in failed):
@@ -129,7 +137,8 @@ class S3ArchivePrefixOperator(BaseOperator):
                            storage_class=self.storage_class, codec=self.codec, level=self.level,
                            memory_budget=parse_size(self.memory_budget),
                            overwrite=as_bool(self.overwrite), dry_run=as_bool(self.dry_run),
-                           delete_source=self.delete_source and not as_bool(self.dry_run))
+                           delete_source=self.delete_source and not as_bool(self.dry_run),
+                           delete_versions=self.delete_versions and self.delete_source)
         self.log.info("archiving %s -> %s (%s, %s)", spec.source, spec.destination,
                       spec.storage_class, spec.codec)
         progress = Progress(lambda snap: self.log.info("%s: %s", prefix, snap.line()),
@@ -146,7 +155,8 @@ class S3ArchivePrefixOperator(BaseOperator):
         row = result_row(prefix, result.status, objects=result.objects, bytes_in=result.bytes_in,
                    bytes_out=result.bytes_out or result.estimated_bytes_out or 0,
                    seconds=round(result.seconds, 2), archive=result.archive,
-                   manifest=result.manifest, deleted=result.deleted)
+                   manifest=result.manifest, deleted=result.deleted,
+                   deletion="finished" if result.deletion else None)
         row["ratio"] = round(row["bytes_in"] / row["bytes_out"], 2) if row["bytes_out"] else 0.0
         return row
 
@@ -155,6 +165,6 @@ def result_row(prefix: str, status: str, **values) -> dict:
     """One prefix's line in the task result and the report."""
     row = {"prefix": prefix, "status": status, "objects": 0, "bytes_in": 0, "bytes_out": 0,
            "ratio": 0.0, "seconds": 0.0, "archive": None, "manifest": None, "deleted": 0,
-           "error": None, "retryable": None}
+           "deletion": None, "error": None, "retryable": None}
     row.update(values)
     return row

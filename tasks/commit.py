@@ -1,0 +1,297 @@
+"""The commit protocol: the one place that decides skip, start clean, overwrite, commit and
+delete. Steps are numbered as in docs/FORMAT.md, "Commit protocol".
+
+A prefix's destination is in one of four states:
+
+    ABSENT ──stream+complete archive──> PRODUCED ──complete manifest──> COMMITTED ──delete──> SOURCES_DELETED
+
+- ABSENT: no manifest. An archive object or open uploads a dead run left mean nothing.
+- PRODUCED: this run completed the archive and S3's size and CRC32C matched; no manifest yet.
+  Only this run (holding the lease) ever sees it; if it dies here, the prefix reads as ABSENT.
+- COMMITTED: the manifest exists, so the archive is complete and verified.
+- SOURCES_DELETED: committed, and no source object the manifest holds with an unchanged ETag
+  is left. Re-reached by any run with --delete-source, which deletes only what remains.
+
+Every transition that writes happens under the prefix's lease (tasks/lease.py), and the two
+completions are conditional, so a second run of the same prefix can never replace what the
+first one committed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+
+from .config import ArchiveSpec, S3Url
+from .deletion import DeletionResult, delete_archived_sources
+from .errors import (ArchiveDamaged, ArchiverError, BadArgument, DestinationConflict, IntegrityError,
+                     status_of, translate)
+from .lease import PrefixLease
+from .manifest import ArchiveLayout, layout_for, manifest_exists, read_header_and_summary
+from .pipeline import StreamedArchive, stream_archive
+from .progress import Progress
+from .s3 import S3Clients
+from .upload import abort_stale_uploads
+
+
+class State(str, Enum):
+    ABSENT = "absent"
+    PRODUCED = "produced"
+    COMMITTED = "committed"
+    SOURCES_DELETED = "sources_deleted"
+
+
+@dataclass
+class ArchiveResult:
+    status: str  # archived | skipped | dry_run
+    source: str
+    archive: str | None
+    manifest: str | None
+    state: str = State.ABSENT.value
+    objects: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    tar_bytes: int = 0
+    seconds: float = 0.0
+    storage_class: str = ""
+    codec: str = ""
+    deleted: int = 0
+    deletion: dict | None = None
+    gets: int = 0
+    peak_buffered: int = 0
+    stale_uploads_aborted: int = 0
+    estimated_bytes_out: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        return self.bytes_in / self.bytes_out if self.bytes_out else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ratio": round(self.ratio, 3)}
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a manifest records about its archive."""
+
+    header: dict
+    summary: dict
+
+    @property
+    def archive_key(self) -> str:
+        return self.header["archive"]["key"]
+
+
+class CommitProtocol:
+    def __init__(self, spec: ArchiveSpec, clients: S3Clients, progress: Progress | None = None):
+        self.spec = spec
+        self.clients = clients
+        self.control = clients.control
+        self.progress = progress
+        self.layout = layout_for(spec.source, spec.destination)
+        self.archive_key = self.layout.archive_key(spec.extension)
+        self.started = time.monotonic()
+        self.result = ArchiveResult("archived", str(spec.source), self.archive_url, self.layout.manifest_url,
+                                    storage_class=spec.storage_class, codec=spec.codec)
+
+    @property
+    def archive_url(self) -> str:
+        return f"s3://{self.layout.bucket}/{self.archive_key}"
+
+    def run(self) -> ArchiveResult:
+        spec = self.spec
+        # 1. A manifest present means COMMITTED: a plain re-run only checks the archive is intact.
+        committed = read_committed(self.control, self.layout, spec.source)
+        if committed and not spec.overwrite and not spec.delete_source:
+            return self._skipped(committed)
+        # 2. Everything that writes holds the prefix's lease; the state is read again under it,
+        #    since another run may have committed in between.
+        with self._lease() as lease:
+            committed = read_committed(self.control, self.layout, spec.source)
+            if committed and not spec.overwrite:
+                self._skipped(committed)
+                self._delete_sources()
+                return self._done()
+            if committed:
+                # 3. --overwrite must not lose archived data: refuse a shrunken source before
+                #    reading any of it (one listing pass).
+                self._refuse_shrunken_source(committed)
+            # 4. Uploads left for our keys belong to runs whose lease is gone: abort them.
+            for key in (self.archive_key, self.layout.manifest_key):
+                self.result.stale_uploads_aborted += abort_stale_uploads(self.control, self.layout.bucket, key)
+            archive_etag = self._current_etag(self.archive_key)
+            # 5. Stream the archive and manifest as two open multipart uploads.
+            lost = _LeaseWatch(lease)
+            try:
+                streamed = stream_archive(spec, self.clients, self.layout, self.archive_key,
+                                          self.progress, abort=lost.event)
+            except BaseException as exc:
+                lost.raise_if_lost(exc)
+                raise
+            # 6-7. Complete and verify the archive (PRODUCED), then the manifest (COMMITTED).
+            self._commit(streamed, committed, archive_etag, lease, lost)
+            # 8. Only now, and only if asked, delete the archived sources.
+            self._delete_sources()
+        return self._done()
+
+    def delete_sources_only(self) -> ArchiveResult:
+        """Finish (or repeat) the deletion of a committed prefix's sources, nothing else."""
+        with self._lease():
+            committed = read_committed(self.control, self.layout, self.spec.source)
+            if committed is None:
+                raise BadArgument(f"{self.layout.manifest_url} does not exist: the prefix is not "
+                                  "archived, so nothing may be deleted",
+                                  hint="archive it first (s3arch archive ... --delete-source)")
+            self._skipped(committed)
+            self._delete_sources()
+        return self._done()
+
+    def _lease(self) -> PrefixLease:
+        return PrefixLease(self.control, self.layout.bucket, self.layout.lease_key,
+                           purpose=f"archive of {self.spec.source}", ttl=self.spec.lease_ttl)
+
+    def _skipped(self, committed: Committed) -> ArchiveResult:
+        check_archive_intact(self.control, self.layout, committed)
+        summary = committed.summary
+        r = self.result
+        r.status, r.state = "skipped", State.COMMITTED.value
+        r.archive = f"s3://{self.layout.bucket}/{committed.archive_key}"
+        r.objects, r.bytes_in = summary["objects"], summary["bytes"]
+        r.bytes_out, r.tar_bytes = summary["archive_size"], summary["tar_size"]
+        r.storage_class = summary.get("storage_class", r.storage_class)
+        r.codec = committed.header.get("codec", r.codec)
+        return self._done()
+
+    def _done(self) -> ArchiveResult:
+        self.result.seconds = time.monotonic() - self.started
+        return self.result
+
+    def _refuse_shrunken_source(self, committed: Committed) -> None:
+        from .listing import iter_pages
+
+        archived = committed.summary["objects"]
+        now = sum(len(page) for page in iter_pages(self.control, self.spec.source.bucket, self.spec.source.key))
+        if now < archived:
+            raise DestinationConflict(
+                f"{self.layout.manifest_url} holds {archived:,} objects, the source now only {now:,}: "
+                "overwriting would lose archived data",
+                hint="restore the archive first, or delete the old archive and manifest by hand")
+
+    def _current_etag(self, key: str) -> str | None:
+        try:
+            return self.control.head_object(Bucket=self.layout.bucket, Key=key)["ETag"]
+        except Exception as exc:  # noqa: BLE001
+            if status_of(exc) == 404:
+                return None
+            raise translate(exc, f"check s3://{self.layout.bucket}/{key}") from exc
+
+    def _commit(self, streamed: StreamedArchive, previous: Committed | None, archive_etag: str | None,
+                lease: PrefixLease, lost: "_LeaseWatch") -> None:
+        spec, r = self.spec, self.result
+        try:
+            if previous and previous.summary["objects"] > streamed.objects:
+                raise DestinationConflict(
+                    f"{self.layout.manifest_url} holds {previous.summary['objects']:,} objects, the source "
+                    f"now only {streamed.objects:,}: overwriting would lose archived data",
+                    hint="restore the archive first, or delete the old archive and manifest by hand")
+            lease.renew()  # still ours, right before anything becomes visible
+            if previous:
+                # The old commit record goes first: from here until the new manifest exists,
+                # the prefix reads as ABSENT, never as the old manifest over a new archive.
+                self.control.delete_object(Bucket=self.layout.bucket, Key=self.layout.manifest_key)
+            # Conditional on what this run saw under its lease: a run that lost its lease
+            # while stalled cannot replace an archive another run has since written.
+            uploaded = streamed.uploader.complete(if_none_match=archive_etag is None, if_match=archive_etag)
+            if uploaded.size != streamed.bytes_out:
+                raise IntegrityError(f"archive holds {uploaded.size} bytes, {streamed.bytes_out} were produced")
+            r.state = State.PRODUCED.value
+            lease.renew()
+            streamed.manifest.complete({
+                "objects": streamed.objects, "bytes": streamed.bytes_in,
+                "tar_size": streamed.tar_bytes, "blocks": streamed.blocks,
+                "archive_size": uploaded.size, "archive_sha256": streamed.archive_sha256,
+                "archive_crc32c": uploaded.checksum_crc32c, "archive_etag": uploaded.etag,
+                "storage_class": spec.storage_class, "ended": _now(),
+            })
+        except BaseException as exc:
+            for problem in streamed.abort():
+                exc.add_note(f"cleanup also failed: {problem}")
+            if isinstance(exc, ArchiverError) or not isinstance(exc, Exception):
+                raise
+            raise translate(exc, f"commit {self.archive_url}", "commit") from exc
+        r.state = State.COMMITTED.value
+        r.objects, r.bytes_in, r.bytes_out = streamed.objects, streamed.bytes_in, streamed.bytes_out
+        r.tar_bytes, r.gets, r.peak_buffered = streamed.tar_bytes, streamed.gets, streamed.peak_buffered
+
+    def _delete_sources(self) -> None:
+        if not self.spec.delete_source:
+            return
+        deletion: DeletionResult = delete_archived_sources(self.control, self.spec.source, self.layout,
+                                                           versions=self.spec.delete_versions)
+        self.result.deleted = deletion.deleted
+        self.result.deletion = {**asdict(deletion), "finished": True}
+        self.result.state = State.SOURCES_DELETED.value
+        if deletion.note:
+            self.result.notes.append(deletion.note)
+
+
+class _LeaseWatch:
+    """Keeps the lease renewed while the pipeline streams, and stops the pipeline if it is lost."""
+
+    def __init__(self, lease: PrefixLease):
+        self.event = threading.Event()
+        self.error: ArchiverError | None = None
+        self._lease = lease
+        lease.keep_alive(self._lost)
+
+    def _lost(self, error: ArchiverError) -> None:
+        self.error = error
+        self.event.set()
+
+    def raise_if_lost(self, cause: BaseException) -> None:
+        if self.error is not None:
+            raise self.error from cause
+
+
+def read_committed(control, layout: ArchiveLayout, source: S3Url | None = None) -> Committed | None:
+    """The manifest's header and summary, or None if the prefix is not committed."""
+    if not manifest_exists(control, layout):
+        return None
+    header, summary = read_header_and_summary(control, layout)
+    if source is not None and header["source"] != {"bucket": source.bucket, "prefix": source.key}:
+        raise DestinationConflict(
+            f"{layout.manifest_url} archives {header['source']}, not {source}",
+            hint="two prefixes map to the same archive; archive one into another destination")
+    return Committed(header, summary)
+
+
+def check_archive_intact(control, layout: ArchiveLayout, committed: Committed) -> None:
+    """One HEAD: the archive a manifest commits must still be the object it describes."""
+    key, summary = committed.archive_key, committed.summary
+    url = f"s3://{layout.bucket}/{key}"
+    fix = (f"if the source still holds the prefix, `s3arch archive ... --overwrite` rebuilds it; "
+           f"otherwise recover {url} from a bucket version or replica. `s3arch verify {url}` "
+           "shows the details")
+    try:
+        head = control.head_object(Bucket=layout.bucket, Key=key, ChecksumMode="ENABLED")
+    except Exception as exc:  # noqa: BLE001
+        if status_of(exc) == 404:
+            raise ArchiveDamaged(f"{layout.manifest_url} commits {url}, but that object is missing",
+                                 hint=fix) from exc
+        raise translate(exc, f"check the archive {url}") from exc
+    found = {"size": head["ContentLength"], "etag": head["ETag"], "crc32c": head.get("ChecksumCRC32C")}
+    expected = {"size": summary["archive_size"], "etag": summary.get("archive_etag"),
+                "crc32c": summary.get("archive_crc32c") or None}
+    differs = [k for k in found if expected[k] is not None and found[k] is not None and found[k] != expected[k]]
+    if differs:
+        raise ArchiveDamaged(
+            f"{url} is not the archive {layout.manifest_url} commits: "
+            + ", ".join(f"{k} {found[k]} (manifest: {expected[k]})" for k in differs), hint=fix)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

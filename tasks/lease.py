@@ -1,0 +1,206 @@
+"""A lease on one prefix's destination, so two runs never write the same archive at once.
+
+The lease is a small STANDARD object beside the archive (``STEM.lease.json``). It is
+created with ``If-None-Match: *``, renewed with ``PutObject If-Match`` on its own ETag, and
+deleted on release; S3 and MinIO both enforce those two preconditions, so exactly one run
+holds a prefix at a time. A holder that fails to renew has lost the lease and stops before
+it commits anything.
+
+A lease whose holder is gone may be taken over, again with ``If-Match`` on the dead lease's
+ETag so that two takers cannot both win. Gone means provably dead, never guessed:
+- the holder ran on this machine (same host name and kernel boot id) and its process no
+  longer exists (pid plus the process start time, so a reused pid does not count), or
+- S3 has not seen it renewed for ``ttl`` seconds, measured on S3's own clock (the object's
+  LastModified against the response's Date header), so clock skew between workers does not
+  matter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Callable
+
+from .errors import ArchiverError, ConcurrentRun, status_of, translate
+from .s3 import parse_s3_time
+
+DEFAULT_TTL = 180.0
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot, or None if it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+@dataclass(frozen=True)
+class Holder:
+    owner: str
+    host: str
+    boot_id: str
+    pid: int
+    pid_start: str | None
+    purpose: str
+
+    @classmethod
+    def me(cls, purpose: str) -> "Holder":
+        return cls(uuid.uuid4().hex, socket.gethostname(), _boot_id(), os.getpid(),
+                   _start_ticks(os.getpid()), purpose)
+
+    def provably_dead(self) -> bool:
+        if not self.boot_id or self.host != socket.gethostname() or self.boot_id != _boot_id():
+            return False  # another machine (or boot): only the TTL can tell
+        return _start_ticks(self.pid) != self.pid_start
+
+    def describe(self) -> str:
+        return f"{self.purpose} by pid {self.pid} on {self.host}"
+
+
+class PrefixLease:
+    def __init__(self, control, bucket: str, key: str, *, purpose: str, ttl: float = DEFAULT_TTL,
+                 extra_args: dict | None = None):
+        self.control = control
+        self.bucket = bucket
+        self.key = key
+        self.ttl = ttl
+        self.me = Holder.me(purpose)
+        self.extra_args = extra_args or {}
+        self._etag: str | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    def _body(self) -> bytes:
+        return json.dumps({**self.me.__dict__, "renewed": datetime.now(timezone.utc).isoformat(),
+                           "ttl_seconds": self.ttl}).encode()
+
+    def _put(self, **condition) -> str:
+        return self.control.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
+                                       ContentType="application/json", StorageClass="STANDARD",
+                                       **self.extra_args, **condition)["ETag"]
+
+    def acquire(self) -> None:
+        for _ in range(5):
+            try:
+                self._etag = self._put(IfNoneMatch="*")
+                return
+            except Exception as exc:  # noqa: BLE001
+                if status_of(exc) not in (409, 412):
+                    raise translate(exc, f"take the lease {self.url}") from exc
+            current = self._read()
+            if current is None:
+                continue  # released in between: try to create it again
+            holder, etag, age = current
+            if not (holder is None or holder.provably_dead() or age > self.ttl):
+                raise ConcurrentRun(
+                    f"another run holds this prefix ({holder.describe()}, lease {self.url} renewed "
+                    f"{age:.0f}s ago)", hint=f"it is retried later; the lease expires {self.ttl:.0f}s "
+                                             "after its holder's last renewal if that run died")
+            try:
+                self._etag = self._put(IfMatch=etag)  # take over the dead lease, atomically
+                return
+            except Exception as exc:  # noqa: BLE001
+                if status_of(exc) not in (404, 409, 412):
+                    raise translate(exc, f"take over the lease {self.url}") from exc
+        raise ConcurrentRun(f"the lease {self.url} changed hands repeatedly while this run tried to take it",
+                            hint="another run of this prefix is starting; retry later")
+
+    def _read(self) -> tuple[Holder | None, str, float] | None:
+        try:
+            response = self.control.get_object(Bucket=self.bucket, Key=self.key)
+        except Exception as exc:  # noqa: BLE001
+            if status_of(exc) == 404:
+                return None
+            raise translate(exc, f"read the lease {self.url}") from exc
+        body = response["Body"].read()
+        date = response["ResponseMetadata"]["HTTPHeaders"].get("date")
+        # S3's own clock when it says (it always does); a proxy that drops Date leaves ours.
+        now = parsedate_to_datetime(date) if date else datetime.now(timezone.utc)
+        modified = parse_s3_time(response["LastModified"])
+        try:
+            fields = json.loads(body)
+            holder = Holder(**{k: fields[k] for k in Holder.__dataclass_fields__})
+        except (ValueError, KeyError, TypeError):
+            holder = None  # unreadable: treat as dead, it protects nothing
+        return holder, response["ETag"], (now - modified).total_seconds()
+
+    def renew(self) -> None:
+        """Prove the lease is still ours and extend it; ConcurrentRun if it was taken over."""
+        with self._lock:
+            try:
+                self._etag = self._put(IfMatch=self._etag)
+            except Exception as exc:  # noqa: BLE001
+                if status_of(exc) in (404, 409, 412):
+                    raise ConcurrentRun(f"this run's lease {self.url} was taken over by another run; "
+                                        "nothing was committed",
+                                        hint="the other run archives this prefix; re-run later to see it skipped") from exc
+                raise translate(exc, f"renew the lease {self.url}") from exc
+
+    def keep_alive(self, on_lost: Callable[[ArchiverError], None]) -> None:
+        """Renew in the background every ttl/6; after a failed renewal the run is told to stop
+        once a whole ttl passed without a successful one."""
+
+        def loop():
+            last_ok = 0.0
+            waited = 0.0
+            interval = self.ttl / 6
+            while not self._stop.wait(interval):
+                waited += interval
+                try:
+                    self.renew()
+                    last_ok = waited
+                except ConcurrentRun as exc:
+                    on_lost(exc)
+                    return
+                except ArchiverError as exc:
+                    if waited - last_ok >= self.ttl * 5 / 6:
+                        on_lost(exc)
+                        return
+
+        self._thread = threading.Thread(target=loop, name="s3arch-lease", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        """Delete the lease if it is still ours. Never raises: an unreleased lease only makes
+        the next run wait for the TTL (or notice this process is gone)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            if self._etag is None:
+                return
+            try:
+                head = self.control.head_object(Bucket=self.bucket, Key=self.key)
+                if head["ETag"] == self._etag:
+                    self.control.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self._etag)
+            except Exception:  # noqa: BLE001
+                pass
+            self._etag = None
+
+    def __enter__(self) -> "PrefixLease":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()

@@ -1,0 +1,266 @@
+"""The streaming pipeline of one prefix: list -> fetch -> tar -> compress -> upload.
+
+All stages run at once, joined by bounded queues; nothing touches local disk. The pipeline
+uploads every part of the archive and writes every manifest record, then returns a
+``StreamedArchive`` with both uploads still open: completing them is the commit protocol's
+business (tasks/commit.py), and so is aborting them if the commit does not happen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from . import __version__
+from .compression import CompressedBlock, ParallelCompressor, codec_for
+from .config import ArchiveSpec, MiB
+from .errors import ArchiverError, EmptyPrefix, IntegrityError, translate
+from .fetching import ByteBudget, Fetcher
+from .listing import ListingFeed
+from .manifest import MANIFEST_MEMORY, ArchiveLayout, ManifestWriter
+from .progress import Progress
+from .s3 import S3Clients
+from .tarwriter import BlockSink, TarStream, member_name
+from .upload import PartSizer, PartUploader
+
+
+@dataclass
+class StreamedArchive:
+    """Everything written, nothing committed: both multipart uploads are open."""
+
+    uploader: PartUploader
+    manifest: ManifestWriter
+    objects: int
+    bytes_in: int
+    bytes_out: int
+    tar_bytes: int
+    blocks: int
+    archive_sha256: str
+    gets: int
+    peak_buffered: int
+
+    def abort(self) -> list[ArchiverError]:
+        """Abort both uploads; the errors of aborts that failed (never raised)."""
+        return [e for e in (self.uploader.abort(), self.manifest.abort()) if e is not None]
+
+
+_PER_GET_OVERHEAD = 384 << 10  # CRT connection and request buffers per GET in flight
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """How ``--memory-budget`` is split between the stages.
+
+    Measured multipliers, not wishes: a fetched byte is held twice while it is delivered
+    (CRT's response buffer and the Python chunk), a block once raw and once compressed, a part
+    once while it uploads; the manifest writer holds two of its parts. Compression threads are
+    capped so their blocks take at most a quarter of the budget, and the largest part is a
+    third of the upload share, so parts that grow on a long stream still fit.
+    """
+
+    fetch: int
+    gets: int
+    upload: int
+    max_part: int
+    threads: int
+    pending_blocks: int
+
+    @classmethod
+    def for_spec(cls, spec: ArchiveSpec) -> "MemoryPlan":
+        budget = spec.memory_budget
+        threads = max(1, min(spec.compress_threads, budget // (8 * spec.block_size) - 2))
+        pending_blocks = threads + 2
+        compress_mem = pending_blocks * spec.block_size * 2
+        upload = budget // 4
+        max_part = max(spec.min_part_size, upload // 3)
+        upload = max(upload, 2 * max_part)
+        gets = max(8, min(spec.concurrency, (budget // 4) // _PER_GET_OVERHEAD))
+        rest = budget - compress_mem - upload - MANIFEST_MEMORY - gets * _PER_GET_OVERHEAD
+        return cls(fetch=max(4 * MiB, rest // 3), gets=gets, upload=upload, max_part=max_part,
+                   threads=threads, pending_blocks=pending_blocks)
+
+
+@dataclass(slots=True)
+class _Entry:
+    record: dict
+    first_block: int
+    last_block: int
+
+
+def stream_archive(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, archive_key: str,
+                   progress: Progress | None = None, abort: threading.Event | None = None) -> StreamedArchive:
+    """Stream the prefix into the archive and manifest uploads. Setting ``abort`` (the lease
+    was lost, the task was killed) stops every stage; on any failure both uploads are aborted
+    and the error is raised."""
+    control = clients.control
+    abort = abort or threading.Event()
+    failure: list[BaseException] = []
+
+    def fail(exc: BaseException) -> None:
+        failure.append(exc)
+        abort.set()
+
+    plan = MemoryPlan.for_spec(spec)
+    feed = ListingFeed(control, spec.source.bucket, spec.source.key)
+    objects = iter(feed)
+    try:
+        first = next(objects)
+    except StopIteration:
+        raise EmptyPrefix(f"{spec.source} holds no objects; nothing was written",
+                          hint="check the prefix (it must match the keys exactly, trailing / included)")
+
+    def chain():
+        yield first
+        yield from objects
+
+    progress = progress or Progress()
+    progress.start(feed)
+    budget = ByteBudget(plan.fetch)
+    fetcher = Fetcher(clients.data_for(spec.source.bucket), spec.source.bucket, budget=budget,
+                      concurrency=plan.gets, chunk=min(spec.large_object_chunk, plan.fetch // 8), abort=abort,
+                      stall_timeout=spec.stall_timeout)
+    sizer = PartSizer(spec.min_part_size,
+                      lambda: (feed.tar_bytes_bound + (1 << 20)) if feed.finished else None,
+                      max_part=plan.max_part, growth_every=spec.part_growth_every)
+    extra = spec.encryption_args
+    uploader = PartUploader(control, layout.bucket, archive_key, storage_class=spec.storage_class,
+                            sizer=sizer, memory=plan.upload, extra_args=extra,
+                            abort_event=abort)
+    manifest = ManifestWriter(control, layout, {
+        "tool": f"s3arch {__version__}",
+        "source": {"bucket": spec.source.bucket, "prefix": spec.source.key},
+        "archive": {"bucket": layout.bucket, "key": archive_key},
+        "codec": spec.codec, "level": spec.effective_level, "block_size": spec.block_size,
+        "started": _now(),
+    }, abort_event=abort, extra_args=extra)  # the manifest names every key: encrypt it alike
+    codec = codec_for(spec.codec, spec.effective_level)
+    out = _ArchiveOutput(uploader, manifest, codec, progress)
+
+    compressor = ParallelCompressor(codec, plan.threads, plan.pending_blocks, out.deliver, fail)
+    sink = BlockSink(spec.block_size, lambda i, b, final: compressor.submit(i, b, final, abort))
+    tar = TarStream(sink)
+    try:
+        out.write_header()
+        hasher = None
+        for piece in fetcher.pieces(chain()):
+            obj = piece.obj
+            if piece.index == 0:
+                hasher = hashlib.sha256()
+                mtime = int(obj.last_modified.timestamp())
+                out.open_block = sink.offset // spec.block_size
+                header_offset, data_offset = tar.begin(obj.key, obj.size, mtime)
+            for chunk in piece.chunks:
+                hasher.update(chunk)
+            if piece.last:
+                end = data_offset + obj.size
+                record = {"type": "object", "key": obj.key, "size": obj.size, "etag": obj.etag,
+                          "last_modified": obj.last_modified.astimezone(timezone.utc).isoformat(),
+                          "sha256": hasher.hexdigest(), "header_offset": header_offset,
+                          "data_offset": data_offset}
+                name = member_name(obj.key, obj.size)[0]
+                if name != obj.key:
+                    record["name"] = name
+                out.expect(_Entry(record, header_offset // spec.block_size,
+                                  (max(end, data_offset) - 1) // spec.block_size))
+            for chunk in piece.chunks:
+                tar.write(chunk)
+            if piece.last:
+                tar.end(obj.size)
+                progress.objects_done += 1
+                if progress.objects_done % 1000 == 0:  # fail as soon as the listing shows it
+                    sizer.check_capacity(feed.tar_bytes_bound)
+            progress.bytes_done += piece.size
+            sink.emit_ready()
+            if failure:
+                raise failure[0]
+        tar.close()
+        compressor.close(wait=True)
+        if failure:
+            raise failure[0]
+        out.finish(sink.offset)
+        uploader.finish_parts()
+        if not feed.finished or feed.objects_listed != progress.objects_done:
+            raise IntegrityError(f"listed {feed.objects_listed} objects but archived "
+                                 f"{progress.objects_done}; nothing was committed")
+    except BaseException as exc:
+        abort.set()
+        compressor.close(wait=False)
+        streamed_failure = exc
+        if isinstance(exc, InterruptedError) and failure:
+            exc = failure[0]
+        cleanup = [e for e in (uploader.abort(), manifest.abort()) if e is not None]
+        error = exc if isinstance(exc, ArchiverError) or not isinstance(exc, Exception) \
+            else translate(exc, f"archive {spec.source}")
+        for problem in cleanup:
+            error.add_note(f"cleanup also failed: {problem}")
+        if error is streamed_failure:
+            raise
+        raise error
+    finally:
+        feed.close()
+        progress.stop()
+    return StreamedArchive(uploader=uploader, manifest=manifest, objects=progress.objects_done,
+                           bytes_in=progress.bytes_done, bytes_out=out.size, tar_bytes=sink.offset,
+                           blocks=sink.blocks, archive_sha256=out.sha256.hexdigest(), gets=fetcher.gets,
+                           peak_buffered=budget.peak)
+
+
+class _ArchiveOutput:
+    """The collector's side: compressed blocks in order into the upload, and manifest
+    records out as soon as the compressed range holding their object is known."""
+
+    def __init__(self, uploader: PartUploader, manifest: ManifestWriter, codec, progress: Progress):
+        self.uploader = uploader
+        self.manifest = manifest
+        self.codec = codec
+        self.progress = progress
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+        self._crc = 0
+        self._raw = 0
+        self._entries: deque[_Entry] = deque()
+        self._block_start: dict[int, int] = {}
+        # First block of the member the tar writer is on: its entry is only expected once
+        # its last piece is written, so its blocks' offsets must be kept until then.
+        self.open_block = 0
+
+    def _write(self, data: bytes) -> None:
+        self.uploader.write(data)
+        self.sha256.update(data)
+        self.size += len(data)
+        self.progress.bytes_out = self.size
+
+    def write_header(self) -> None:
+        self._write(self.codec.header())
+
+    def expect(self, entry: _Entry) -> None:
+        self._entries.append(entry)
+
+    def deliver(self, block: CompressedBlock) -> None:
+        self._block_start[block.index] = self.size
+        self._write(block.data)
+        self._crc = self.codec.combine(self._crc, block.crc, block.raw_size)
+        self._raw += block.raw_size
+        while self._entries and self._entries[0].last_block <= block.index:
+            e = self._entries.popleft()
+            e.record["block"] = e.first_block
+            e.record["range"] = [self._block_start[e.first_block], self.size]
+            self.manifest.add_object(e.record)
+        keep_from = min(self._entries[0].first_block if self._entries else block.index + 1,
+                        self.open_block)
+        for index in [i for i in self._block_start if i < keep_from]:
+            del self._block_start[index]
+
+    def finish(self, tar_size: int) -> None:
+        if self._entries:
+            raise IntegrityError(f"{len(self._entries)} objects were never placed in a block")
+        if self._raw != tar_size:
+            raise IntegrityError(f"compressed {self._raw} tar bytes of {tar_size}")
+        self._write(self.codec.trailer(self._crc, self._raw))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,474 @@
+"""The commit protocol under the cases users meet: source deletion that is cut short, denied
+or raced by a writer; a committed archive that was damaged; two runs of one prefix at once;
+errors that must say the truth; endpoints that are not plain AWS."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from faultproxy import Fault, FaultProxy, is_get, is_list, is_upload_part, wait_until
+from helpers import ROOT, engine_clients, keys_in, open_uploads, read_archive, run_cli, run_json, seed
+from tasks.archive import archive_prefix
+from tasks.config import ArchiveSpec, S3Url
+from tasks.errors import ArchiveDamaged, ArchiverError, BucketMissing, SourceDeletionFailed, UploadLost
+
+
+def spec(src, dst, **kw) -> ArchiveSpec:
+    return ArchiveSpec(S3Url(src, "day/"), S3Url(dst, "a/"), storage_class="STANDARD",
+                       memory_budget=64 << 20, **kw)
+
+
+def cli_archive(env, src, dst, *extra, check=False) -> dict:
+    return run_json(env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
+                    "--memory-budget", "64MiB", *extra, check=check)
+
+
+@pytest.fixture
+def proxy(minio):
+    p = FaultProxy(minio.endpoint_url, seed=13)
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def day(s3, buckets):
+    objects = {f"day/{i:04d}.log": (b"entry %d\n" % i) * (i % 40 + 1) for i in range(1500)}
+    seed(s3, buckets[0], objects)
+    return objects
+
+
+def minio_user(minio, statements: list[dict]) -> tuple[str, str]:
+    """A real MinIO user whose policy is ``statements``."""
+    from minio.credentials import StaticProvider
+    from minio.minioadmin import MinioAdmin
+
+    admin = MinioAdmin(endpoint=minio.endpoint_url.removeprefix("http://"),
+                       credentials=StaticProvider(minio.access_key, minio.secret_key), secure=False)
+    user, secret, policy = f"u-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex, f"p-{uuid.uuid4().hex[:8]}"
+    admin.user_add(user, secret)
+    admin.policy_add(policy, policy={"Version": "2012-10-17", "Statement": statements})
+    admin.attach_policy([policy], user=user)
+    return user, secret
+
+
+# -- source deletion ----------------------------------------------------------------------
+
+def test_rerun_with_delete_source_finishes_a_deletion_that_was_cut_short(s3, buckets, day, proxy, cli_env,
+                                                                          reliability):
+    src, dst = buckets
+    cli_archive(cli_env, src, dst, check=True)
+    # The first pass deletes one batch of 1,000, then its second batch hangs: SIGKILL.
+    fired = []
+    # (the first POST ?delete is the probe of conditional-delete support, in the destination)
+    proxy.add(Fault("stall", seconds=60, after=2, match=lambda r: r.method == "POST" and "delete" in r.query,
+                    on_inject=fired.append))
+    process = subprocess.Popen([sys.executable, "-m", "tasks", "--endpoint-url", proxy.endpoint_url, "archive",
+                                f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
+                                "--delete-source", "--quiet"], env=cli_env, cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert wait_until(lambda: fired or process.poll() is not None, 60) and fired, \
+        f"the deletion never reached its second batch: {process.stderr.read().decode()[-2000:]}"
+    process.kill()
+    process.wait(30)
+    proxy.clear()
+    left = set(keys_in(s3, src))
+    assert 0 < len(left) < len(day)
+    # The re-run finds the manifest, skips archiving, and finishes the deletion.
+    result = cli_archive(cli_env, src, dst, "--delete-source", check=True)
+    assert result["status"] == "skipped" and result["deletion"]["finished"] is True
+    assert result["deleted"] == len(left) and keys_in(s3, src) == []
+    assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == day  # every deleted object is archived
+    again = cli_archive(cli_env, src, dst, "--delete-source", check=True)
+    assert again["deleted"] == 0 and again["deletion"]["finished"] is True
+    reliability.record("SIGKILL during source deletion, then a re-run with --delete-source",
+                       f"{len(day) - len(left)} deleted before the kill",
+                       f"re-run skipped archiving and deleted the other {len(left)}; all "
+                       f"{len(day)} in the verified archive")
+
+
+def test_delete_sources_command_finishes_the_deletion_by_hand(s3, buckets, day, cli_env):
+    src, dst = buckets
+    cli_archive(cli_env, src, dst, check=True)
+    s3.delete_object(Bucket=src, Key="day/0000.log")  # an earlier pass got this far
+    result = run_json(cli_env, "delete-sources", f"s3://{dst}/a/{src}/day.tar.gz")
+    assert result["deleted"] == len(day) - 1 and keys_in(s3, src) == []
+    assert "finished" in run_cli(cli_env, "delete-sources", f"s3://{dst}/a/{src}/day.tar.gz").stdout.decode()
+
+
+def test_denied_delete_fails_the_task_and_a_retry_never_reports_success(minio, s3, buckets, day, cli_env,
+                                                                       reliability):
+    src, dst = buckets
+    user, secret = minio_user(minio, [
+        {"Effect": "Allow", "Action": ["s3:*"], "Resource": ["arn:aws:s3:::*"]},
+        {"Effect": "Deny", "Action": ["s3:DeleteObject"], "Resource": [f"arn:aws:s3:::{src}/*"]}])
+    env = {**cli_env, "AWS_ACCESS_KEY_ID": user, "AWS_SECRET_ACCESS_KEY": secret}
+    outcomes = []
+    for attempt in range(2):  # the first try and its retry
+        proc = run_cli(env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
+                       "--delete-source", "--json", check=False)
+        result = __import__("json").loads(proc.stdout.decode().strip().splitlines()[-1])
+        outcomes.append((proc.returncode, result))
+    for code, result in outcomes:
+        assert code == 2 and result["status"] == "failed" and result["error"] == "SourceDeletionFailed"
+        assert "access denied" in result["message"] and "delete-sources" in result["message"]
+        assert result["retryable"] is False
+    assert sorted(keys_in(s3, src)) == sorted(day)  # nothing deleted, nothing claimed
+    assert f"a/{src}/day.manifest.jsonl.gz" in keys_in(s3, dst)  # the archive itself is committed
+    reliability.record("source DeleteObject denied by a MinIO policy", "2 runs (try and retry)",
+                       f"both exit 2 SourceDeletionFailed: {outcomes[1][1]['message'][:80]}")
+
+
+def test_object_rewritten_right_before_its_delete_batch_survives(s3, buckets, day, clients, reliability):
+    src, dst = buckets
+    archive_prefix(spec(src, dst), clients)
+    victim = "day/0007.log"
+
+    def rewrite_after_listing(**_):
+        if s3.get_object(Bucket=src, Key=victim)["Body"].read() != b"rewritten":
+            s3.put_object(Bucket=src, Key=victim, Body=b"rewritten")
+
+    # The deletion's listing has answered; the batch is being prepared: a writer strikes now.
+    clients.control.meta.events.register("after-call.s3.ListObjectsV2", rewrite_after_listing)
+    result = archive_prefix(spec(src, dst, delete_source=True), clients)
+    assert keys_in(s3, src) == [victim]
+    assert s3.get_object(Bucket=src, Key=victim)["Body"].read() == b"rewritten"
+    assert result.deleted == len(day) - 1 and result.deletion["kept_changed"] == 1
+    assert result.deletion["method"] == "recheck"  # MinIO ignores the ETag in DeleteObjects
+    reliability.record("object rewritten after the deletion listed it, before its batch", "1 object",
+                       "kept (conditional HEAD before the batch); the other 1,499 deleted")
+
+
+def test_minio_ignores_etags_in_delete_objects_so_the_probe_chooses_the_recheck(s3, buckets):
+    from tasks.deletion import _endpoint_honours_etag
+    from tasks.manifest import layout_for
+
+    src, dst = buckets
+    assert _endpoint_honours_etag(s3, layout_for(S3Url(src, "day/"), S3Url(dst, "a/"))) is False
+    assert keys_in(s3, dst) == []  # the probe cleans up after itself
+
+
+def test_versioned_source_deletes_archived_versions_only_when_asked(s3, buckets, clients):
+    src, dst = buckets
+    s3.put_bucket_versioning(Bucket=src, VersioningConfiguration={"Status": "Enabled"})
+    seed(s3, src, {f"day/{i}.log": b"v1 %d" % i for i in range(20)})
+    plain = archive_prefix(spec(src, dst, delete_source=True), clients)
+    assert plain.deleted == 20 and keys_in(s3, src) == []
+    assert any("delete markers" in note for note in plain.notes)
+    versions = s3.list_object_versions(Bucket=src)
+    assert len(versions["Versions"]) == 20  # hidden, still stored and billed
+
+    _, dst2 = buckets[0], f"{buckets[1]}-v"
+    s3.create_bucket(Bucket=dst2)
+    src2 = f"{src}-b"
+    s3.create_bucket(Bucket=src2)
+    s3.put_bucket_versioning(Bucket=src2, VersioningConfiguration={"Status": "Enabled"})
+    seed(s3, src2, {f"day/{i}.log": b"v1 %d" % i for i in range(20)})
+    archive_prefix(spec(src2, dst2), clients)
+    s3.put_object(Bucket=src2, Key="day/3.log", Body=b"v2 written after archiving")
+    result = archive_prefix(spec(src2, dst2, delete_source=True, delete_versions=True), clients)
+    assert result.deletion["method"] == "versions" and not result.notes
+    left = s3.list_object_versions(Bucket=src2).get("Versions", [])
+    assert [v["Key"] for v in left] == ["day/3.log"]  # only the version nobody archived
+    assert s3.get_object(Bucket=src2, Key="day/3.log")["Body"].read() == b"v2 written after archiving"
+
+
+# -- a committed prefix whose archive is damaged -----------------------------------------------
+
+@pytest.mark.parametrize("damage", ["deleted", "replaced", "truncated"])
+def test_committed_prefix_with_a_damaged_archive_is_not_skipped(s3, buckets, day, cli_env, damage, reliability):
+    src, dst = buckets
+    cli_archive(cli_env, src, dst, check=True)
+    key = f"a/{src}/day.tar.gz"
+    original = s3.get_object(Bucket=dst, Key=key)["Body"].read()
+    if damage == "deleted":
+        s3.delete_object(Bucket=dst, Key=key)
+    else:
+        s3.put_object(Bucket=dst, Key=key, Body=original[:-1] if damage == "truncated" else original[::-1])
+    proc = run_cli(cli_env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
+                   check=False)
+    message = proc.stderr.decode()
+    assert proc.returncode == 2 and "--overwrite" in message and "verify" in message, message
+    assert ("missing" if damage == "deleted" else "is not the archive") in message
+    # The fix the message names works: --overwrite rebuilds from the intact source.
+    cli_archive(cli_env, src, dst, "--overwrite", check=True)
+    assert read_archive(s3, dst, key) == day
+    reliability.record(f"archive {damage} under its manifest", "1 object",
+                       "re-run exit 2 ArchiveDamaged naming --overwrite; --overwrite rebuilt it")
+
+
+def test_overwrite_refuses_a_shrunken_source_before_reading_any_object(s3, buckets, day, proxy, minio):
+    src, dst = buckets
+    archive_prefix(spec(src, dst), engine_clients(minio))
+    s3.delete_object(Bucket=src, Key="day/0003.log")
+    # counts the GETs of source objects, never fires
+    gets = proxy.add(Fault("status", rate=0.0, match=lambda r: is_get(r) and r.key.startswith(f"{src}/")))
+    with pytest.raises(ArchiverError, match="would lose archived data"):
+        archive_prefix(spec(src, dst, overwrite=True), engine_clients(minio, proxy.endpoint_url))
+    assert gets.seen == 0, f"{gets.seen} source objects were read before refusing"
+    assert open_uploads(s3, dst) == [] and sorted(keys_in(s3, dst)) == sorted(
+        [f"a/{src}/day.tar.gz", f"a/{src}/day.manifest.jsonl.gz"])
+
+
+# -- two runs of one prefix at once -------------------------------------------------------------
+
+def test_two_runs_of_one_prefix_at_once_give_one_archive_and_two_truthful_results(
+        s3, buckets, day, proxy, cli_env, reliability):
+    src, dst = buckets
+    # The first run is held mid-upload by the proxy; the second starts meanwhile, directly.
+    held = []
+    proxy.add(Fault("stall", seconds=6, count=1, match=lambda r: is_upload_part(r) or
+                    (r.method == "POST" and "uploadId" in r.query), on_inject=held.append))
+    first = subprocess.Popen([sys.executable, "-m", "tasks", "archive", f"s3://{src}/day/", f"s3://{dst}/a/",
+                              "--storage-class", "STANDARD", "--overwrite", "--json",
+                              "--endpoint-url", proxy.endpoint_url], env=cli_env, cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert wait_until(lambda: held, 60), first.stderr.read().decode()
+    second = cli_archive(cli_env, src, dst, "--overwrite")
+    out, err = first.communicate(timeout=120)
+    first_result = __import__("json").loads(out.decode().strip().splitlines()[-1])
+    assert first.returncode == 0 and first_result["status"] == "archived", err.decode()
+    assert second["status"] == "failed" and second["error"] == "ConcurrentRun" and second["retryable"]
+    assert "another run holds this prefix" in second["message"]
+    assert sorted(keys_in(s3, dst)) == [f"a/{src}/day.manifest.jsonl.gz", f"a/{src}/day.tar.gz"]
+    assert open_uploads(s3, dst) == []
+    assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == day
+    run_cli(cli_env, "verify", f"s3://{dst}/a/{src}/day.tar.gz")
+    # The loser's retry, once the winner is done, tells the truth too.
+    assert cli_archive(cli_env, src, dst, check=True)["status"] == "skipped"
+    reliability.record("a second run of a prefix while the first uploads", "2 runs at once",
+                       "one archive, one manifest, no upload left; the second exit 3 ConcurrentRun, "
+                       "its retry skipped")
+
+
+def test_lease_of_a_run_on_another_machine_is_taken_over_only_after_it_expires(s3, buckets, day, clients):
+    import json
+
+    src, dst = buckets
+    lease_key = f"a/{src}/day.lease.json"
+    stranger = {"owner": "x", "host": "another-worker", "boot_id": "b", "pid": 1, "pid_start": "1",
+                "purpose": "archive of elsewhere"}
+    s3.put_object(Bucket=dst, Key=lease_key, Body=json.dumps(stranger).encode())
+    with pytest.raises(ArchiverError, match="another-worker") as err:
+        archive_prefix(spec(src, dst, lease_ttl=3), clients)
+    assert err.value.retryable and err.value.exit_code == 3
+    time.sleep(4.5)  # no renewal for longer than the TTL, by S3's clock: the holder is gone
+    assert archive_prefix(spec(src, dst, lease_ttl=3), clients).status == "archived"
+    assert lease_key not in keys_in(s3, dst)
+
+
+# -- errors that tell the truth ------------------------------------------------------------------
+
+def test_missing_bucket_whose_name_says_objects_is_a_missing_bucket(cli_env, buckets):
+    result = cli_archive(cli_env, f"user-objects-{uuid.uuid4().hex[:6]}", buckets[1])
+    assert result["error"] == "BucketMissing" and result["retryable"] is False
+    assert "bucket does not exist" in result["message"]
+
+
+def test_upload_aborted_from_outside_is_retryable_not_a_missing_bucket(s3, buckets, proxy, minio):
+    src, dst = buckets
+    seed(s3, src, {f"day/{i}.bin": __import__("os").urandom(3 << 20) for i in range(8)})
+
+    def abort_it(request):  # a lifecycle rule (or a careless script) strikes mid-upload
+        for upload in open_uploads(s3, dst):
+            s3.abort_multipart_upload(Bucket=dst, Key=upload["Key"], UploadId=upload["UploadId"])
+
+    proxy.add(Fault("stall", seconds=0.01, after=1, count=1, match=is_upload_part, on_inject=abort_it))
+    with pytest.raises(UploadLost) as err:
+        archive_prefix(spec(src, dst, level=0), engine_clients(minio, proxy.endpoint_url))
+    assert err.value.retryable and err.value.exit_code == 3 and "aborted" in str(err.value)
+    assert "day.tar.gz" in str(err.value) and keys_in(s3, dst) == []
+
+
+@pytest.mark.parametrize("status, code, error, retryable, words", [
+    (400, "ExpiredToken", "CredentialsExpired", True, "expired"),
+    (403, "RequestTimeTooSkewed", "ClockSkewed", False, "clock"),
+])
+def test_expired_token_is_retryable_and_a_skewed_clock_says_so(s3, buckets, proxy, cli_env, status, code,
+                                                                error, retryable, words):
+    src, dst = buckets
+    seed(s3, src, {"day/a.log": b"a"})
+    proxy.add(Fault("status", status=status, code=code, match=is_list))
+    proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, "archive", f"s3://{src}/day/",
+                   f"s3://{dst}/a/", "--storage-class", "STANDARD", "--json", check=False)
+    result = __import__("json").loads(proc.stdout.decode().strip().splitlines()[-1])
+    assert result["error"] == error and result["retryable"] is retryable and words in result["message"]
+    assert proc.returncode == (3 if retryable else 2)
+
+
+def test_exit_codes_agree_with_retryability_for_every_error_type():
+    import tasks.errors as errors
+
+    for cls in vars(errors).values():
+        if isinstance(cls, type) and issubclass(cls, ArchiverError) and cls is not errors.EmptyPrefix:
+            error = cls("x") if cls is not SourceDeletionFailed else cls("x", cause=BucketMissing("y"))
+            assert error.exit_code == (3 if error.retryable else 2), cls.__name__
+
+
+def test_failed_abort_does_not_hide_the_error_that_caused_it(s3, buckets, proxy, minio):
+    src, dst = buckets
+    seed(s3, src, {f"day/{i}.bin": bytes([i]) * (3 << 20) for i in range(4)})
+    proxy.add(Fault("status", status=500, match=is_upload_part))
+    proxy.add(Fault("status", status=403, code="AccessDenied",
+                    match=lambda r: r.method == "DELETE" and "uploadId" in r.query))
+    with pytest.raises(ArchiverError) as err:
+        archive_prefix(spec(src, dst, level=0), engine_clients(minio, proxy.endpoint_url, max_attempts=2))
+    assert "upload part" in str(err.value) and err.value.retryable
+    assert any("cleanup also failed" in note and "abort" in note for note in err.value.__notes__)
+
+
+def test_every_command_a_message_names_exists():
+    from tasks.cli import _parser
+
+    commands = set(_parser()._subparsers._group_actions[0].choices)
+    named = set()
+    for path in Path(ROOT, "tasks").glob("*.py"):
+        named |= set(re.findall(r"s3arch ([a-z][a-z-]+)", path.read_text()))
+    named -= {"archive"} if "archive" in commands else set()
+    assert named <= commands | {"manifest"}, f"messages name commands that do not exist: {named - commands}"
+
+
+# -- memory bounded at any size ---------------------------------------------------------------------
+
+_PEAK = """
+import json, re, sys, boto3
+from tasks.archive import archive_prefix
+from tasks.config import ArchiveSpec, S3Url
+from tasks.s3 import S3Clients
+args = json.loads(sys.argv[1])
+session = boto3.Session(aws_access_key_id=args["key"], aws_secret_access_key=args["secret"], region_name="us-east-1")
+clients = S3Clients.from_session(session, args["endpoint"])
+def hwm():
+    return int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+clients.check_bucket(args["src"], "source")
+start = hwm()
+result = archive_prefix(ArchiveSpec(S3Url(args["src"], args["prefix"]), S3Url(args["dst"], "m/"),
+                                    storage_class="STANDARD", **args["spec"]), clients)
+print(json.dumps({"growth": hwm() - start, "status": result.status, "bytes_out": result.bytes_out}))
+"""
+
+
+def peak_growth(minio, endpoint, src, dst, prefix, **spec_args) -> dict:
+    import json
+
+    args = {"key": minio.access_key, "secret": minio.secret_key, "endpoint": endpoint, "src": src, "dst": dst,
+            "prefix": prefix, "spec": spec_args}
+    proc = subprocess.run([sys.executable, "-c", _PEAK, json.dumps(args)], cwd=ROOT, capture_output=True,
+                          timeout=600, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    return json.loads(proc.stdout.decode().strip().splitlines()[-1])
+
+
+def test_growing_parts_while_the_total_is_unknown_stay_within_the_budget(s3, buckets, proxy, minio, reliability):
+    src, dst = buckets
+    # 24 x 12 MiB of random data in the first listing page; the second page is held back for
+    # 20 s, so the part sizes grow on the unknown-total schedule (doubling every 4 parts here).
+    seed(s3, src, {f"big/a-{i:02d}.bin": __import__("os").urandom(12 << 20) for i in range(24)})
+    seed(s3, src, {f"big/b-{i:04d}.log": b"x" for i in range(1000)})
+    proxy.add(Fault("stall", seconds=20, count=1, match=lambda r: is_list(r) and "continuation-token" in r.query))
+    out = peak_growth(minio, proxy.endpoint_url, src, dst, "big/", memory_budget=64 << 20, level=0,
+                      part_growth_every=4)
+    parts = s3.head_object(Bucket=dst, Key=f"m/{src}/big.tar.gz", PartNumber=1)["PartsCount"]
+    assert out["status"] == "archived" and out["bytes_out"] > 288 << 20
+    assert parts >= 40, f"{parts} parts: the parts grew past the memory plan"
+    assert out["growth"] < 64 << 20, f"peak RSS grew {out['growth'] >> 20} MiB on a 64 MiB budget"
+    reliability.record("parts growing while the listing is unfinished (doubling every 4 parts)",
+                       f"{out['bytes_out'] >> 20} MiB of output, {parts} parts",
+                       f"peak RSS growth {out['growth'] >> 20} MiB for a 64 MiB budget")
+
+
+def test_sixteen_compression_threads_on_a_64_mib_budget_stay_within_it(s3, buckets, minio, reliability):
+    src, dst = buckets
+    rng = __import__("random").Random(9)
+    words = [b"GET", b"/api/v1/items", b"200", b"user=", b"latency_ms=", b"\n"]
+    seed(s3, src, {f"logs/{i:03d}.log": b" ".join(rng.choice(words) for _ in range(400_000)) for i in range(60)})
+    out = peak_growth(minio, minio.endpoint_url, src, dst, "logs/", memory_budget=64 << 20, compress_threads=16,
+                      codec="zstd", level=19)
+    assert out["status"] == "archived"
+    assert out["growth"] < 64 << 20, f"peak RSS grew {out['growth'] >> 20} MiB on a 64 MiB budget"
+    reliability.record("16 compression threads forced on a 64 MiB budget", "zstd -19, 60 x 1.5 MiB",
+                       f"peak RSS growth {out['growth'] >> 20} MiB")
+
+
+def test_a_prefix_too_large_for_ten_thousand_parts_fails_before_any_get(proxy, minio, buckets, s3):
+    src, dst = buckets
+    proxy.synthesize_listing(src, "huge/", 40, size=2 << 30)  # 80 GiB listed
+    gets = proxy.add(Fault("status", rate=0.0, match=is_get))
+    with pytest.raises(ArchiverError, match=r"raise --memory-budget to at least \d+MiB") as err:
+        archive_prefix(ArchiveSpec(S3Url(src, "huge/"), S3Url(dst, "a/"), storage_class="STANDARD",
+                                   memory_budget=64 << 20), engine_clients(minio, proxy.endpoint_url))
+    assert not err.value.retryable and gets.seen == 0
+    assert keys_in(s3, dst) == [] and open_uploads(s3, dst) == []
+
+
+def test_compression_threads_default_to_the_cpus_the_process_may_use(tmp_path):
+    from tasks.config import _cgroup_cpu_quota, available_cpus
+
+    (tmp_path / "cpu.max").write_text("200000 100000\n")
+    assert _cgroup_cpu_quota(str(tmp_path)) == 2.0
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert _cgroup_cpu_quota(str(tmp_path)) is None
+    import os
+
+    assert available_cpus() <= len(os.sched_getaffinity(0))
+    script = "from tasks.config import available_cpus; print(available_cpus())"
+    pinned = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", script], cwd=ROOT,
+                            capture_output=True, env={"PYTHONPATH": str(ROOT)}, check=True)
+    assert pinned.stdout.strip() == b"1"
+
+
+# -- endpoints --------------------------------------------------------------------------------------
+
+def test_gets_go_where_the_control_plane_resolved_the_bucket(minio, buckets, s3):
+    """A VPC-endpoint-style URL in AWS_ENDPOINT_URL_S3 (host ends in amazonaws.com) must be used
+    for GETs too; here botocore resolves it, and the data plane must copy its host and style."""
+    import boto3
+
+    from tasks.s3 import S3Clients
+
+    session = boto3.Session(aws_access_key_id="k", aws_secret_access_key="s", region_name="cn-north-1")
+    clients = S3Clients.from_session(session)
+    sent = []
+    clients.control.meta.events.register("before-send.s3.HeadBucket",
+                                         lambda request, **_: sent.append(request.url) or _fake_head(request))
+    route = clients.check_bucket("logs-bucket", "source")
+    assert route.host.endswith(".amazonaws.com.cn") and route.host.startswith("logs-bucket.")
+    assert route.region == "cn-north-1"
+
+
+def _fake_head(request):
+    from botocore.awsrequest import AWSResponse
+
+    class Raw:
+        def stream(self, *a, **k):
+            return iter([b""])
+
+    return AWSResponse(request.url, 200, {"x-amz-bucket-region": "cn-north-1"}, Raw())
+
+
+def test_bucket_in_another_region_than_the_client_is_archived(tmp_path, reliability):
+    from devtools.servers import start_minio
+
+    import os
+
+    server = start_minio(region="eu-west-1")
+    try:
+        s3 = server.client()
+        for bucket in ("regional-src", "regional-dst"):
+            s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+        seed(s3, "regional-src", {f"day/{i}.txt": b"a" * i for i in range(30)})
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(server.env(), AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1", PYTHONPATH=str(ROOT))
+        result = cli_archive(env, "regional-src", "regional-dst", check=True)
+        archive = read_archive(s3, "regional-dst", "a/regional-src/day.tar.gz")
+    finally:
+        server.stop()
+    assert result["status"] == "archived" and len(archive) == 30
+    reliability.record("client region us-east-1, buckets in eu-west-1", "-",
+                       "bucket region read once from HeadBucket; archived, 30 objects")
