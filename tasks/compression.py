@@ -37,6 +37,10 @@ class GzipBlocks:
     def __init__(self, level: int):
         self.level = level
 
+    def context_memory(self, block_size: int) -> int:
+        """Working memory of one compressor: ISA-L's level buffers are a few hundred KiB."""
+        return 512 << 10
+
     def header(self) -> bytes:
         # magic, deflate, no flags, mtime 0, XFL 0, OS 255 (unknown): reproducible bytes.
         return b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
@@ -62,6 +66,12 @@ class ZstdBlocks:
         self._local = threading.local()
         self._zstd = zstandard
         self.level = level
+
+    def context_memory(self, block_size: int) -> int:
+        """zstd's own estimate for one context at this level on blocks of this size (about
+        1.2 MiB at level 3, 17 MiB at level 19 for 1 MiB blocks)."""
+        params = self._zstd.ZstdCompressionParameters.from_level(self.level, source_size=block_size)
+        return params.estimated_compression_context_size()
 
     def header(self) -> bytes:
         return b""

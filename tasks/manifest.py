@@ -16,7 +16,7 @@ from typing import Iterator
 
 from .config import S3Url
 from .errors import ArchiverError, BadArgument, IntegrityError, status_of, translate
-from .upload import PartSizer, PartUploader, UploadResult
+from .upload import PartSizer, PartUploader, UploadResult, upload_memory
 
 FORMAT_NAME = "s3arch-manifest"
 FORMAT_VERSION = 1
@@ -80,9 +80,9 @@ def _dumps(record: dict) -> bytes:
 
 
 # S3's minimum part size, one part in flight: the manifest's share of the memory budget is
-# two parts (pipeline.MemoryPlan counts it), whatever the number of objects.
+# three parts (pipeline.MemoryPlan counts it), whatever the number of objects.
 MANIFEST_PART_SIZE = 5 << 20
-MANIFEST_MEMORY = 2 * MANIFEST_PART_SIZE
+MANIFEST_MEMORY = upload_memory(MANIFEST_PART_SIZE, MANIFEST_PART_SIZE)
 
 
 class ManifestWriter:
@@ -92,7 +92,7 @@ class ManifestWriter:
                  extra_args: dict | None = None):
         self._uploader = PartUploader(control, layout.bucket, layout.manifest_key,
                                       storage_class="STANDARD", sizer=PartSizer(MANIFEST_PART_SIZE),
-                                      memory=MANIFEST_MEMORY, threads=1, extra_args=extra_args,
+                                      memory=MANIFEST_PART_SIZE, threads=1, extra_args=extra_args,
                                       abort_event=abort_event)
         self._z = zlib.compressobj(6, zlib.DEFLATED, 31)
         self._pending = bytearray()

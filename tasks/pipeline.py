@@ -17,14 +17,14 @@ from datetime import datetime, timezone
 from . import __version__
 from .compression import CompressedBlock, ParallelCompressor, codec_for
 from .config import ArchiveSpec, MiB
-from .errors import ArchiverError, EmptyPrefix, IntegrityError, translate
+from .errors import ArchiverError, BadArgument, EmptyPrefix, IntegrityError, translate
 from .fetching import ByteBudget, Fetcher
 from .listing import ListingFeed
 from .manifest import MANIFEST_MEMORY, ArchiveLayout, ManifestWriter
 from .progress import Progress
 from .s3 import S3Clients
 from .tarwriter import BlockSink, TarStream, member_name
-from .upload import PartSizer, PartUploader
+from .upload import PartSizer, PartUploader, upload_memory
 
 
 @dataclass
@@ -54,33 +54,47 @@ _PER_GET_OVERHEAD = 384 << 10  # CRT connection and request buffers per GET in f
 class MemoryPlan:
     """How ``--memory-budget`` is split between the stages.
 
-    Measured multipliers, not wishes: a fetched byte is held twice while it is delivered
-    (CRT's response buffer and the Python chunk), a block once raw and once compressed, a part
-    once while it uploads; the manifest writer holds two of its parts. Compression threads are
-    capped so their blocks take at most a quarter of the budget, and the largest part is a
-    third of the upload share, so parts that grow on a long stream still fit.
+    Measured multipliers, not wishes: a fetched byte is held up to three times while it is
+    delivered (CRT's response buffer, the Python chunk, the tar block it is copied into), a block once raw and once compressed, plus
+    each compression thread's working memory (zstd -19 needs 17 MiB of it); a part once while
+    it uploads, plus the part being filled and its cut; the manifest writer likewise with its
+    5 MiB parts. Compression threads are capped so they take at most a quarter of the budget,
+    and parts at a quarter of the upload share, so parts that grow on a long stream still fit.
     """
 
     fetch: int
     gets: int
-    upload: int
+    upload_inflight: int
     max_part: int
     threads: int
     pending_blocks: int
 
     @classmethod
     def for_spec(cls, spec: ArchiveSpec) -> "MemoryPlan":
-        budget = spec.memory_budget
-        threads = max(1, min(spec.compress_threads, budget // (8 * spec.block_size) - 2))
+        budget, block = spec.memory_budget, spec.block_size
+        context = codec_for(spec.codec, spec.effective_level).context_memory(block)
+        threads = max(1, min(spec.compress_threads, (budget // 4) // (2 * block + context)))
         pending_blocks = threads + 2
-        compress_mem = pending_blocks * spec.block_size * 2
-        upload = budget // 4
-        max_part = max(spec.min_part_size, upload // 3)
-        upload = max(upload, 2 * max_part)
-        gets = max(8, min(spec.concurrency, (budget // 4) // _PER_GET_OVERHEAD))
-        rest = budget - compress_mem - upload - MANIFEST_MEMORY - gets * _PER_GET_OVERHEAD
-        return cls(fetch=max(4 * MiB, rest // 3), gets=gets, upload=upload, max_part=max_part,
+        compress_mem = pending_blocks * block * 2 + threads * context
+        upload_share = budget // 4
+        max_part = max(spec.min_part_size, upload_share // 4)
+        upload_inflight = max(max_part, upload_share - 2 * max_part)
+        fixed = compress_mem + upload_memory(upload_inflight, max_part) + MANIFEST_MEMORY
+        least = fixed + _MIN_GETS * _PER_GET_OVERHEAD + 2 * _MIN_FETCH
+        if least > budget:
+            raise BadArgument(
+                f"--memory-budget {budget >> 20}MiB cannot hold this pipeline ({spec.codec} level "
+                f"{spec.effective_level} needs {context >> 20} MiB per compression thread)",
+                hint=f"raise --memory-budget to at least {-(-least // MiB) + 1}MiB, or lower --level")
+        gets = max(_MIN_GETS, min(spec.concurrency, ((budget - fixed) // 2) // _PER_GET_OVERHEAD))
+        # A fetched byte is held twice, and the tar writer's copy of a piece a third time.
+        fetch = max(_MIN_FETCH, (budget - fixed - gets * _PER_GET_OVERHEAD) // 3)
+        return cls(fetch=fetch, gets=gets, upload_inflight=upload_inflight, max_part=max_part,
                    threads=threads, pending_blocks=pending_blocks)
+
+
+_MIN_GETS = 8
+_MIN_FETCH = 2 * MiB
 
 
 @dataclass(slots=True)
@@ -127,7 +141,7 @@ def stream_archive(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout,
                       max_part=plan.max_part, growth_every=spec.part_growth_every)
     extra = spec.encryption_args
     uploader = PartUploader(control, layout.bucket, archive_key, storage_class=spec.storage_class,
-                            sizer=sizer, memory=plan.upload, extra_args=extra,
+                            sizer=sizer, memory=plan.upload_inflight, extra_args=extra,
                             abort_event=abort)
     manifest = ManifestWriter(control, layout, {
         "tool": f"s3arch {__version__}",

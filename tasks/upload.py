@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import struct
 import threading
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
@@ -87,8 +88,9 @@ class PartUploader:
 
     ``write`` buffers into the current part and hands full parts to a thread pool. Memory is
     bounded in bytes, whatever the part size grows to: ``write`` blocks while the parts in
-    flight plus the part being filled would exceed ``memory``, though one part is always let
-    through so the stream cannot deadlock.
+    flight would exceed ``memory``, though one part is always let through so the stream
+    cannot deadlock. The part being filled (and, while it is cut, its copy) come on top:
+    ``upload_memory(memory, max_part)`` is the whole stage.
     """
 
     def __init__(self, control, bucket: str, key: str, *, storage_class: str = "STANDARD",
@@ -104,7 +106,8 @@ class PartUploader:
         self.upload_id: str | None = None
         self.bytes_written = 0
         self._abort = abort_event or threading.Event()
-        self._buf = bytearray()
+        self._buf: deque[bytes] = deque()
+        self._buffered = 0
         self._part_size = self.sizer.next_size(0, 0)
         self._parts: list[Future] = []
         self._inflight = 0
@@ -117,29 +120,42 @@ class PartUploader:
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
 
-    def write(self, data) -> None:
+    def write(self, data: bytes) -> None:
         self.bytes_written += len(data)
         self._crc_full = checksums.crc32c(data, self._crc_full)
-        self._buf += data
-        while len(self._buf) >= self._part_size:
+        self._buf.append(data)
+        self._buffered += len(data)
+        while self._buffered >= self._part_size:
             if len(self._parts) >= MAX_PARTS - 1:
                 raise BadArgument(f"{self.url} would need more than {MAX_PARTS:,} parts",
                                   hint="raise --memory-budget so that larger parts fit")
-            # Hand the filled buffer itself to the upload and start a new one with the
-            # overflow: no copy of the part is made.
-            part, self._buf = self._buf, bytearray(memoryview(self._buf)[self._part_size:])
-            del part[self._part_size:]
-            self._submit(part)
-            self._part_size = self.sizer.next_size(len(self._parts), self.bytes_written - len(self._buf))
+            self._submit(self._cut(self._part_size))
+            self._part_size = self.sizer.next_size(len(self._parts), self.bytes_written - self._buffered)
 
-    def _submit(self, part: bytearray) -> None:
+    def _cut(self, size: int) -> bytes:
+        """The first ``size`` buffered bytes as one bytes object. Parts are kept as the
+        written pieces until they are cut, and handed to botocore as ``bytes``, which it sends
+        without another copy (a bytearray would be copied into a BytesIO)."""
+        pieces, taken = [], 0
+        while taken < size:
+            piece = self._buf.popleft()
+            if taken + len(piece) > size:
+                keep = size - taken
+                self._buf.appendleft(piece[keep:])
+                piece = piece[:keep]
+            pieces.append(piece)
+            taken += len(piece)
+        self._buffered -= taken
+        return b"".join(pieces)
+
+    def _submit(self, part: bytes) -> None:
         if self.upload_id is None:
             self._create()
         for fut in self._parts:  # surface a failed part early instead of at the end
             if fut.done() and fut.exception():
                 raise fut.exception()
         with self._cond:
-            while self._inflight and self._inflight + len(part) + self._part_size > self.memory:
+            while self._inflight and self._inflight + len(part) > self.memory:
                 if self._abort.is_set():
                     raise InterruptedError("upload aborted")
                 self._cond.wait(0.2)
@@ -156,7 +172,7 @@ class PartUploader:
             raise translate(exc, f"start upload to {self.url}", "upload") from exc
         self.upload_id = resp["UploadId"]
 
-    def _upload_part(self, number: int, data: bytearray) -> UploadedPart:
+    def _upload_part(self, number: int, data: bytes) -> UploadedPart:
         try:
             if self._abort.is_set():
                 raise InterruptedError("upload aborted")
@@ -164,7 +180,7 @@ class PartUploader:
             b64 = _b64_crc(crc)
             resp = self.control.upload_part(
                 Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number,
-                Body=bytes(data) if len(data) < (1 << 16) else data, ChecksumCRC32C=b64,
+                Body=data, ChecksumCRC32C=b64,
                 **_sse_customer_args(self.extra_args))
             if resp.get("ChecksumCRC32C") not in (None, b64):
                 raise IntegrityError(f"part {number} of {self.url}: S3 stored CRC32C "
@@ -179,9 +195,8 @@ class PartUploader:
 
     def finish_parts(self) -> list[UploadedPart]:
         """Upload what is buffered and wait for every part; the upload stays open."""
-        if self._buf or not self._parts:
-            part, self._buf = self._buf, bytearray()
-            self._submit(part)
+        if self._buffered or not self._parts:
+            self._submit(self._cut(self._buffered))
         return [f.result() for f in self._parts]
 
     def complete(self, *, if_none_match: bool = False, if_match: str | None = None) -> UploadResult:
@@ -239,6 +254,12 @@ class PartUploader:
             return translate(exc, f"abort the upload to {self.url} (left for the next run or a "
                                   "lifecycle rule to remove)", "upload")
         return None
+
+
+def upload_memory(inflight: int, max_part: int) -> int:
+    """What a PartUploader holds at most: parts in flight, the part being filled, and the
+    part being cut from it."""
+    return inflight + 2 * max_part
 
 
 def _b64_crc(crc: int) -> str:

@@ -336,6 +336,8 @@ def test_every_command_a_message_names_exists():
 
 # -- memory bounded at any size ---------------------------------------------------------------------
 
+# Peak RSS growth of a process that already archived a one-object prefix with the same
+# settings (clients, CRT event loop and thread pools are up): what the big prefix adds.
 _PEAK = """
 import json, re, sys, boto3
 from tasks.archive import archive_prefix
@@ -346,10 +348,13 @@ session = boto3.Session(aws_access_key_id=args["key"], aws_secret_access_key=arg
 clients = S3Clients.from_session(session, args["endpoint"])
 def hwm():
     return int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
-clients.check_bucket(args["src"], "source")
+def archive(prefix, dst_prefix):
+    return archive_prefix(ArchiveSpec(S3Url(args["src"], prefix), S3Url(args["dst"], dst_prefix),
+                                      storage_class="STANDARD", **args["spec"]), clients)
+clients.control.put_object(Bucket=args["src"], Key="warm-up/a", Body=b"a")
+archive("warm-up/", "w/")
 start = hwm()
-result = archive_prefix(ArchiveSpec(S3Url(args["src"], args["prefix"]), S3Url(args["dst"], "m/"),
-                                    storage_class="STANDARD", **args["spec"]), clients)
+result = archive(args["prefix"], "m/")
 print(json.dumps({"growth": hwm() - start, "status": result.status, "bytes_out": result.bytes_out}))
 """
 
@@ -372,10 +377,9 @@ def test_growing_parts_while_the_total_is_unknown_stay_within_the_budget(s3, buc
     seed(s3, src, {f"big/a-{i:02d}.bin": __import__("os").urandom(12 << 20) for i in range(24)})
     seed(s3, src, {f"big/b-{i:04d}.log": b"x" for i in range(1000)})
     proxy.add(Fault("stall", seconds=20, count=1, match=lambda r: is_list(r) and "continuation-token" in r.query))
-    out = peak_growth(minio, proxy.endpoint_url, src, dst, "big/", memory_budget=64 << 20, level=0,
-                      part_growth_every=4)
+    out = peak_growth(minio, proxy.endpoint_url, src, dst, "big/", memory_budget=64 << 20, part_growth_every=4)
     parts = s3.head_object(Bucket=dst, Key=f"m/{src}/big.tar.gz", PartNumber=1)["PartsCount"]
-    assert out["status"] == "archived" and out["bytes_out"] > 288 << 20
+    assert out["status"] == "archived" and out["bytes_out"] >= 288 << 20
     assert parts >= 40, f"{parts} parts: the parts grew past the memory plan"
     assert out["growth"] < 64 << 20, f"peak RSS grew {out['growth'] >> 20} MiB on a 64 MiB budget"
     reliability.record("parts growing while the listing is unfinished (doubling every 4 parts)",
