@@ -116,8 +116,10 @@ class ArchiveSpec:
         if self.level is not None and not lo <= self.level <= hi:
             raise BadArgument(f"level {self.level} is out of range for {self.codec}",
                               hint=f"--level takes {lo}..{hi} with --codec {self.codec}")
-        if self.memory_budget < 32 * MiB:
-            raise BadArgument("memory budget below 32MiB", hint="--memory-budget 64MiB or more")
+        if self.memory_budget < 48 * MiB:
+            raise BadArgument("memory budget below 48MiB (the smallest that holds 5 MiB parts of the "
+                              "archive and manifest, the GETs and the compression blocks)",
+                              hint="--memory-budget 64MiB or more")
         if not 1 <= self.concurrency <= 1024:
             raise BadArgument(f"concurrency {self.concurrency} out of range",
                               hint="--concurrency takes 1..1024")

@@ -57,8 +57,7 @@ class MemoryPlan:
     Measured multipliers, not wishes: a fetched byte is held up to three times while it is
     delivered (CRT's response buffer, the Python chunk, the tar block it is copied into), a block once raw and once compressed, plus
     each compression thread's working memory (zstd -19 needs 17 MiB of it); a part once while
-    it uploads, plus the part being filled and its cut; the manifest writer likewise with its
-    5 MiB parts. Compression threads are capped so they take at most a quarter of the budget,
+    it uploads, plus the part being filled; the manifest writer likewise with its 5 MiB parts. Compression threads are capped so they take at most a quarter of the budget,
     and parts at a quarter of the upload share, so parts that grow on a long stream still fit.
     """
 
@@ -84,7 +83,7 @@ class MemoryPlan:
         if least > budget:
             raise BadArgument(
                 f"--memory-budget {budget >> 20}MiB cannot hold this pipeline ({spec.codec} level "
-                f"{spec.effective_level} needs {context >> 20} MiB per compression thread)",
+                f"{spec.effective_level} needs {context / MiB:.1f} MiB per compression thread)",
                 hint=f"raise --memory-budget to at least {-(-least // MiB) + 1}MiB, or lower --level")
         gets = max(_MIN_GETS, min(spec.concurrency, ((budget - fixed) // 2) // _PER_GET_OVERHEAD))
         # A fetched byte is held twice, and the tar writer's copy of a piece a third time.

@@ -8,6 +8,9 @@ upload ends in AbortMultipartUpload: no orphaned parts are left to bill.
 from __future__ import annotations
 
 import base64
+import bisect
+import io
+import itertools
 import struct
 import threading
 from collections import deque
@@ -132,10 +135,9 @@ class PartUploader:
             self._submit(self._cut(self._part_size))
             self._part_size = self.sizer.next_size(len(self._parts), self.bytes_written - self._buffered)
 
-    def _cut(self, size: int) -> bytes:
-        """The first ``size`` buffered bytes as one bytes object. Parts are kept as the
-        written pieces until they are cut, and handed to botocore as ``bytes``, which it sends
-        without another copy (a bytearray would be copied into a BytesIO)."""
+    def _cut(self, size: int) -> "PartBody":
+        """The first ``size`` buffered bytes as one part, without copying them: the pieces
+        written are handed over as they are (only a piece that straddles the cut is split)."""
         pieces, taken = [], 0
         while taken < size:
             piece = self._buf.popleft()
@@ -146,9 +148,9 @@ class PartUploader:
             pieces.append(piece)
             taken += len(piece)
         self._buffered -= taken
-        return b"".join(pieces)
+        return PartBody(pieces)
 
-    def _submit(self, part: bytes) -> None:
+    def _submit(self, part: "PartBody") -> None:
         if self.upload_id is None:
             self._create()
         for fut in self._parts:  # surface a failed part early instead of at the end
@@ -172,11 +174,11 @@ class PartUploader:
             raise translate(exc, f"start upload to {self.url}", "upload") from exc
         self.upload_id = resp["UploadId"]
 
-    def _upload_part(self, number: int, data: bytes) -> UploadedPart:
+    def _upload_part(self, number: int, data: "PartBody") -> UploadedPart:
         try:
             if self._abort.is_set():
                 raise InterruptedError("upload aborted")
-            crc = checksums.crc32c(data)
+            crc = data.crc32c()
             b64 = _b64_crc(crc)
             resp = self.control.upload_part(
                 Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number,
@@ -257,9 +259,57 @@ class PartUploader:
 
 
 def upload_memory(inflight: int, max_part: int) -> int:
-    """What a PartUploader holds at most: parts in flight, the part being filled, and the
-    part being cut from it."""
-    return inflight + 2 * max_part
+    """What a PartUploader holds at most: parts in flight and the part being filled."""
+    return inflight + max_part
+
+
+class PartBody(io.RawIOBase):
+    """A part as the list of pieces it was written in, read as one seekable stream.
+
+    botocore reads the body to sign it and seeks back to retry; joining the pieces into one
+    bytes object would hold every part twice while it is cut."""
+
+    def __init__(self, pieces: list[bytes]):
+        self._pieces = pieces
+        self._starts = list(itertools.accumulate((len(p) for p in pieces), initial=0))
+        self._size = self._starts[-1]
+        self._pos = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def crc32c(self) -> int:
+        crc = 0
+        for piece in self._pieces:
+            crc = checksums.crc32c(piece, crc)
+        return crc
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, min(self._size, base + offset))
+        return self._pos
+
+    def readinto(self, buffer) -> int:
+        out = memoryview(buffer).cast("B")
+        done = 0
+        while done < len(out) and self._pos < self._size:
+            i = bisect.bisect_right(self._starts, self._pos) - 1
+            piece = self._pieces[i]
+            offset = self._pos - self._starts[i]
+            n = min(len(out) - done, len(piece) - offset)
+            out[done:done + n] = piece[offset:offset + n]
+            done += n
+            self._pos += n
+        return done
 
 
 def _b64_crc(crc: int) -> str:

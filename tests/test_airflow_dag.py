@@ -209,7 +209,7 @@ def test_timed_out_try_leaves_no_upload_and_the_next_try_archives(af, capfd, mon
     put_objects(af.s3, af.src, objects)
     operator = S3ArchivePrefixOperator(task_id="archive_big", source_bucket=af.src, prefix=prefix,
                                        destination=f"s3://{af.dst}/archive/", storage_class="STANDARD",
-                                       memory_budget="32MiB", aws_conn_id="s3_archive",
+                                       memory_budget="48MiB", aws_conn_id="s3_archive",
                                        progress_interval=0.25)
 
     # Airflow's own timeout (SIGALRM), brought forward to fire once 40 of the 160 objects are

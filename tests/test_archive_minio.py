@@ -45,7 +45,7 @@ def archived(minio):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(minio.env(), PYTHONPATH=str(__import__("helpers").ROOT))
     result = run_json(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/vault/",
-                      "--storage-class", "STANDARD", "--memory-budget", "32MiB")
+                      "--storage-class", "STANDARD", "--memory-budget", "48MiB")
     body = s3.get_object(Bucket=dst, Key=f"vault/{src}/logs/2026/11/21.tar.gz")["Body"].read()
     return {"s3": s3, "src": src, "dst": dst, "objects": objects, "result": result,
             "archive": body, "env": env}
