@@ -100,3 +100,19 @@ def engine_clients(server, endpoint_url: str | None = None, **config):
     session = boto3.Session(aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,
                             region_name=server.region)
     return S3Clients.from_session(session, endpoint_url or server.endpoint_url, **config)
+
+
+def minio_user(minio, statements: list[dict]) -> tuple[str, str]:
+    """A real MinIO user whose policy is ``statements``."""
+    import uuid
+
+    from minio.credentials import StaticProvider
+    from minio.minioadmin import MinioAdmin
+
+    admin = MinioAdmin(endpoint=minio.endpoint_url.removeprefix("http://"),
+                       credentials=StaticProvider(minio.access_key, minio.secret_key), secure=False)
+    user, secret, policy = f"u-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex, f"p-{uuid.uuid4().hex[:8]}"
+    admin.user_add(user, secret)
+    admin.policy_add(policy, policy={"Version": "2012-10-17", "Statement": statements})
+    admin.attach_policy([policy], user=user)
+    return user, secret

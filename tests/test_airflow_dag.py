@@ -240,3 +240,35 @@ def test_timed_out_try_leaves_no_upload_and_the_next_try_archives(af, capfd, mon
     assert re.search(r"big/2026/10/25/: [\d,]+/160 objects, .* MiB in -> .* obj/s", out + err), \
         "no progress line (objects, bytes, rate) in the task log"
     assert read_archive(af.s3, af.dst, f"archive/{af.src}/big/2026/10/25.tar.gz") == objects
+
+
+def test_denied_source_delete_fails_the_task_and_its_retry_never_reports_success(af, minio, monkeypatch):
+    """A bucket policy denies DeleteObject on the source: the archive commits, the deletion
+    fails the task permanently, and running the task again (a retry or a clear) fails the same
+    way instead of finding the manifest and reporting success."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from s3arch_airflow import S3ArchivePrefixOperator
+
+    from helpers import minio_user
+
+    day = date(2026, 9, 14)
+    seed(af, day)
+    user, secret = minio_user(minio, [
+        {"Effect": "Allow", "Action": ["s3:*"], "Resource": ["arn:aws:s3:::*"]},
+        {"Effect": "Deny", "Action": ["s3:DeleteObject"], "Resource": [f"arn:aws:s3:::{af.src}/*"]}])
+    monkeypatch.setenv("AIRFLOW_CONN_S3_NO_DELETE", json.dumps({
+        "conn_type": "aws", "login": user, "password": secret,
+        "extra": {"endpoint_url": minio.endpoint_url, "region_name": minio.region}}))
+    operator = S3ArchivePrefixOperator(task_id="archive_and_delete", source_bucket=af.src,
+                                       prefix=f"{day:logs/%Y/%m/%d}/", destination=f"s3://{af.dst}/archive/",
+                                       storage_class="STANDARD", delete_source=True, aws_conn_id="s3_no_delete")
+    for attempt in ("first try", "retry"):
+        ti = TaskInstanceStub()
+        with pytest.raises(AirflowFailException, match="permanently"):
+            operator.execute({"ti": ti})
+        row = ti.pushed["archive_rows"][0]
+        assert row["status"] == "failed" and "access denied" in row["error"], (attempt, row)
+        assert "delete-sources" in row["error"] and row["retryable"] is False
+    assert len(keys_in(af.s3, af.src, f"{day:logs/%Y/%m/%d}/")) == len(
+        [k for k in af.seeded if k.startswith(f"{day:logs/%Y/%m/%d}/")])
+    assert archived_day(af, day) == {k: v for k, v in af.seeded.items() if k.startswith(f"{day:logs/%Y/%m/%d}/")}

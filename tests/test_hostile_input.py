@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from faultproxy import FaultProxy
-from helpers import ROOT, engine_clients, keys_in, open_uploads, put_exact_key, read_archive, run_json, seed
+from helpers import (ROOT, engine_clients, keys_in, minio_user, open_uploads, put_exact_key, read_archive, run_json,
+                     seed)
 from tasks.archive import archive_prefix
 from tasks.config import ArchiveSpec, S3Url
 from tasks.manifest import iter_manifest, layout_for
@@ -151,18 +152,10 @@ def test_missing_buckets_fail_fast_naming_the_bucket(seeded, cli_env, reliabilit
 
 
 def test_read_only_user_fails_fast_on_the_destination_and_writes_nothing(minio, s3, seeded, cli_env, reliability):
-    from minio.credentials import StaticProvider
-    from minio.minioadmin import MinioAdmin
-
     src, dst = seeded
-    admin = MinioAdmin(endpoint=minio.endpoint_url.removeprefix("http://"),
-                       credentials=StaticProvider(minio.access_key, minio.secret_key), secure=False)
-    user, secret = f"ro-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    admin.user_add(user, secret)
-    admin.policy_add("s3arch-read-only", policy={"Version": "2012-10-17", "Statement": [{
+    user, secret = minio_user(minio, [{
         "Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket", "s3:GetBucketLocation",
-                                      "s3:ListBucketMultipartUploads"], "Resource": ["arn:aws:s3:::*"]}]})
-    admin.attach_policy(["s3arch-read-only"], user=user)
+                                      "s3:ListBucketMultipartUploads"], "Resource": ["arn:aws:s3:::*"]}])
     env = {**cli_env, "AWS_ACCESS_KEY_ID": user, "AWS_SECRET_ACCESS_KEY": secret}
     result, took = _archive_cli(env, src, dst)
     assert result["status"] == "failed" and result["retryable"] is False

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from faultproxy import Fault, FaultProxy, is_get, is_list, is_upload_part, wait_until
-from helpers import ROOT, engine_clients, keys_in, open_uploads, read_archive, run_cli, run_json, seed
+from helpers import (ROOT, engine_clients, keys_in, minio_user, open_uploads, read_archive, run_cli, run_json,
+                     seed)
 from tasks.archive import archive_prefix
 from tasks.config import ArchiveSpec, S3Url
 from tasks.errors import ArchiveDamaged, ArchiverError, BucketMissing, SourceDeletionFailed, UploadLost
@@ -42,20 +43,6 @@ def day(s3, buckets):
     objects = {f"day/{i:04d}.log": (b"entry %d\n" % i) * (i % 40 + 1) for i in range(1500)}
     seed(s3, buckets[0], objects)
     return objects
-
-
-def minio_user(minio, statements: list[dict]) -> tuple[str, str]:
-    """A real MinIO user whose policy is ``statements``."""
-    from minio.credentials import StaticProvider
-    from minio.minioadmin import MinioAdmin
-
-    admin = MinioAdmin(endpoint=minio.endpoint_url.removeprefix("http://"),
-                       credentials=StaticProvider(minio.access_key, minio.secret_key), secure=False)
-    user, secret, policy = f"u-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex, f"p-{uuid.uuid4().hex[:8]}"
-    admin.user_add(user, secret)
-    admin.policy_add(policy, policy={"Version": "2012-10-17", "Statement": statements})
-    admin.attach_policy([policy], user=user)
-    return user, secret
 
 
 # -- source deletion ----------------------------------------------------------------------
