@@ -1,4 +1,4 @@
-"""s3arch (python -m tasks): archive | delete-sources | ls | cat | verify.
+"""s3arch (python -m tasks): archive | restore | extract | delete-sources | ls | cat | verify.
 
 Exit codes: 0 success (archived, skipped, dry run), 2 a permanent error (fix the input),
 3 a retryable error (a fault that outlasted the retries, or another run of the same prefix
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from . import __version__
 from .config import ArchiveSpec, S3Url, parse_size
@@ -68,6 +69,36 @@ def _parser() -> argparse.ArgumentParser:
         s = command(name, help=text)
         s.add_argument("archive", help="s3://DEST_BUCKET/... archive or manifest key")
         s.add_argument("--json", action="store_true")
+    r = command("restore", help="ask S3 to restore an archive from GLACIER/DEEP_ARCHIVE (idempotent)")
+    r.add_argument("archive", help="s3://DEST_BUCKET/... archive or manifest key")
+    r.add_argument("--tier", default="Standard", choices=["Expedited", "Standard", "Bulk"],
+                   help="GLACIER: Expedited 1-5 min, Standard 3-5 h, Bulk 5-12 h; DEEP_ARCHIVE: "
+                        "Standard within 12 h, Bulk within 48 h (default Standard)")
+    r.add_argument("--fallback-tier", choices=["Standard", "Bulk"],
+                   help="tier to use if Expedited is unavailable (or the class has none)")
+    r.add_argument("--days", type=int, default=7, help="how long the restored copy stays (default 7)")
+    r.add_argument("--wait", action="store_true", help="poll until the archive is readable")
+    r.add_argument("--timeout", type=float, default=48 * 3600,
+                   help="with --wait: give up after this many seconds (default 48 h)")
+    r.add_argument("--interval", type=float, help="with --wait: seconds between polls (default by tier)")
+    r.add_argument("--json", action="store_true")
+
+    x = command("extract", help="write archived objects back to S3 or a directory")
+    x.add_argument("archive", help="s3://DEST_BUCKET/... archive or manifest key")
+    where = x.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to", help="s3://BUCKET/PREFIX/ to write the objects under")
+    where.add_argument("--to-dir", type=Path, help="local directory to write the objects into")
+    which = x.add_mutually_exclusive_group()
+    which.add_argument("--keys", nargs="+", metavar="KEY", help="only these keys (exact, full keys)")
+    which.add_argument("--from-file", type=Path, help="only the keys listed in this file, one per line")
+    which.add_argument("--glob", help="only keys matching this pattern (fnmatch, on the full key)")
+    x.add_argument("--original-keys", action="store_true",
+                   help="keep each object's full original key under the target (default: the key "
+                        "relative to the archived prefix)")
+    x.add_argument("--overwrite", action="store_true", help="replace existing objects with other content")
+    x.add_argument("--memory-budget", default="256MiB")
+    x.add_argument("--json", action="store_true")
+
     c = command("cat", help="write one archived object to stdout (one ranged GET)")
     c.add_argument("archive")
     c.add_argument("key")
@@ -107,6 +138,10 @@ def _run(args) -> int:
     layout = layout_from_url(S3Url.parse(args.archive))
     if args.command == "delete-sources":
         return _delete_sources(args, clients, layout)
+    if args.command == "restore":
+        return _restore(args, clients, layout)
+    if args.command == "extract":
+        return _extract(args, clients, layout)
     if args.command == "ls":
         from .reading import list_members
 
@@ -170,6 +205,56 @@ def _archive(args) -> int:
               + (f"\n  {_deletion_line(result)}" if result.deletion else ""))
     for note in result.notes:
         print(f"note: {note}")
+    return 0
+
+
+def _restore(args, clients, layout) -> int:
+    from .commit import read_committed
+    from .restore import POLL_SECONDS, request_restore, wait_restored
+
+    committed = read_committed(clients.control, layout)
+    if committed is None:
+        from .errors import BadArgument
+
+        raise BadArgument(f"{layout.manifest_url} does not exist: there is no committed archive to restore")
+    key = committed.archive_key
+    state = request_restore(clients.control, layout.bucket, key, tier=args.tier, days=args.days,
+                            fallback_tier=args.fallback_tier)
+    if not args.json:
+        print(f"{state.line()}" + (f" ({state.requested}, tier {state.tier})" if state.requested else ""))
+    if args.wait and not state.readable:
+        interval = args.interval or POLL_SECONDS[state.tier or args.tier]
+
+        def progress(s, waited):
+            if not args.json:
+                print(f"  still restoring after {waited / 60:.0f} min; next check in {interval:.0f}s",
+                      file=sys.stderr, flush=True)
+
+        state = wait_restored(clients.control, layout.bucket, key, timeout=args.timeout, interval=interval,
+                              on_progress=progress)
+        if not args.json:
+            print(state.line())
+    if args.json:
+        print(json.dumps(state.to_dict()))
+    return 0
+
+
+def _extract(args, clients, layout) -> int:
+    from .extract import Selection, extract_archive
+
+    keys = args.keys
+    if args.from_file:
+        keys = [line for line in args.from_file.read_text().splitlines() if line]
+    result = extract_archive(clients.control, layout,
+                             to_s3=S3Url.parse(args.to) if args.to else None, to_dir=args.to_dir,
+                             selection=Selection.of(keys, args.glob), original_keys=args.original_keys,
+                             overwrite=args.overwrite, memory_budget=parse_size(args.memory_budget))
+    if args.json:
+        print(json.dumps({"status": "extracted", **result.to_dict()}))
+    else:
+        print(f"extracted {result.objects:,} objects ({human_bytes(result.bytes)}) to {result.target}"
+              + (f"; {result.skipped_same:,} already there with the same content" if result.skipped_same else "")
+              + f"; read {human_bytes(result.bytes_fetched)} of the archive in {result.gets:,} GET(s)")
     return 0
 
 

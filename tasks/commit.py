@@ -27,14 +27,14 @@ from enum import Enum
 
 from .config import ArchiveSpec, S3Url
 from .deletion import DeletionResult, delete_archived_sources
-from .errors import (ArchiveDamaged, ArchiverError, BadArgument, DestinationConflict, IntegrityError,
-                     status_of, translate)
+from .errors import (ArchiveDamaged, ArchiverError, BadArgument, ConcurrentRun, DestinationConflict,
+                     IntegrityError, status_of, translate)
 from .lease import PrefixLease
 from .manifest import ArchiveLayout, layout_for, manifest_exists, read_header_and_summary
 from .pipeline import StreamedArchive, stream_archive
 from .progress import Progress
 from .s3 import S3Clients
-from .upload import abort_stale_uploads
+from .upload import abort_stale_uploads, open_uploads
 
 
 class State(str, Enum):
@@ -107,7 +107,9 @@ class CommitProtocol:
         # 1. A manifest present means COMMITTED: a plain re-run only checks the archive is intact.
         committed = read_committed(self.control, self.layout, spec.source)
         if committed and not spec.overwrite and not spec.delete_source:
-            return self._skipped(committed)
+            self._skipped(committed)
+            self._abort_uploads_of_dead_runs()
+            return self._done()
         # 2. Everything that writes holds the prefix's lease; the state is read again under it,
         #    since another run may have committed in between.
         with self._lease() as lease:
@@ -149,6 +151,19 @@ class CommitProtocol:
             self._skipped(committed)
             self._delete_sources()
         return self._done()
+
+    def _abort_uploads_of_dead_runs(self) -> None:
+        """A skip stays read-only unless a dead run left uploads: then, only if the lease is
+        free (no run is alive on this prefix), abort them so nothing is left to bill."""
+        keys = (self.archive_key, self.layout.manifest_key)
+        if not any(open_uploads(self.control, self.layout.bucket, key) for key in keys):
+            return
+        try:
+            with self._lease():
+                for key in keys:
+                    self.result.stale_uploads_aborted += abort_stale_uploads(self.control, self.layout.bucket, key)
+        except ConcurrentRun:
+            pass  # a live run owns them
 
     def _lease(self) -> PrefixLease:
         return PrefixLease(self.control, self.layout.bucket, self.layout.lease_key,

@@ -151,8 +151,7 @@ _BY_CODE: dict[str, tuple[type[ArchiverError], str, str | None]] = {
                      "the next try starts clean"),
     "InvalidObjectState": (ArchivedObjectNotReadable,
                            "object is in an archive storage class and not restored",
-                           "restore it first (S3 RestoreObject, e.g. `aws s3api restore-object`), "
-                           "wait until HeadObject shows ongoing-request=\"false\", then retry"),
+                           "restore it first: s3arch restore ARCHIVE --wait (docs/RESTORE.md), then retry"),
     "InvalidStorageClass": (StorageClassRejected, "the endpoint rejects this storage class",
                             "pick one it supports with --storage-class (MinIO accepts only STANDARD)"),
     "ExpiredToken": (CredentialsExpired, "temporary credentials expired",

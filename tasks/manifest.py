@@ -9,6 +9,8 @@ that exists means a complete archive.
 
 from __future__ import annotations
 
+import bisect
+import gzip
 import json
 import zlib
 from dataclasses import dataclass
@@ -21,6 +23,11 @@ from .upload import PartSizer, PartUploader, UploadResult, upload_memory
 FORMAT_NAME = "s3arch-manifest"
 FORMAT_VERSION = 1
 MANIFEST_SUFFIX = ".manifest.jsonl.gz"
+INDEX_SUFFIX = ".manifest-index.json.gz"
+INDEX_FORMAT = "s3arch-manifest-index"
+# Object records per indexed chunk of the manifest: a lookup reads one chunk, about 40 KB
+# compressed, and the index holds one entry per chunk (10,000 for ten million objects).
+RECORDS_PER_CHUNK = 1000
 ARCHIVE_SUFFIXES = (".tar.gz", ".tar.zst")
 
 
@@ -39,6 +46,10 @@ class ArchiveLayout:
     @property
     def manifest_url(self) -> str:
         return f"s3://{self.bucket}/{self.manifest_key}"
+
+    @property
+    def index_key(self) -> str:
+        return self.stem + INDEX_SUFFIX
 
     @property
     def lease_key(self) -> str:
@@ -86,39 +97,81 @@ MANIFEST_MEMORY = upload_memory(MANIFEST_PART_SIZE, MANIFEST_PART_SIZE)
 
 
 class ManifestWriter:
-    """Streams records into a gzip JSON Lines object by multipart upload."""
+    """Streams records into a gzip JSON Lines object by multipart upload, and writes its index.
+
+    Every ``RECORDS_PER_CHUNK`` object records the deflate stream is fully flushed (byte
+    aligned, no back-references across the flush), so a raw inflater can start there; the
+    first key and compressed offset of each chunk go into a small index object, written just
+    before the manifest is completed (docs/FORMAT.md, "Manifest index").
+    """
 
     def __init__(self, control, layout: ArchiveLayout, header: dict, abort_event=None,
                  extra_args: dict | None = None):
+        self._control = control
+        self._layout = layout
+        self._extra_args = extra_args or {}
         self._uploader = PartUploader(control, layout.bucket, layout.manifest_key,
                                       storage_class="STANDARD", sizer=PartSizer(MANIFEST_PART_SIZE),
                                       memory=MANIFEST_PART_SIZE, threads=1, extra_args=extra_args,
                                       abort_event=abort_event)
         self._z = zlib.compressobj(6, zlib.DEFLATED, 31)
         self._pending = bytearray()
+        self._compressed = 0
+        self._chunks: list[list] = []  # [first key, compressed offset, ordinal of its first record]
+        self._index_written = False
+        self.header = {"type": "header", "format": FORMAT_NAME, "version": FORMAT_VERSION, **header}
         self.objects = 0
-        self.write({"type": "header", "format": FORMAT_NAME, "version": FORMAT_VERSION, **header})
+        self.write(self.header)
+
+    def _emit(self, data: bytes) -> None:
+        if data:
+            self._uploader.write(data)
+            self._compressed += len(data)
 
     def write(self, record: dict) -> None:
         self._pending += _dumps(record)
         if len(self._pending) >= 1 << 20:
-            self._uploader.write(self._z.compress(self._pending))
+            self._emit(self._z.compress(self._pending))
             self._pending.clear()
 
     def add_object(self, record: dict) -> None:
+        if self.objects % RECORDS_PER_CHUNK == 0:
+            self._emit(self._z.compress(self._pending) + self._z.flush(zlib.Z_FULL_FLUSH))
+            self._pending.clear()
+            self._chunks.append([record["key"], self._compressed, self.objects])
         self.objects += 1
         self.write(record)
 
     def complete(self, summary: dict) -> UploadResult:
-        """Write the summary and complete the manifest, only if no manifest exists: of two
-        runs that both got this far, one commits and the other fails as ConcurrentRun."""
+        """Write the summary, the index, and complete the manifest, only if no manifest exists:
+        of two runs that both got this far, one commits and the other fails as ConcurrentRun."""
         self.write({"type": "summary", **summary})
-        self._uploader.write(self._z.compress(self._pending) + self._z.flush())
+        self._emit(self._z.compress(self._pending) + self._z.flush())
         self._pending.clear()
-        return self._uploader.complete(if_none_match=True)
+        index = {"format": INDEX_FORMAT, "version": FORMAT_VERSION, "header": self.header,
+                 "archive_etag": summary.get("archive_etag"), "manifest_size": self._compressed,
+                 "objects": self.objects, "chunks": self._chunks}
+        try:
+            self._index_written = True
+            self._control.put_object(Bucket=self._layout.bucket, Key=self._layout.index_key,
+                                     Body=gzip.compress(_dumps(index), 6), ContentType="application/gzip",
+                                     **self._extra_args)
+        except Exception as exc:  # noqa: BLE001
+            raise translate(exc, f"write the manifest index s3://{self._layout.bucket}/{self._layout.index_key}") from exc
+        result = self._uploader.complete(if_none_match=True)
+        self._index_written = False  # it belongs to a committed manifest now
+        return result
 
     def abort(self) -> ArchiverError | None:
-        return self._uploader.abort()
+        """Abort the upload, and remove an index written for a manifest that never came."""
+        error = self._uploader.abort()
+        if self._index_written:
+            try:
+                self._control.delete_object(Bucket=self._layout.bucket, Key=self._layout.index_key)
+            except Exception as exc:  # noqa: BLE001
+                error = error or translate(exc, f"remove the manifest index s3://{self._layout.bucket}/"
+                                                f"{self._layout.index_key}")
+        return error
 
     @property
     def url(self) -> str:
@@ -174,3 +227,82 @@ def read_header_and_summary(control, layout: ArchiveLayout) -> tuple[dict, dict]
         elif record["type"] == "summary":
             summary = record
     return header, summary
+
+
+def _parse_lines(data: bytes) -> Iterator[dict]:
+    for line in data.split(b"\n"):
+        if line:
+            yield json.loads(line)
+
+
+def read_index(control, layout: ArchiveLayout) -> dict | None:
+    """The manifest's index, or None for manifests written before indexes existed."""
+    try:
+        body = control.get_object(Bucket=layout.bucket, Key=layout.index_key)["Body"].read()
+    except Exception as exc:  # noqa: BLE001
+        if status_of(exc) == 404:
+            return None
+        raise translate(exc, f"read the manifest index s3://{layout.bucket}/{layout.index_key}") from exc
+    try:
+        index = json.loads(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
+    except (OSError, ValueError) as exc:
+        raise IntegrityError(f"s3://{layout.bucket}/{layout.index_key} is corrupt: {exc}") from exc
+    if index.get("format") != INDEX_FORMAT:
+        raise IntegrityError(f"s3://{layout.bucket}/{layout.index_key} is not a manifest index")
+    return index
+
+
+def _key_order(key: str) -> bytes:
+    """S3 lists (and the manifest records) keys in UTF-8 binary order."""
+    return key.encode("utf-8", "surrogateescape")
+
+
+def chunk_of(index: dict, key: str) -> int | None:
+    """Which chunk of the manifest holds ``key``, if any can."""
+    firsts = [_key_order(c[0]) for c in index["chunks"]]
+    i = bisect.bisect_right(firsts, _key_order(key)) - 1
+    return i if i >= 0 else None
+
+
+def read_chunk(control, layout: ArchiveLayout, index: dict, i: int) -> list[dict]:
+    """The records of chunk ``i``, from one ranged GET of the manifest."""
+    chunks = index["chunks"]
+    start = chunks[i][1]
+    end = chunks[i + 1][1] if i + 1 < len(chunks) else index["manifest_size"]
+    try:
+        body = control.get_object(Bucket=layout.bucket, Key=layout.manifest_key,
+                                  Range=f"bytes={start}-{end - 1}")["Body"].read()
+    except Exception as exc:  # noqa: BLE001
+        raise translate(exc, f"read the manifest {layout.manifest_url}") from exc
+    try:
+        data = zlib.decompressobj(-15).decompress(body)
+    except zlib.error as exc:
+        raise IntegrityError(f"{layout.manifest_url}: chunk {i} does not inflate: {exc}") from exc
+    return [r for r in _parse_lines(data) if r.get("type") == "object"]
+
+
+def find_records(control, layout: ArchiveLayout, keys: list[str]) -> tuple[dict, dict[str, dict]]:
+    """(header, {key: record}) for the keys the archive holds, looked up through the index
+    (one ranged GET per chunk involved) or, for manifests without one, by one scan."""
+    index = read_index(control, layout)
+    wanted = set(keys)
+    found: dict[str, dict] = {}
+    if index is None:
+        header = None
+        for record in iter_manifest(control, layout):
+            if record["type"] == "header":
+                header = record
+            elif record["type"] == "object" and record["key"] in wanted:
+                found[record["key"]] = record
+                if len(found) == len(wanted):
+                    break
+        return header, found
+    by_chunk: dict[int, list[str]] = {}
+    for key in wanted:
+        i = chunk_of(index, key)
+        if i is not None:
+            by_chunk.setdefault(i, []).append(key)
+    for i, chunk_keys in sorted(by_chunk.items()):
+        records = {r["key"]: r for r in read_chunk(control, layout, index, i)}
+        found.update({k: records[k] for k in chunk_keys if k in records})
+    return index["header"], found

@@ -15,7 +15,8 @@ from typing import BinaryIO, Iterator
 from isal import isal_zlib
 
 from .errors import BadArgument, IntegrityError
-from .manifest import ArchiveLayout, iter_manifest
+from .manifest import ArchiveLayout, find_records, iter_manifest
+from .restore import require_readable
 from .s3 import translate
 from .tarwriter import member_name
 
@@ -54,22 +55,18 @@ def _object(control, layout: ArchiveLayout, archive_key: str, what: str, **kwarg
     try:
         return control.get_object(Bucket=layout.bucket, Key=archive_key, **kwargs)["Body"]
     except Exception as exc:  # noqa: BLE001
-        raise translate(exc, f"{what} s3://{layout.bucket}/{archive_key} (object)") from exc
+        raise translate(exc, f"{what} s3://{layout.bucket}/{archive_key}") from exc
 
 
 def cat_object(control, layout: ArchiveLayout, key: str, out: BinaryIO) -> dict:
-    """Write one archived object to ``out`` using one ranged GET of its blocks."""
-    header = None
-    record = None
-    for r in iter_manifest(control, layout):
-        if r["type"] == "header":
-            header = r
-        elif r["type"] == "object" and r["key"] == key:
-            record = r
-            break
+    """Write one archived object to ``out`` using one ranged GET of its blocks; the manifest
+    record is found through the manifest's index (a few small GETs at any archive size)."""
+    header, found = find_records(control, layout, [key])
+    record = found.get(key)
     if record is None:
         raise BadArgument(f"{key!r} is not in {layout.manifest_url}",
-                          hint="python -m tasks ls lists the archived keys")
+                          hint="s3arch ls lists the archived keys")
+    require_readable(control, layout.bucket, header["archive"]["key"])
     start, end = record["range"]
     body = _object(control, layout, header["archive"]["key"], "read", Range=f"bytes={start}-{end - 1}")
     d = _decompressor(header["codec"], from_block_start=True)
@@ -129,6 +126,7 @@ def verify_archive(control, layout: ArchiveLayout) -> VerifyReport:
     """Read the whole archive and check it member by member against the manifest."""
     records = iter_manifest(control, layout)
     header = next(records)
+    require_readable(control, layout.bucket, header["archive"]["key"])
     body = _object(control, layout, header["archive"]["key"], "verify")
     reader = _DecompressingReader(body, header["codec"])
     objects = total = 0

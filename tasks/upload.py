@@ -327,17 +327,25 @@ def abort_upload(control, bucket: str, key: str, upload_id: str) -> None:
         pass  # gone already: what aborting wanted
 
 
-def abort_stale_uploads(control, bucket: str, key: str) -> int:
-    """Abort multipart uploads an earlier run left for exactly this key. Only called under
-    the prefix's lease, so every such upload belongs to a run that is provably gone."""
-    aborted = 0
+def open_uploads(control, bucket: str, key: str) -> list[str]:
+    """Upload ids of the multipart uploads open for exactly this key."""
+    ids = []
     try:
         paginator = control.get_paginator("list_multipart_uploads")
         for page in paginator.paginate(Bucket=bucket, Prefix=key):
-            for upload in page.get("Uploads", []):
-                if upload["Key"] == key:
-                    abort_upload(control, bucket, key, upload["UploadId"])
-                    aborted += 1
+            ids += [u["UploadId"] for u in page.get("Uploads", []) if u["Key"] == key]
     except Exception as exc:  # noqa: BLE001
-        raise translate(exc, f"clean up earlier uploads to s3://{bucket}/{key}", "bucket") from exc
-    return aborted
+        raise translate(exc, f"list earlier uploads to s3://{bucket}/{key}", "bucket") from exc
+    return ids
+
+
+def abort_stale_uploads(control, bucket: str, key: str) -> int:
+    """Abort multipart uploads an earlier run left for exactly this key. Only called under
+    the prefix's lease, so every such upload belongs to a run that is provably gone."""
+    ids = open_uploads(control, bucket, key)
+    for upload_id in ids:
+        try:
+            abort_upload(control, bucket, key, upload_id)
+        except Exception as exc:  # noqa: BLE001
+            raise translate(exc, f"abort an earlier upload to s3://{bucket}/{key}", "upload") from exc
+    return len(ids)

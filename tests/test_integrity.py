@@ -200,7 +200,7 @@ def test_overwrite_refuses_a_shrunken_source_before_reading_any_object(s3, bucke
         archive_prefix(spec(src, dst, overwrite=True), engine_clients(minio, proxy.endpoint_url))
     assert gets.seen == 0, f"{gets.seen} source objects were read before refusing"
     assert open_uploads(s3, dst) == [] and sorted(keys_in(s3, dst)) == sorted(
-        [f"a/{src}/day.tar.gz", f"a/{src}/day.manifest.jsonl.gz"])
+        [f"a/{src}/day.tar.gz", f"a/{src}/day.manifest.jsonl.gz", f"a/{src}/day.manifest-index.json.gz"])
 
 
 # -- two runs of one prefix at once -------------------------------------------------------------
@@ -223,7 +223,8 @@ def test_two_runs_of_one_prefix_at_once_give_one_archive_and_two_truthful_result
     assert first.returncode == 0 and first_result["status"] == "archived", err.decode()
     assert second["status"] == "failed" and second["error"] == "ConcurrentRun" and second["retryable"]
     assert "another run holds this prefix" in second["message"]
-    assert sorted(keys_in(s3, dst)) == [f"a/{src}/day.manifest.jsonl.gz", f"a/{src}/day.tar.gz"]
+    assert sorted(keys_in(s3, dst)) == [f"a/{src}/day.manifest-index.json.gz", f"a/{src}/day.manifest.jsonl.gz",
+                                        f"a/{src}/day.tar.gz"]
     assert open_uploads(s3, dst) == []
     assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == day
     run_cli(cli_env, "verify", f"s3://{dst}/a/{src}/day.tar.gz")

@@ -1,0 +1,395 @@
+"""Extract objects from a (readable) archive back to S3 or to a local directory.
+
+Works from the manifest's offsets, not by parsing tar headers: the selected records (in
+archive order) are grouped into runs whose compressed ranges touch or nearly touch, each run
+is one ranged GET decoded from its first block, and each record's bytes are cut out at
+``data_offset`` for ``size`` bytes and checked against the manifest's SHA-256 *before* the
+object becomes visible at the target. The whole archive is simply one selection of every
+record, read in runs of bounded size.
+
+Targets:
+- S3: each object under the target prefix, by its key relative to the archived prefix (or
+  its full original key with ``original_keys``); small objects by one PUT, large ones by
+  multipart upload completed only after the hash matched. Objects already there with the
+  same content are skipped; different ones are left alone unless ``overwrite``.
+- a directory: the tar member name (``..``, ``.`` and empty segments escaped, FORMAT.md),
+  created through directory file descriptors opened with O_NOFOLLOW, so no symlink inside
+  the target (planted before or during the run) can lead a write outside it; path components
+  longer than NAME_MAX are shortened as FORMAT.md says.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import hashlib
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .config import MiB, S3Url
+from .errors import BadArgument, DestinationConflict, IntegrityError, status_of, translate
+from .manifest import ArchiveLayout, find_records, iter_manifest
+from .reading import _decompressor
+from .restore import require_readable
+from .tarwriter import member_name
+from .upload import PartSizer, PartUploader
+
+NAME_MAX = 255
+_RUN_GAP = 256 << 10      # fetch through a gap this small rather than issue another GET
+_RUN_MAX = 64 * MiB       # compressed bytes per GET, so a run's record list stays small
+_SMALL_OBJECT = 8 * MiB   # up to this size an object is PUT in one request
+SHA256_METADATA = "s3arch-sha256"
+
+
+@dataclass
+class ExtractResult:
+    archive: str
+    target: str
+    objects: int = 0
+    bytes: int = 0
+    skipped_same: int = 0
+    conflicts: list[str] = field(default_factory=list)
+    gets: int = 0
+    bytes_fetched: int = 0  # compressed bytes the ranged GETs asked for
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Selection:
+    keys: tuple[str, ...] | None = None
+    glob: str | None = None
+
+    @classmethod
+    def of(cls, keys: Iterable[str] | None = None, glob: str | None = None) -> "Selection":
+        if keys is not None and glob is not None:
+            raise BadArgument("give either keys or a glob, not both")
+        return cls(tuple(dict.fromkeys(keys)) if keys is not None else None, glob)
+
+
+def extract_archive(control, layout: ArchiveLayout, *, to_s3: S3Url | None = None, to_dir: Path | None = None,
+                    selection: Selection = Selection(), original_keys: bool = False, overwrite: bool = False,
+                    memory_budget: int = 256 * MiB) -> ExtractResult:
+    if (to_s3 is None) == (to_dir is None):
+        raise BadArgument("give exactly one target: --to s3://BUCKET/PREFIX/ or --to-dir PATH")
+    header, records = _select(control, layout, selection)
+    archive_key = header["archive"]["key"]
+    require_readable(control, layout.bucket, archive_key)
+    prefix = header["source"]["prefix"]
+    if to_s3 is not None:
+        writer = _S3Writer(control, to_s3, prefix, original_keys, overwrite, memory_budget)
+    else:
+        writer = _DirWriter(Path(to_dir), prefix, original_keys, overwrite)
+    result = ExtractResult(f"s3://{layout.bucket}/{archive_key}", writer.target)
+    try:
+        for run in _runs(records, header["block_size"]):
+            _extract_run(control, layout.bucket, archive_key, header, run, writer, result)
+    finally:
+        writer.close()
+    result.conflicts = writer.conflicts
+    if writer.conflicts:
+        raise DestinationConflict(
+            f"{len(writer.conflicts)} objects already exist at {writer.target} with other content and "
+            f"were left alone (first: {writer.conflicts[0]}); {result.objects} others were extracted",
+            hint="add --overwrite to replace them")
+    return result
+
+
+def _select(control, layout: ArchiveLayout, selection: Selection) -> tuple[dict, Iterator[dict]]:
+    if selection.keys is not None:
+        header, found = find_records(control, layout, list(selection.keys))
+        missing = [k for k in selection.keys if k not in found]
+        if missing:
+            raise BadArgument(f"{len(missing)} of the {len(selection.keys)} keys asked for are not in "
+                              f"{layout.manifest_url}: {', '.join(repr(k) for k in missing[:5])}"
+                              + (" ..." if len(missing) > 5 else ""),
+                              hint="s3arch ls lists the archived keys; nothing was extracted")
+        return header, iter(sorted(found.values(), key=lambda r: r["header_offset"]))
+    records = iter_manifest(control, layout)
+    header = next(records)
+    objects = (r for r in records if r["type"] == "object")
+    if selection.glob is not None:
+        objects = (r for r in objects if fnmatch.fnmatchcase(r["key"], selection.glob))
+    return header, objects
+
+
+def _runs(records: Iterator[dict], block_size: int) -> Iterator[list[dict]]:
+    """Records grouped so that each group is one ranged GET."""
+    run: list[dict] = []
+    start = end = 0
+    for record in records:
+        r_start, r_end = record["range"]
+        if run and (r_start > end + _RUN_GAP or r_end - start > _RUN_MAX):
+            yield run
+            run = []
+        if not run:
+            start = r_start
+        run.append(record)
+        end = max(end, r_end) if len(run) > 1 else r_end
+    if run:
+        yield run
+
+
+def _extract_run(control, bucket: str, key: str, header: dict, run: list[dict], writer, result) -> None:
+    start = run[0]["range"][0]
+    end = max(r["range"][1] for r in run)
+    try:
+        body = control.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"]
+    except Exception as exc:  # noqa: BLE001
+        raise translate(exc, f"read s3://{bucket}/{key}") from exc
+    result.gets += 1
+    result.bytes_fetched += end - start
+    decoder = _decompressor(header["codec"], from_block_start=True)
+    position = run[0]["block"] * header["block_size"]  # tar offset of the first decoded byte
+    pending = bytearray()
+    chunks = body.iter_chunks(256 << 10)
+    try:
+        for record in run:
+            skip = record["data_offset"] - position
+            if skip < 0:  # an earlier record of this run already passed it: impossible in order
+                raise IntegrityError(f"manifest records of s3://{bucket}/{key} are out of order")
+            sink = writer.begin(record)
+            remaining = record["size"]
+            digest = hashlib.sha256()
+            while skip or remaining:
+                if not pending:
+                    compressed = next(chunks, None)
+                    if compressed is None:
+                        raise IntegrityError(f"s3://{bucket}/{key} ended before {record['key']!r} was read")
+                    pending += decoder.decompress(compressed)
+                    continue
+                if skip:
+                    cut = min(skip, len(pending))
+                    del pending[:cut]
+                    skip -= cut
+                    position += cut
+                    continue
+                take = min(remaining, len(pending))
+                piece = bytes(pending[:take])
+                del pending[:take]
+                remaining -= take
+                position += take
+                digest.update(piece)
+                if sink is not None:
+                    sink.write(piece)
+            ok = digest.hexdigest() == record["sha256"]
+            if sink is not None:
+                sink.finish(ok)
+            if not ok:
+                raise IntegrityError(f"{record['key']!r} read from the archive does not match the manifest's "
+                                     "SHA-256; it was not written")
+            if sink is None:
+                result.skipped_same += 1
+            elif sink.written:
+                result.objects += 1
+                result.bytes += record["size"]
+    finally:
+        body.close()
+
+
+def _relative(key: str, prefix: str, original_keys: bool) -> str:
+    return key if original_keys or not key.startswith(prefix) else key[len(prefix):]
+
+
+class _S3Writer:
+    def __init__(self, control, target: S3Url, prefix: str, original_keys: bool, overwrite: bool,
+                 memory_budget: int):
+        self.control = control
+        self.bucket = target.bucket
+        self.base = target.key if not target.key or target.key.endswith("/") else target.key + "/"
+        self.prefix = prefix
+        self.original_keys = original_keys
+        self.overwrite = overwrite
+        self.part_memory = max(5 * MiB, memory_budget // 4)
+        self.conflicts: list[str] = []
+        self.target = f"s3://{self.bucket}/{self.base}"
+
+    def begin(self, record: dict):
+        key = self.base + _relative(record["key"], self.prefix, self.original_keys)
+        existing = self._existing(key)
+        if existing is not None:
+            if self._same(existing, record):
+                return None
+            if not self.overwrite:
+                self.conflicts.append(f"s3://{self.bucket}/{key}")
+                return _Discard()
+        return _S3Object(self, key, record)
+
+    def _existing(self, key: str) -> dict | None:
+        try:
+            return self.control.head_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:  # noqa: BLE001
+            if status_of(exc) == 404:
+                return None
+            raise translate(exc, f"check s3://{self.bucket}/{key}") from exc
+
+    @staticmethod
+    def _same(head: dict, record: dict) -> bool:
+        if head["ContentLength"] != record["size"]:
+            return False
+        return head.get("ETag") == record["etag"] or \
+            head.get("Metadata", {}).get(SHA256_METADATA) == record["sha256"]
+
+    def close(self) -> None:
+        pass
+
+
+class _Discard:
+    """Where the bytes of an object that is not written go (a conflict left alone)."""
+
+    written = False
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def finish(self, ok: bool) -> None:
+        pass
+
+
+class _MadeDirectory(_Discard):
+    written = True
+
+
+class _S3Object:
+    """One object being written back: buffered and PUT if small, else a multipart upload that
+    is completed only when the content matched the manifest."""
+
+    written = True
+
+    def __init__(self, writer: _S3Writer, key: str, record: dict):
+        self.w, self.key, self.record = writer, key, record
+        self.meta = {SHA256_METADATA: record["sha256"]}
+        self.buffer: list[bytes] | None = [] if record["size"] <= _SMALL_OBJECT else None
+        self.uploader = None
+        if self.buffer is None:
+            self.uploader = PartUploader(writer.control, writer.bucket, key, storage_class="STANDARD",
+                                         sizer=PartSizer(8 * MiB, lambda: record["size"] + MiB,
+                                                         max_part=max(8 * MiB, writer.part_memory // 2)),
+                                         memory=writer.part_memory // 2, extra_args={"Metadata": self.meta})
+
+    def write(self, data: bytes) -> None:
+        if self.buffer is not None:
+            self.buffer.append(data)
+        else:
+            self.uploader.write(data)
+
+    def finish(self, ok: bool) -> None:
+        if not ok:
+            if self.uploader is not None:
+                self.uploader.abort()
+            return
+        if self.uploader is not None:
+            self.uploader.complete()
+            return
+        body = b"".join(self.buffer)
+        try:
+            self.w.control.put_object(Bucket=self.w.bucket, Key=self.key, Body=body, Metadata=self.meta,
+                                      ChecksumSHA256=base64.b64encode(bytes.fromhex(self.record["sha256"])).decode())
+        except Exception as exc:  # noqa: BLE001
+            raise translate(exc, f"write s3://{self.w.bucket}/{self.key}") from exc
+
+
+def safe_component(name: str) -> str:
+    """A path component that fits NAME_MAX bytes: longer ones keep their first 200 bytes (cut
+    at a character boundary), then ``~`` and 16 hex digits of the whole component's SHA-256."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) <= NAME_MAX:
+        return name
+    head = raw[:200].decode("utf-8", "ignore")
+    return f"{head}~{hashlib.sha256(raw).hexdigest()[:16]}"
+
+
+class _DirWriter:
+    def __init__(self, root: Path, prefix: str, original_keys: bool, overwrite: bool):
+        root.mkdir(parents=True, exist_ok=True)
+        self.root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        self.prefix = prefix
+        self.original_keys = original_keys
+        self.overwrite = overwrite
+        self.conflicts: list[str] = []
+        self.target = str(root)
+
+    def _open_dir(self, parts: list[str]) -> int:
+        """Open (creating) the directory ``parts`` under the root, never through a symlink."""
+        fd = os.dup(self.root_fd)
+        for part in parts:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                os.close(fd)
+                raise IntegrityError(f"refusing to write through {'/'.join(parts)!r} in {self.target}: "
+                                     f"it is not a plain directory ({exc.strerror})",
+                                     hint="extract into an empty directory") from exc
+            os.close(fd)
+            fd = child
+        return fd
+
+    def begin(self, record: dict):
+        name, is_dir = member_name(_relative(record["key"], self.prefix, self.original_keys), record["size"])
+        parts = [safe_component(p) for p in name.rstrip("/").split("/") if p]
+        if not parts:
+            return None  # the prefix's own folder marker: the root itself
+        if is_dir:
+            os.close(self._open_dir(parts))
+            return _MadeDirectory()
+        dir_fd = self._open_dir(parts[:-1])
+        existing = self._existing(dir_fd, parts[-1], record)
+        if existing == "same":
+            os.close(dir_fd)
+            return None
+        if existing == "different" and not self.overwrite:
+            os.close(dir_fd)
+            self.conflicts.append(os.path.join(self.target, *parts))
+            return _Discard()
+        return _LocalFile(dir_fd, parts[-1])
+
+    @staticmethod
+    def _existing(dir_fd: int, name: str, record: dict) -> str | None:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return "different"  # a symlink or something else: never read through it
+        with os.fdopen(fd, "rb") as f:
+            if os.fstat(f.fileno()).st_size != record["size"]:
+                return "different"
+            digest = hashlib.sha256()
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        return "same" if digest.hexdigest() == record["sha256"] else "different"
+
+    def close(self) -> None:
+        os.close(self.root_fd)
+
+
+class _LocalFile:
+    """Written to a temporary name beside the target, renamed over it once the hash matched."""
+
+    written = True
+
+    def __init__(self, dir_fd: int, name: str):
+        self.dir_fd, self.name = dir_fd, name
+        self.tmp = f".{name[:200]}.s3arch-partial-{os.getpid()}"
+        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+        self.file = os.fdopen(fd, "wb")
+
+    def write(self, data: bytes) -> None:
+        self.file.write(data)
+
+    def finish(self, ok: bool) -> None:
+        self.file.close()
+        try:
+            if ok:
+                os.rename(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            else:
+                os.unlink(self.tmp, dir_fd=self.dir_fd)
+        finally:
+            os.close(self.dir_fd)
