@@ -40,6 +40,7 @@ class ArchiveJob:
     retry_delay_seconds: int = 60
     delete_source: bool = False
     delete_versions: bool = False
+    restore_poll_seconds: float | None = None  # restore DAG: seconds between HEADs (default by tier)
     allow_empty: bool = False
     description: str = ""
 

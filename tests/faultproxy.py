@@ -10,6 +10,7 @@ and responses are streamed back, unless a rule says otherwise. Rules are set per
     proxy.add(Fault("stall", seconds=30, count=1, match=is_get))      # hold the response back
     proxy.add(Fault("status", status=500, match=is_complete_upload))  # every matching request
     proxy.add(Fault("status", status=400, code="ExpiredToken"))        # any S3 error code
+    proxy.add(Fault("header", headers={"x-amz-restore": 'ongoing-request="true"'}, count=2))
 
 Each rule counts what it injected (``fault.injected``), so a test can prove the fault
 actually happened. Randomness is seeded. The server runs in daemon threads, stops itself
@@ -64,7 +65,7 @@ def is_complete_upload(r: Request) -> bool:
 
 @dataclass
 class Fault:
-    kind: str  # status | reset | truncate | stall
+    kind: str  # status | reset | truncate | stall | header
     match: Callable[[Request], bool] = lambda r: True
     rate: float = 1.0
     count: int | None = None  # at most this many injections
@@ -72,6 +73,7 @@ class Fault:
     status: int = 503
     code: str | None = None  # S3 error code of a "status" fault (default: by status)
     seconds: float = 30.0
+    headers: dict[str, str] = field(default_factory=dict)  # a "header" fault sets these on the response
     injected: int = 0
     seen: int = 0
     on_inject: Callable[[Request], None] | None = None
@@ -188,9 +190,12 @@ class FaultProxy:
             return
         length = response.getheader("Content-Length")
         handler.send_response_only(response.status, response.reason)
+        replaced = {k.lower(): v for k, v in fault.headers.items()} if fault and fault.kind == "header" else {}
         for name, value in response.getheaders():
-            if name.lower() not in ("transfer-encoding", "connection", "date", "server"):
+            if name.lower() not in ("transfer-encoding", "connection", "date", "server", *replaced):
                 handler.send_header(name, value)
+        for name, value in replaced.items():
+            handler.send_header(name, value)
         payload = response.read()
         if length is None:
             handler.send_header("Content-Length", str(len(payload)))

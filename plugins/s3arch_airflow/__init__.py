@@ -1,6 +1,8 @@
-"""Airflow glue for the s3arch engine: an operator that archives one prefix (or a batch) and
-the report helpers the archive DAG uses. Thin on purpose: the work is in ``tasks``."""
+"""Airflow glue for the s3arch engine: operators that archive one prefix (or a batch) and
+restore one archived prefix, the trigger the restore defers to, and the report helpers the
+DAGs use. Thin on purpose: the work is in ``tasks``."""
 
 from s3arch_airflow.operators import S3ArchivePrefixOperator
+from s3arch_airflow.restore import S3RestoreArchiveOperator
 
-__all__ = ["S3ArchivePrefixOperator"]
+__all__ = ["S3ArchivePrefixOperator", "S3RestoreArchiveOperator"]

@@ -78,22 +78,7 @@ class S3ArchivePrefixOperator(BaseOperator):
         return f"{prefixes[0]} .. {prefixes[-1]} ({len(prefixes)} prefixes)"
 
     def _clients(self):
-        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-
-        from tasks.errors import BadArgument
-        from tasks.s3 import S3Clients
-
-        hook = S3Hook(aws_conn_id=self.aws_conn_id, region_name=self.region_name)
-        # The provider quietly falls back to the default credential chain and AWS endpoint
-        # when the connection is missing (its wrapper then carries no conn_id); for an
-        # archiver that is a wrong account or endpoint, so it is a permanent error here.
-        if self.aws_conn_id and hook.conn_config.conn_id != self.aws_conn_id:
-            raise BadArgument(f"Airflow connection {self.aws_conn_id!r} does not exist",
-                              hint="create it (Admin > Connections, type aws, endpoint_url in "
-                                   "the extra for MinIO) or set aws_conn_id=None for the "
-                                   "default AWS credential chain")
-        session = hook.get_session(region_name=hook.conn_region_name)
-        return S3Clients.from_session(session, hook.conn_config.get_service_endpoint_url("s3"))
+        return engine_clients(self.aws_conn_id, self.region_name)
 
     def execute(self, context: Context) -> list[dict]:
         from tasks.errors import ArchiverError
@@ -159,6 +144,26 @@ class S3ArchivePrefixOperator(BaseOperator):
                    deletion="finished" if result.deletion else None)
         row["ratio"] = round(row["bytes_in"] / row["bytes_out"], 2) if row["bytes_out"] else 0.0
         return row
+
+
+def engine_clients(aws_conn_id: str | None, region_name: str | None):
+    """The engine's S3 clients from an Airflow AWS connection (session and endpoint_url)."""
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+    from tasks.errors import BadArgument
+    from tasks.s3 import S3Clients
+
+    hook = S3Hook(aws_conn_id=aws_conn_id, region_name=region_name)
+    # The provider quietly falls back to the default credential chain and AWS endpoint
+    # when the connection is missing (its wrapper then carries no conn_id); for an
+    # archiver that is a wrong account or endpoint, so it is a permanent error here.
+    if aws_conn_id and hook.conn_config.conn_id != aws_conn_id:
+        raise BadArgument(f"Airflow connection {aws_conn_id!r} does not exist",
+                          hint="create it (Admin > Connections, type aws, endpoint_url in "
+                               "the extra for MinIO) or set aws_conn_id=None for the "
+                               "default AWS credential chain")
+    session = hook.get_session(region_name=hook.conn_region_name)
+    return S3Clients.from_session(session, hook.conn_config.get_service_endpoint_url("s3"))
 
 
 def result_row(prefix: str, status: str, **values) -> dict:

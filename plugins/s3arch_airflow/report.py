@@ -6,9 +6,10 @@ from s3arch_airflow.operators import result_row
 from tasks.progress import human_bytes
 
 COLUMNS = ("prefix", "status", "objects", "bytes_in", "bytes_out", "ratio", "seconds", "archive")
+RESTORE_COLUMNS = ("prefix", "status", "objects", "bytes_in", "skipped", "seconds", "target")
 
 
-def collect_rows(planned: list[list[str]], pushed: list[list[dict]]) -> list[dict]:
+def collect_rows(planned: list[list[str]], pushed: list[list[dict]], task: str = "archive") -> list[dict]:
     """One row per planned prefix, in plan order: what the mapped tasks pushed (a list of
     rows per task), or a failed row for a prefix whose task left no result (killed, timed
     out, upstream failed), so no prefix is forgotten."""
@@ -18,24 +19,24 @@ def collect_rows(planned: list[list[str]], pushed: list[list[dict]]) -> list[dic
         for prefix in batch:
             out.append(reported.get(prefix) or result_row(
                 prefix, "failed", retryable=True,
-                error=f"no result from archive task map index {index}: it was killed, timed out "
+                error=f"no result from {task} task map index {index}: it was killed, timed out "
                       "or did not run; see its log"))
     return out
 
 
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> str:
     def cell(row, column):
         value = row.get(column)
         if column in ("bytes_in", "bytes_out"):
             return human_bytes(value or 0)
         if column == "objects":
             return f"{value or 0:,}"
-        if column == "archive" and row.get("status") == "failed":
+        if column in ("archive", "target") and row.get("status") == "failed":
             return row.get("error") or ""
         return "" if value is None else str(value)
 
-    table = [COLUMNS] + [tuple(cell(row, c) for c in COLUMNS) for row in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+    table = [columns] + [tuple(cell(row, c) for c in columns) for row in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     lines = ["  ".join(text.ljust(width) for text, width in zip(line, widths)).rstrip() for line in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
     counts: dict[str, int] = {}

@@ -1,0 +1,130 @@
+"""Restore DAGs: one per job in the jobs file (docs/RESTORE.md), named ``s3_restore__<job>``.
+
+Triggered by hand (no schedule) with a form: a date range or exact prefixes, optionally only
+some keys or a glob, a target (another bucket/prefix, or empty for the original location), the
+restore tier and how many days the restored copy stays. It plans one mapped task per archived
+prefix: request the restore, **defer** on the triggerer until S3 has restored the archive (no
+worker is held during the hours that takes), then extract by ranged GETs. A report lists per
+prefix the objects restored, bytes, already present, and failures.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from airflow.sdk import DAG, Param, TriggerRule, task
+from s3arch_airflow.restore import RESTORE_ROWS_XCOM_KEY, S3RestoreArchiveOperator
+
+from tasks.jobs import ArchiveJob, load_jobs
+
+JOBS_FILE = Path(os.environ.get("S3ARCH_JOBS_FILE") or Path(__file__).with_name("archive_jobs.yaml"))
+
+PARAMS = {
+    "date_from": Param(None, type=["null", "string"], format="date", title="First date",
+                       description="Restore a range of archived days: first day (YYYY-MM-DD)."),
+    "date_to": Param(None, type=["null", "string"], format="date", title="Last date",
+                     description="Last day of the range, inclusive (YYYY-MM-DD)."),
+    "prefixes": Param([], type="array", items={"type": "string"}, title="Prefixes (optional)",
+                      description="Exact archived prefixes instead of dates, e.g. logs/2026/11/03/."),
+    "keys": Param([], type="array", items={"type": "string"}, title="Keys (optional)",
+                  description="Only these objects (full keys). Empty: every object of each prefix."),
+    "glob": Param("", type="string", title="Glob (optional)",
+                  description="Only keys matching this pattern, e.g. */app-7*.log. Empty: no filter."),
+    "target": Param("", type="string", title="Target (optional)",
+                    description="s3://BUCKET/PREFIX/ to restore under (each object keeps its full key "
+                                "below it). Empty: back to the original bucket and keys."),
+    "tier": Param("Standard", type="string", enum=["Expedited", "Standard", "Bulk"], title="Retrieval tier",
+                  description="GLACIER: Expedited 1-5 min, Standard 3-5 h, Bulk 5-12 h. DEEP_ARCHIVE: "
+                              "Standard within 12 h, Bulk within 48 h (Expedited falls back to Standard)."),
+    "days": Param(7, type="integer", minimum=1, maximum=365, title="Days restored",
+                  description="How long S3 keeps the restored copy of each archive."),
+    "overwrite": Param(False, type="boolean", title="Overwrite (optional)",
+                       description="Replace objects that exist at the target with other content."),
+}
+
+
+def restore_dag(job: ArchiveJob) -> DAG:
+    with DAG(
+        dag_id=f"s3_restore__{job.name}",
+        description=f"Restore archived days of s3://{job.source.bucket}/{job.source.key}{job.prefix_template} "
+                    f"from {job.destination}",
+        schedule=None,
+        start_date=datetime.combine(job.start_date, datetime.min.time(), tzinfo=timezone.utc),
+        catchup=False,
+        params=PARAMS,
+        render_template_as_native_obj=True,
+        tags=["s3-archive", "restore"],
+        doc_md=__doc__,
+        default_args={"retries": 0},
+    ) as dag:
+
+        @task(task_id="plan", execution_timeout=timedelta(minutes=10))
+        def plan_prefixes(params: dict) -> list[str]:
+            from airflow.sdk import conf
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from tasks.errors import ArchiverError, BadArgument
+            from tasks.jobs import plan
+
+            try:
+                if not (params.get("prefixes") or params.get("date_from") or params.get("date_to")):
+                    raise BadArgument("give a date range or prefixes to restore")
+                prefixes = plan(job, date_from=params.get("date_from"), date_to=params.get("date_to"),
+                                prefixes=params.get("prefixes"))
+                if len(prefixes) > conf.getint("core", "max_map_length"):
+                    raise BadArgument(f"{len(prefixes)} prefixes are more than one run maps",
+                                      hint="restore a shorter range per run")
+            except ArchiverError as exc:
+                raise AirflowFailException(f"bad parameters, nothing was started: {exc}") from exc
+            print(f"{len(prefixes)} prefix(es) to restore: {prefixes[0]}"
+                  f"{' .. ' + prefixes[-1] if len(prefixes) > 1 else ''}")
+            return prefixes
+
+        planned = plan_prefixes()
+        restored = S3RestoreArchiveOperator.partial(
+            task_id="restore",
+            source_bucket=job.source.bucket,
+            destination=str(job.destination),
+            target="{{ params.target }}",
+            keys="{{ params['keys'] }}",
+            glob="{{ params.glob }}",
+            tier="{{ params.tier }}",
+            days="{{ params.days }}",
+            overwrite="{{ params.overwrite }}",
+            memory_budget=job.memory_budget,
+            poll_interval=job.restore_poll_seconds,
+            aws_conn_id=job.aws_conn_id,
+            pool=job.pool,
+            retries=job.retries,
+            retry_delay=timedelta(seconds=job.retry_delay_seconds),
+            retry_exponential_backoff=True,
+            max_retry_delay=timedelta(hours=1),
+            execution_timeout=timedelta(hours=72),  # the deferred wait counts towards it
+            map_index_template="{{ task.label }}",
+        ).expand(prefix=planned)
+
+        @task(task_id="report", trigger_rule=TriggerRule.ALL_DONE, execution_timeout=timedelta(minutes=10))
+        def report(ti=None) -> list[dict]:
+            from airflow.sdk.exceptions import AirflowFailException
+            from s3arch_airflow.report import RESTORE_COLUMNS, collect_rows, format_table
+
+            prefixes = ti.xcom_pull(task_ids="plan")
+            if not prefixes:
+                raise AirflowFailException("the plan task produced nothing (bad parameters?); see its log")
+            pushed = ti.xcom_pull(task_ids="restore", key=RESTORE_ROWS_XCOM_KEY,
+                                  map_indexes=list(range(len(prefixes))))
+            rows = collect_rows([[p] for p in prefixes], [p for p in pushed or [] if p], task="restore")
+            print(format_table(rows, RESTORE_COLUMNS))
+            failed = [row["prefix"] for row in rows if row["status"] == "failed"]
+            if failed:
+                raise AirflowFailException(f"{len(failed)} of {len(rows)} prefix(es) failed: {', '.join(failed)}")
+            return rows
+
+        restored >> report()
+    return dag
+
+
+for _job in load_jobs(JOBS_FILE).values():
+    globals()[f"s3_restore__{_job.name}"] = restore_dag(_job)

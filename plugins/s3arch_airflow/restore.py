@@ -1,0 +1,143 @@
+"""S3RestoreArchiveOperator: restore one archived prefix from Glacier and extract it.
+
+Requests the restore of the prefix's archive (never of its manifest), then **defers** to
+``ArchiveRestoredTrigger`` until S3 has restored it, so no worker slot is held for the hours a
+Standard or Bulk restore takes; an archive that needs no restore (STANDARD, GLACIER_IR) skips
+the wait. Then it extracts all objects, the given keys, or those matching a glob, to the
+target (``s3://BUCKET/PREFIX/``, each object under its full original key; empty: back to the
+source bucket itself), and returns one result row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from s3arch_airflow.operators import as_bool, engine_clients, result_row
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+RESTORE_ROWS_XCOM_KEY = "restore_rows"
+
+
+class S3RestoreArchiveOperator(BaseOperator):
+    template_fields: Sequence[str] = ("prefix", "target", "keys", "glob", "tier", "days")
+    ui_color = "#fff3e0"
+
+    def __init__(self, *, source_bucket: str, prefix: str, destination: str, target: str = "",
+                 keys: list[str] | None = None, glob: str | None = None, tier: str = "Standard",
+                 days: int | str = 7, overwrite: bool | str = False, memory_budget: str | int = "256MiB",
+                 aws_conn_id: str | None = "aws_default", region_name: str | None = None,
+                 deferrable: bool = True, poll_interval: float | None = None,
+                 wait_timeout: float = 48 * 3600, **kwargs):
+        super().__init__(**kwargs)
+        self.source_bucket = source_bucket
+        self.prefix = prefix
+        self.destination = destination
+        self.target = target
+        self.keys = keys
+        self.glob = glob
+        self.tier = tier
+        self.days = days
+        self.overwrite = overwrite
+        self.memory_budget = memory_budget
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self.wait_timeout = wait_timeout
+
+    @property
+    def label(self) -> str:
+        return self.prefix
+
+    def _layout(self):
+        from tasks.config import S3Url
+        from tasks.manifest import layout_for
+
+        return layout_for(S3Url(self.source_bucket, self.prefix), S3Url.parse(self.destination))
+
+    def execute(self, context: Context) -> dict:
+        from tasks.commit import read_committed
+        from tasks.errors import BadArgument
+        from tasks.restore import POLL_SECONDS, request_restore, wait_restored
+
+        def restore():
+            layout = self._layout()
+            clients = engine_clients(self.aws_conn_id, self.region_name)
+            committed = read_committed(clients.control, layout)
+            if committed is None:
+                raise BadArgument(f"{self.prefix} has no committed archive ({layout.manifest_url} does not exist)",
+                                  hint="archive it first, or check the dates")
+            state = request_restore(clients.control, layout.bucket, committed.archive_key, tier=self.tier,
+                                    days=int(self.days), fallback_tier="Standard" if self.tier == "Expedited" else None)
+            self.log.info("%s (%s)", state.line(), state.requested)
+            return clients, layout, committed, state
+
+        clients, layout, committed, state = self._guard(context, restore)
+        if state.readable:
+            return self._extract(context, clients, layout)
+        interval = self.poll_interval or POLL_SECONDS[state.tier or self.tier]
+        if self.deferrable:
+            from s3arch_airflow.triggers import ArchiveRestoredTrigger
+
+            self.defer(trigger=ArchiveRestoredTrigger(bucket=layout.bucket, key=committed.archive_key,
+                                                      aws_conn_id=self.aws_conn_id, region_name=self.region_name,
+                                                      poll_interval=interval,
+                                                      deadline=time.time() + self.wait_timeout),
+                       method_name="execute_complete")
+        self._guard(context, lambda: wait_restored(clients.control, layout.bucket, committed.archive_key,
+                                                   timeout=self.wait_timeout, interval=interval))
+        return self._extract(context, clients, layout)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict:
+        if event.get("status") != "restored":
+            row = result_row(self.prefix, "failed", error=event.get("message"), retryable=True)
+            context["ti"].xcom_push(key=RESTORE_ROWS_XCOM_KEY, value=[row])
+            raise AirflowException(event.get("message") or f"restore of {self.prefix} failed")
+        self.log.info("%s is restored until %s", event["archive"], event.get("expiry"))
+        return self._extract(context, engine_clients(self.aws_conn_id, self.region_name), self._layout())
+
+    def _extract(self, context: Context, clients, layout) -> dict:
+        from tasks.config import S3Url, parse_size
+        from tasks.extract import Selection, extract_archive
+
+        target = S3Url.parse(self.target) if self.target else S3Url(self.source_bucket, "")
+        keys = None
+        if self.keys:  # a key list spans the run's prefixes: each task takes its own
+            keys = [k for k in self.keys if k.startswith(self.prefix)]
+            if not keys:
+                row = result_row(self.prefix, "skipped", error="none of the requested keys is in this prefix")
+                context["ti"].xcom_push(key=RESTORE_ROWS_XCOM_KEY, value=[row])
+                return row
+        started = time.monotonic()
+        result = self._guard(context, lambda: extract_archive(
+            clients.control, layout, to_s3=target, selection=Selection.of(keys, self.glob or None),
+            original_keys=True, overwrite=as_bool(self.overwrite),
+            memory_budget=parse_size(self.memory_budget)))
+        row = result_row(self.prefix, "restored", objects=result.objects, bytes_in=result.bytes,
+                         seconds=round(time.monotonic() - started, 2), archive=result.archive,
+                         skipped=result.skipped_same, target=result.target)
+        self.log.info("%s: restored %d objects (%d bytes) to %s, %d already there", self.prefix,
+                      result.objects, result.bytes, result.target, result.skipped_same)
+        context["ti"].xcom_push(key=RESTORE_ROWS_XCOM_KEY, value=[row])
+        return row
+
+    def _guard(self, context: Context, step):
+        """Run an engine step; a failure pushes the prefix's row and fails the task, without
+        retries when the engine says another try cannot help."""
+        from tasks.errors import ArchiverError
+
+        try:
+            return step()
+        except ArchiverError as exc:
+            row = result_row(self.prefix, "failed", error=str(exc), retryable=exc.retryable)
+            context["ti"].xcom_push(key=RESTORE_ROWS_XCOM_KEY, value=[row])
+            if exc.retryable:
+                raise AirflowException(f"{self.prefix}: {exc}") from exc
+            raise AirflowFailException(f"{self.prefix}: {exc} (permanent: not retried)") from exc

@@ -1,0 +1,65 @@
+"""ArchiveRestoredTrigger: wait on the triggerer, not a worker, until an archive is restored.
+
+A Bulk restore takes up to 12 hours (48 from DEEP_ARCHIVE); the restore operator defers to
+this trigger, which polls HeadObject every ``poll_interval`` seconds and fires once the
+``Restore`` header says ``ongoing-request="false"``, or with an error at the deadline.
+HeadObject runs in a thread (``asyncio.to_thread``): the amazon provider's async hooks need
+aiobotocore, which this project does not install, and one HEAD per interval is no load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, AsyncIterator
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class ArchiveRestoredTrigger(BaseTrigger):
+    def __init__(self, *, bucket: str, key: str, aws_conn_id: str | None, region_name: str | None = None,
+                 poll_interval: float = 300.0, deadline: float | None = None):
+        super().__init__()
+        self.bucket = bucket
+        self.key = key
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+        self.poll_interval = poll_interval
+        self.deadline = deadline  # epoch seconds; None waits as long as the task allows
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return ("s3arch_airflow.triggers.ArchiveRestoredTrigger",
+                {"bucket": self.bucket, "key": self.key, "aws_conn_id": self.aws_conn_id,
+                 "region_name": self.region_name, "poll_interval": self.poll_interval,
+                 "deadline": self.deadline})
+
+    def _control(self):
+        from s3arch_airflow.operators import engine_clients
+
+        return engine_clients(self.aws_conn_id, self.region_name).control
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from tasks.errors import ArchiverError
+        from tasks.restore import archive_state
+
+        url = f"s3://{self.bucket}/{self.key}"
+        try:
+            control = await asyncio.to_thread(self._control)
+            while True:
+                state = await asyncio.to_thread(archive_state, control, self.bucket, self.key)
+                if state.readable:
+                    yield TriggerEvent({"status": "restored", "archive": url, "expiry": state.expiry})
+                    return
+                if state.state == "not-restored":
+                    yield TriggerEvent({"status": "error", "archive": url,
+                                        "message": f"{url} is {state.storage_class} and no restore is in progress "
+                                                   "(it expired or was never requested)"})
+                    return
+                if self.deadline is not None and time.time() >= self.deadline:
+                    yield TriggerEvent({"status": "timeout", "archive": url,
+                                        "message": f"{url} was still being restored at the deadline"})
+                    return
+                self.log.info("%s: restore in progress; next check in %.0fs", url, self.poll_interval)
+                await asyncio.sleep(self.poll_interval)
+        except ArchiverError as exc:
+            yield TriggerEvent({"status": "error", "archive": url, "message": str(exc)})
