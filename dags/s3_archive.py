@@ -26,12 +26,12 @@ PARAMS = {
                                    "dates empty to archive the run's logical date minus the job's age."),
     "date_to": Param(None, type=["null", "string"], format="date", title="Last date",
                      description="Last day of the range, inclusive (YYYY-MM-DD)."),
-    "prefixes": Param([], type="array", items={"type": "string"}, title="Prefixes (on-call)",
+    "prefixes": Param(None, type=["null", "array"], items={"type": "string"}, title="Prefixes (optional, on-call)",
                       description="Exact prefixes to archive, one per line, e.g. logs/2026/11/03/. "
                                   "Overrides the dates."),
-    "overwrite": Param(False, type="boolean", title="Overwrite",
+    "overwrite": Param(False, type=["boolean", "null"], title="Overwrite (optional)",
                        description="Re-archive prefixes that already have a complete archive."),
-    "dry_run": Param(False, type="boolean", title="Dry run",
+    "dry_run": Param(False, type=["boolean", "null"], title="Dry run (optional)",
                      description="List and estimate only; write nothing."),
 }
 

@@ -26,13 +26,13 @@ PARAMS = {
                        description="Restore a range of archived days: first day (YYYY-MM-DD)."),
     "date_to": Param(None, type=["null", "string"], format="date", title="Last date",
                      description="Last day of the range, inclusive (YYYY-MM-DD)."),
-    "prefixes": Param([], type="array", items={"type": "string"}, title="Prefixes (optional)",
+    "prefixes": Param(None, type=["null", "array"], items={"type": "string"}, title="Prefixes (optional)",
                       description="Exact archived prefixes instead of dates, e.g. logs/2026/11/03/."),
-    "keys": Param([], type="array", items={"type": "string"}, title="Keys (optional)",
+    "keys": Param(None, type=["null", "array"], items={"type": "string"}, title="Keys (optional)",
                   description="Only these objects (full keys). Empty: every object of each prefix."),
-    "glob": Param("", type="string", title="Glob (optional)",
+    "glob": Param(None, type=["null", "string"], title="Glob (optional)",
                   description="Only keys matching this pattern, e.g. */app-7*.log. Empty: no filter."),
-    "target": Param("", type="string", title="Target (optional)",
+    "target": Param(None, type=["null", "string"], title="Target (optional)",
                     description="s3://BUCKET/PREFIX/ to restore under (each object keeps its full key "
                                 "below it). Empty: back to the original bucket and keys."),
     "tier": Param("Standard", type="string", enum=["Expedited", "Standard", "Bulk"], title="Retrieval tier",
@@ -40,7 +40,7 @@ PARAMS = {
                               "Standard within 12 h, Bulk within 48 h (Expedited falls back to Standard)."),
     "days": Param(7, type="integer", minimum=1, maximum=365, title="Days restored",
                   description="How long S3 keeps the restored copy of each archive."),
-    "overwrite": Param(False, type="boolean", title="Overwrite (optional)",
+    "overwrite": Param(False, type=["boolean", "null"], title="Overwrite (optional)",
                        description="Replace objects that exist at the target with other content."),
 }
 

@@ -3,7 +3,7 @@
 Everything lives in one throwaway AIRFLOW_HOME: a SQLite DB, LocalExecutor, this repo's
 dags/ and plugins/, a jobs file, the ``s3_archive`` pool and an AWS connection pointing at a
 local S3 server (MinIO) through ``endpoint_url`` in its extra. ``LocalAirflow.start`` runs
-the real api-server, scheduler and dag-processor on loopback; ``stop`` stops them by PID.
+the real api-server, scheduler, dag-processor and triggerer on loopback; ``stop`` stops them by PID.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from devtools.servers import ROOT, S3Server, ServerStartError, free_loopback_por
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 POOL = "s3_archive"
-COMPONENTS = ("api-server", "scheduler", "dag-processor")
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 
 def airflow_env(home: Path, s3: S3Server, jobs_file: Path, *, conn_id: str = "s3_archive",
@@ -79,7 +79,7 @@ class LocalAirflow:
         return result
 
     def start(self, timeout: float = 180.0) -> None:
-        """Start api-server, scheduler and dag-processor; return once the API answers."""
+        """Start api-server, scheduler, dag-processor and triggerer; return once the API answers."""
         for name in COMPONENTS:
             log = open(self.home / f"{name}.log", "wb")
             self.processes[name] = subprocess.Popen(

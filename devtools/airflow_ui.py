@@ -2,7 +2,7 @@
 
 Starts MinIO (with its console), seeds the last ten days of sample logs into app-logs,
 prepares an Airflow home in .cache/airflow-ui (SQLite, LocalExecutor, the s3_archive pool
-and connection) and runs the api-server, scheduler and dag-processor until Ctrl-C, then
+and connection) and runs the api-server, scheduler, dag-processor and triggerer until Ctrl-C, then
 stops everything by PID. Try a backfill or a date-range trigger of s3_archive__app_logs.
 """
 
@@ -44,7 +44,7 @@ def main() -> int:
         for day in days(last - timedelta(days=9), last):
             seed_day(s3, SOURCE_BUCKET, TEMPLATE, day, files_per_hour=10, lines_per_file=60)
         airflow = prepare_airflow(home, server, JOBS_FILE, api_port=_port(8080))
-        print("starting the Airflow api-server, scheduler and dag-processor ...", flush=True)
+        print("starting the Airflow api-server, scheduler, dag-processor and triggerer ...", flush=True)
         airflow.start()
         print(f"""
 Airflow UI:      {airflow.api_url}   (every visitor is admin: local use only)

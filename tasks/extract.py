@@ -324,9 +324,9 @@ class _DirWriter:
                 child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except OSError as exc:
                 os.close(fd)
-                raise IntegrityError(f"refusing to write through {'/'.join(parts)!r} in {self.target}: "
-                                     f"it is not a plain directory ({exc.strerror})",
-                                     hint="extract into an empty directory") from exc
+                raise DestinationConflict(f"refusing to write through {'/'.join(parts)!r} in {self.target}: "
+                                          f"it is not a plain directory ({exc.strerror}); a symlink there "
+                                          "could lead outside the target", hint="extract into an empty directory") from exc
             os.close(fd)
             fd = child
         return fd

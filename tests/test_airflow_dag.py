@@ -151,8 +151,9 @@ def test_on_call_rerun_of_one_prefix_touches_nothing_else(af):
     assert [r["status"] for r in xcom_rows(run)] == ["archived"]
     assert manifest_modified(af, days[0]) == before[0]
     assert manifest_modified(af, days[1]) > before[1]
-    assert keys_in(af.s3, af.dst, f"archive/{af.src}/logs/2026/10/15") == [
-        f"archive/{af.src}/logs/2026/10/15.manifest.jsonl.gz", f"archive/{af.src}/logs/2026/10/15.tar.gz"]
+    stem = f"archive/{af.src}/logs/2026/10/15"
+    assert keys_in(af.s3, af.dst, stem) == [f"{stem}.manifest-index.json.gz", f"{stem}.manifest.jsonl.gz",
+                                            f"{stem}.tar.gz"]
 
 
 def test_range_longer_than_max_map_length_is_batched_into_fewer_tasks(af, monkeypatch):
@@ -272,3 +273,18 @@ def test_denied_source_delete_fails_the_task_and_its_retry_never_reports_success
     assert len(keys_in(af.s3, af.src, f"{day:logs/%Y/%m/%d}/")) == len(
         [k for k in af.seeded if k.startswith(f"{day:logs/%Y/%m/%d}/")])
     assert archived_day(af, day) == {k: v for k, v in af.seeded.items() if k.startswith(f"{day:logs/%Y/%m/%d}/")}
+
+
+def test_trigger_forms_do_not_mark_optional_params_as_required(af):
+    """The UI puts a red "required" star on every param whose schema does not allow null."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    always_filled = {"tier", "days"}  # restore: a default that is always valid
+    for dag_id in (DAG_ID, "s3_restore__logs"):
+        for name, param in bag.dags[dag_id].params.items():
+            types = param.schema.get("type")
+            types = types if isinstance(types, list) else [types]
+            assert "null" in types or name in always_filled, f"{dag_id}: param {name!r} shows as required"
+            if "null" in types:
+                assert "(optional" in param.schema.get("title", "") or name.startswith("date_"), (dag_id, name)

@@ -70,7 +70,7 @@ def archive_state(s3, src, dst, day):
 def assert_archived_once(s3, src, dst, day, seeded):
     keys, members = archive_state(s3, src, dst, day)
     stem = f"archive/{src}/{day:logs/%Y/%m/%d}"
-    assert keys == [f"{stem}.manifest.jsonl.gz", f"{stem}.tar.gz"], keys
+    assert keys == [f"{stem}.manifest-index.json.gz", f"{stem}.manifest.jsonl.gz", f"{stem}.tar.gz"], keys
     assert members == {k: v for k, v in seeded.items() if k.startswith(f"{day:logs/%Y/%m/%d}/")}
 
 

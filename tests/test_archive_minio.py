@@ -123,8 +123,9 @@ def test_rerun_of_done_prefix_is_skipped_and_overwrite_rearchives(archived):
     assert run_json(env, *args)["status"] == "skipped"
     again = run_json(env, *args, "--overwrite")
     assert again["status"] == "archived" and again["objects"] == len(archived["objects"])
+    stem = f"vault/{src}/logs/2026/11/21"
     assert sorted(keys_in(archived["s3"], dst)) == [
-        f"vault/{src}/logs/2026/11/21.manifest.jsonl.gz", f"vault/{src}/logs/2026/11/21.tar.gz"]
+        f"{stem}.manifest-index.json.gz", f"{stem}.manifest.jsonl.gz", f"{stem}.tar.gz"]
 
 
 def test_zstd_codec_round_trips_through_zstd_and_tar(s3, buckets, cli_env, tmp_path):
@@ -184,7 +185,7 @@ def test_sse_kms_archive_and_manifest_are_encrypted_with_the_given_key(tmp_path)
         env.update(server.env(), PYTHONPATH=str(ROOT))
         run_cli(env, "archive", "s3://kms-src/p/", "s3://kms-dst/", "--storage-class", "STANDARD",
                 "--sse", "aws:kms", "--sse-kms-key-id", "s3arch-test-key")
-        for key in ("kms-src/p.tar.gz", "kms-src/p.manifest.jsonl.gz"):
+        for key in ("kms-src/p.tar.gz", "kms-src/p.manifest.jsonl.gz", "kms-src/p.manifest-index.json.gz"):
             head = s3.head_object(Bucket="kms-dst", Key=key)
             assert head["ServerSideEncryption"] == "aws:kms", key
             assert head["SSEKMSKeyId"].endswith("s3arch-test-key"), key

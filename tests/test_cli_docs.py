@@ -1,0 +1,71 @@
+"""Every command line the README and docs/RESTORE.md show is accepted by the CLI as shown,
+and the trigger forms mark only what is required as required."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from helpers import ROOT
+
+
+def documented_command_lines() -> list[str]:
+    lines = []
+    for doc in ("README.md", "docs/RESTORE.md"):
+        text = (ROOT / doc).read_text()
+        for block in re.findall(r"```(?:bash)?\n(.*?)```", text, flags=re.S):
+            lines += [line.split("#")[0].split(" > ")[0].strip() for line in _joined(block)
+                      if line.strip().startswith("s3arch ")]
+    return lines
+
+
+def _joined(block: str) -> list[str]:
+    """Lines of a usage block, with indented continuation lines joined to their command."""
+    out: list[str] = []
+    for line in block.splitlines():
+        if line.startswith("  ") and out:
+            out[-1] += " " + line.split("(default")[0].strip()
+        else:
+            out.append(line)
+    return out
+
+
+def concrete(line: str) -> list[str]:
+    """A usage line with its placeholders filled in: alternatives take their first choice,
+    optional groups are included, values get a valid example."""
+    line = re.sub(r"\[([^\[\]]*)\]", r"\1", line.replace("[options]", ""))
+    line = re.sub(r"([A-Z_]+)(\|[A-Z_]+)+", r"\1", line)
+    line = line.replace("$ARCHIVE", "s3://vault/archive/app-logs/logs/2026/11/21.tar.gz")
+    line = re.sub(r"s3://[A-Z_]+/[A-Z_/]*\.\.\.[a-z-]+\.\.\.", "s3://vault/a/b.tar.gz", line)
+    line = re.sub(r"s3://[A-Z_]+/[A-Z_/.]*", "s3://bucket-a/prefix/", line)
+    line = line.replace("gzip|zstd", "gzip").replace("aws:kms --sse-kms-key-id ID", "aws:kms --sse-kms-key-id k")
+    words = shlex.split(line)
+    return [{"N": "2", "URL": "http://127.0.0.1:9000", "NAME": "default", "KEY": "k"}.get(w, w) for w in words]
+
+
+def test_readme_shows_the_s3arch_commands_it_documents():
+    commands = {line.split()[1] for line in documented_command_lines()}
+    assert {"archive", "restore", "extract", "cat", "verify", "ls", "delete-sources"} <= commands
+
+
+@pytest.mark.parametrize("line", documented_command_lines())
+def test_documented_command_line_parses(line):
+    from tasks.cli import _parser
+
+    args = concrete(line)[1:]
+    try:
+        _parser().parse_args(args)
+    except SystemExit as exc:
+        pytest.fail(f"the docs show `{line}`, which the CLI rejects (as {args}): exit {exc.code}")
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_connection_flags_work_before_or_after_the_subcommand(where):
+    from tasks.cli import _parser
+
+    flags = ["--endpoint-url", "http://127.0.0.1:9000", "--profile", "p"]
+    argv = ["ls", "s3://vault/a/b.tar.gz"]
+    args = _parser().parse_args(flags + argv if where == "before" else argv + flags)
+    assert args.endpoint_url == "http://127.0.0.1:9000" and args.profile == "p"
