@@ -7,6 +7,7 @@ to the commit protocol (tasks/commit.py), which drives the streaming pipeline
 
 from __future__ import annotations
 
+import threading
 import time
 
 from .commit import ArchiveResult, CommitProtocol
@@ -21,9 +22,11 @@ from .tarwriter import member_size_bound
 
 
 def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
-                   progress: Progress | None = None) -> ArchiveResult:
+                   progress: Progress | None = None, cancel: threading.Event | None = None) -> ArchiveResult:
+    """Archive one prefix. Setting ``cancel`` (from another thread or a signal handler) stops
+    the run: its uploads are aborted and it raises ``Cancelled``; nothing is committed."""
     clients = clients or S3Clients.from_session()
-    protocol = _checked(spec, clients, progress)
+    protocol = _checked(spec, clients, progress, cancel)
     if spec.dry_run:
         committed = _dry_run_state(protocol)
         return committed or _dry_run(spec, clients, protocol.result, protocol.started)
@@ -36,7 +39,8 @@ def delete_sources(spec: ArchiveSpec, clients: S3Clients | None = None) -> Archi
     return _checked(spec, clients, None).delete_sources_only()
 
 
-def _checked(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None) -> CommitProtocol:
+def _checked(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None,
+             cancel: threading.Event | None = None) -> CommitProtocol:
     layout = layout_for(spec.source, spec.destination)
     archive_key = layout.archive_key(spec.extension)
     if spec.source.bucket == layout.bucket and archive_key.startswith(spec.source.key):
@@ -44,7 +48,7 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None) -
                           f"prefix {spec.source}", hint="choose a destination outside the source prefix")
     clients.check_bucket(spec.source.bucket, "source")
     clients.check_bucket(layout.bucket, "destination")
-    return CommitProtocol(spec, clients, progress)
+    return CommitProtocol(spec, clients, progress, cancel)
 
 
 def _dry_run_state(protocol: CommitProtocol) -> ArchiveResult | None:

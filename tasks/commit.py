@@ -27,8 +27,8 @@ from enum import Enum
 
 from .config import ArchiveSpec, S3Url
 from .deletion import DeletionResult, delete_archived_sources
-from .errors import (ArchiveDamaged, ArchiverError, BadArgument, ConcurrentRun, DestinationConflict,
-                     IntegrityError, status_of, translate)
+from .errors import (ArchiveDamaged, ArchiverError, BadArgument, Cancelled, ConcurrentRun,
+                     DestinationConflict, IntegrityError, status_of, translate)
 from .lease import PrefixLease
 from .manifest import ArchiveLayout, layout_for, manifest_exists, read_header_and_summary
 from .pipeline import StreamedArchive, stream_archive
@@ -87,8 +87,10 @@ class Committed:
 
 
 class CommitProtocol:
-    def __init__(self, spec: ArchiveSpec, clients: S3Clients, progress: Progress | None = None):
+    def __init__(self, spec: ArchiveSpec, clients: S3Clients, progress: Progress | None = None,
+                 cancel: threading.Event | None = None):
         self.spec = spec
+        self.cancel = cancel or threading.Event()
         self.clients = clients
         self.control = clients.control
         self.progress = progress
@@ -127,15 +129,19 @@ class CommitProtocol:
                 self.result.stale_uploads_aborted += abort_stale_uploads(self.control, self.layout.bucket, key)
             archive_etag = self._current_etag(self.archive_key)
             # 5. Stream the archive and manifest as two open multipart uploads.
-            lost = _LeaseWatch(lease)
+            lost = _LeaseWatch(lease, self.cancel)
             try:
                 streamed = stream_archive(spec, self.clients, self.layout, self.archive_key,
                                           self.progress, abort=lost.event)
             except BaseException as exc:
-                lost.raise_if_lost(exc)
+                lost.stop()
+                lost.raise_if_stopped(exc)
                 raise
             # 6-7. Complete and verify the archive (PRODUCED), then the manifest (COMMITTED).
-            self._commit(streamed, committed, archive_etag, lease, lost)
+            try:
+                self._commit(streamed, committed, archive_etag, lease, lost)
+            finally:
+                lost.stop()
             # 8. Only now, and only if asked, delete the archived sources.
             self._delete_sources()
         return self._done()
@@ -208,6 +214,7 @@ class CommitProtocol:
                 lease: PrefixLease, lost: "_LeaseWatch") -> None:
         spec, r = self.spec, self.result
         try:
+            lost.raise_if_stopped(None)
             if previous and previous.summary["objects"] > streamed.objects:
                 raise DestinationConflict(
                     f"{self.layout.manifest_url} holds {previous.summary['objects']:,} objects, the source "
@@ -255,21 +262,37 @@ class CommitProtocol:
 
 
 class _LeaseWatch:
-    """Keeps the lease renewed while the pipeline streams, and stops the pipeline if it is lost."""
+    """While the pipeline streams: keeps the lease renewed, and stops the pipeline (its abort
+    event) if the lease is lost or the caller's ``cancel`` is set; then tells which it was."""
 
-    def __init__(self, lease: PrefixLease):
+    def __init__(self, lease: PrefixLease, cancel: threading.Event):
         self.event = threading.Event()
         self.error: ArchiverError | None = None
-        self._lease = lease
+        self.cancelled = False
+        self._cancel = cancel
+        self._stopped = threading.Event()
         lease.keep_alive(self._lost)
+        threading.Thread(target=self._watch_cancel, name="s3arch-cancel", daemon=True).start()
 
     def _lost(self, error: ArchiverError) -> None:
         self.error = error
         self.event.set()
 
-    def raise_if_lost(self, cause: BaseException) -> None:
+    def _watch_cancel(self) -> None:
+        while not self._stopped.wait(0.1):
+            if self._cancel.is_set():
+                self.cancelled = True
+                self.event.set()
+                return
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def raise_if_stopped(self, cause: BaseException | None) -> None:
         if self.error is not None:
             raise self.error from cause
+        if self.cancelled or self._cancel.is_set():
+            raise Cancelled("cancelled: the uploads were aborted and nothing was committed") from cause
 
 
 def read_committed(control, layout: ArchiveLayout, source: S3Url | None = None) -> Committed | None:

@@ -89,6 +89,11 @@ class ConcurrentRun(ArchiverError):
     retryable = True
 
 
+class Cancelled(ArchiverError):
+    """The run was cancelled (Ctrl-C, the Airflow task killed or marked failed): uploads were
+    aborted and nothing was committed."""
+
+
 class UploadLost(ArchiverError):
     """A multipart upload of this run was aborted by someone else."""
 

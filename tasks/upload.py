@@ -247,7 +247,10 @@ class PartUploader:
             return None
         self._done = True
         self._abort.set()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        # Not waiting for parts in flight (one may hang on a dead connection for minutes): the
+        # upload is aborted now, and again as each of them ends, since S3 may keep a part that
+        # was in flight during the abort.
+        self._pool.shutdown(wait=False, cancel_futures=True)
         if not self.upload_id:
             return None
         try:
@@ -255,7 +258,16 @@ class PartUploader:
         except Exception as exc:  # noqa: BLE001
             return translate(exc, f"abort the upload to {self.url} (left for the next run or a "
                                   "lifecycle rule to remove)", "upload")
+        for part in self._parts:
+            if not part.done():
+                part.add_done_callback(lambda _: self._abort_quietly())
         return None
+
+    def _abort_quietly(self) -> None:
+        try:
+            abort_upload(self.control, self.bucket, self.key, self.upload_id)
+        except Exception:  # noqa: BLE001 - best effort; the first abort's outcome was reported
+            pass
 
 
 def upload_memory(inflight: int, max_part: int) -> int:

@@ -4,14 +4,20 @@ REST API the way the UI and on-call scripts drive it, with MinIO as the S3."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from datetime import date, timedelta
+from pathlib import Path
 
 import pytest
+import yaml
 
+from devtools.airflow_local import write_jobs_file
 from devtools.sample_data import seed_day
 from devtools.servers import ServerStartError
-from helpers import LOG_TEMPLATE as TEMPLATE, airflow_with_log_job, keys_in, open_uploads, read_archive
+from faultproxy import Fault, FaultProxy, is_upload_part
+from helpers import LOG_TEMPLATE as TEMPLATE, airflow_with_log_job, keys_in, open_uploads, read_archive, seed
 
 DAG_ID = "s3_archive__e2e"
 MIN_AGE = 2
@@ -21,6 +27,15 @@ MIN_AGE = 2
 def stack(minio, tmp_path_factory):
     airflow, s3, src, dst = airflow_with_log_job(minio, tmp_path_factory.mktemp("airflow-e2e"), "e2e",
                                                  min_age_days=MIN_AGE, retry_delay_seconds=2)
+    # A second job reaches MinIO through a fault proxy, so a test can hold its uploads.
+    proxy = FaultProxy(minio.endpoint_url, max_lifetime=1800)
+    jobs_file = Path(airflow.env["S3ARCH_JOBS_FILE"])
+    jobs = yaml.safe_load(jobs_file.read_text())["jobs"]
+    write_jobs_file(jobs_file, {**jobs, "e2e_slow": {**jobs["e2e"], "aws_conn_id": "s3_slow", "retries": 0}})
+    airflow.env["AIRFLOW_CONN_S3_SLOW"] = json.dumps({
+        "conn_type": "aws", "login": minio.access_key, "password": minio.secret_key,
+        "extra": {"endpoint_url": proxy.endpoint_url, "region_name": minio.region}})
+    airflow.proxy = proxy
     try:
         airflow.start()
     except ServerStartError as exc:
@@ -30,12 +45,13 @@ def stack(minio, tmp_path_factory):
         yield airflow, s3, src, dst
     finally:
         airflow.stop()
+        proxy.stop()
         assert not airflow.processes
 
 
-def _dag_parsed(airflow) -> bool:
+def _dag_parsed(airflow, dag_id=DAG_ID) -> bool:
     try:
-        return airflow.api("GET", f"dags/{DAG_ID}")["dag_id"] == DAG_ID
+        return airflow.api("GET", f"dags/{dag_id}")["dag_id"] == dag_id
     except RuntimeError:
         return False
 
@@ -51,12 +67,12 @@ def wait_for(condition, timeout, what, airflow):
     pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
 
 
-def run_state(airflow, run_id):
-    return airflow.api("GET", f"dags/{DAG_ID}/dagRuns/{run_id}")["state"]
+def run_state(airflow, run_id, dag_id=DAG_ID):
+    return airflow.api("GET", f"dags/{dag_id}/dagRuns/{run_id}")["state"]
 
 
-def wait_run(airflow, run_id, timeout=240) -> str:
-    return wait_for(lambda: (s := run_state(airflow, run_id)) in ("success", "failed") and s,
+def wait_run(airflow, run_id, timeout=240, dag_id=DAG_ID) -> str:
+    return wait_for(lambda: (s := run_state(airflow, run_id, dag_id)) in ("success", "failed") and s,
                     timeout, f"run {run_id} to finish", airflow)
 
 
@@ -130,3 +146,33 @@ def test_trigger_backfill_and_on_call_clear_through_the_rest_api(stack):
         assert_archived_once(s3, src, dst, day - timedelta(days=MIN_AGE), seeded)
 
     assert open_uploads(s3, dst) == []
+
+
+def test_task_marked_failed_through_the_rest_api_cancels_cleanly(stack, reliability):
+    """On call marks a running archive task failed (as the UI's "Mark as failed" does): Airflow
+    SIGTERMs the task, on_kill cancels the engine, the uploads are aborted and nothing is
+    committed, long before the held upload would have ended."""
+    airflow, s3, src, dst = stack
+    dag_id, day = "s3_archive__e2e_slow", date(2026, 7, 1)
+    seed(s3, src, {f"{day:logs/%Y/%m/%d}/blob-{i}.bin": os.urandom(3 << 20) for i in range(8)})
+    held = []
+    airflow.proxy.add(Fault("stall", seconds=300, match=is_upload_part, on_inject=held.append))
+    wait_for(lambda: _dag_parsed(airflow, dag_id), 120, "the dag-processor to parse the slow DAG", airflow)
+    run = airflow.api("POST", f"dags/{dag_id}/dagRuns", {"logical_date": None, "conf": {"date_from": f"{day}",
+                                                                                     "date_to": f"{day}"}})
+    wait_for(lambda: held, 120, "the archive task to reach its first upload", airflow)
+    started = time.monotonic()
+    airflow.api("PATCH", f"dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/archive/0",
+                {"new_state": "failed"})
+    wait_for(lambda: not open_uploads(s3, dst), 90, "the killed task to abort its uploads", airflow)
+    took = time.monotonic() - started
+    assert took < 120, "the uploads went away only when the held request ended"
+    assert not keys_in(s3, dst, f"archive/{src}/{day:logs/%Y/%m/%d}.")  # no archive, no manifest, no lease
+    logs = "\n".join(p.read_text(errors="replace") for p in (airflow.home / "logs").rglob("*")
+                     if p.is_file() and dag_id in str(p))
+    assert "cancelling the archive" in logs
+    airflow.proxy.clear()
+    airflow.proxy.released.set()
+    reliability.record("archive task marked failed through the REST API mid-upload", "1 task, uploads held",
+                       f"on_kill cancelled the engine; uploads aborted {took:.0f} s after the kill, nothing committed")
+

@@ -1,16 +1,23 @@
 """S3ArchivePrefixOperator: archive one S3 prefix into a compressed tar plus manifest.
 
-Follows the amazon provider's conventions: ``aws_conn_id`` names the connection (its extra's
-``endpoint_url`` points at MinIO or another S3), the prefix and switches are template fields,
-and nothing touches S3 or imports the engine's heavy parts before ``execute``.
+Built like the amazon provider's own operators, on ``AwsBaseOperator[S3Hook]``:
+``aws_conn_id``, ``region_name``, ``verify`` and ``botocore_config`` mean what they mean
+there (the connection's extra ``endpoint_url`` points at MinIO or another S3), and the engine's
+control plane and CRT data plane both take region, endpoint and ``verify`` from that hook.
+The prefix and switches are template fields; nothing touches S3 or imports the engine's heavy
+parts before ``execute``. ``on_kill`` (the task marked failed, cleared or killed) cancels the
+engine: uploads are aborted and no manifest is written.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
+from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 if TYPE_CHECKING:
@@ -26,7 +33,7 @@ def as_bool(value: Any) -> bool:
     return bool(value)
 
 
-class S3ArchivePrefixOperator(BaseOperator):
+class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
     """Archive ``prefix`` of ``source_bucket`` under ``destination`` (s3://BUCKET/PREFIX/).
 
     ``prefix`` may also be a list of prefixes, archived one after the other: the archive DAG
@@ -38,16 +45,17 @@ class S3ArchivePrefixOperator(BaseOperator):
     rejected storage class, ...) fail the task without using its retries.
     """
 
-    template_fields: Sequence[str] = ("source_bucket", "prefix", "destination", "storage_class",
-                                      "codec", "overwrite", "dry_run")
+    aws_hook_class = S3Hook
+    template_fields: Sequence[str] = aws_template_fields("source_bucket", "prefix", "destination", "storage_class",
+                                                         "codec", "overwrite", "dry_run")
     ui_color = "#e6f0ff"
 
     def __init__(self, *, source_bucket: str, prefix: str | list[str], destination: str,
                  storage_class: str = "GLACIER", codec: str = "gzip", level: int | None = None,
                  memory_budget: str | int = "256MiB", overwrite: bool | str = False,
                  dry_run: bool | str = False, delete_source: bool = False,
-                 delete_versions: bool = False, allow_empty: bool = False, aws_conn_id: str | None = "aws_default",
-                 region_name: str | None = None, progress_interval: float = 10.0, **kwargs):
+                 delete_versions: bool = False, allow_empty: bool = False, progress_interval: float = 10.0,
+                 **kwargs):
         super().__init__(**kwargs)
         self.source_bucket = source_bucket
         self.prefix = prefix
@@ -61,9 +69,8 @@ class S3ArchivePrefixOperator(BaseOperator):
         self.delete_source = delete_source
         self.delete_versions = delete_versions
         self.allow_empty = allow_empty
-        self.aws_conn_id = aws_conn_id
-        self.region_name = region_name
         self.progress_interval = progress_interval
+        self._cancel = threading.Event()
 
     @property
     def prefixes(self) -> list[str]:
@@ -78,11 +85,17 @@ class S3ArchivePrefixOperator(BaseOperator):
         return f"{prefixes[0]} .. {prefixes[-1]} ({len(prefixes)} prefixes)"
 
     def _clients(self):
-        return engine_clients(self.aws_conn_id, self.region_name)
+        return engine_clients(self.hook)
+
+    def on_kill(self) -> None:
+        self.log.warning("task killed: cancelling the archive; its uploads are aborted and no manifest "
+                         "is written")
+        self._cancel.set()
 
     def execute(self, context: Context) -> list[dict]:
         from tasks.errors import ArchiverError
 
+        self._cancel = threading.Event()  # a fresh one per try
         rows: list[dict] = []
         failed: list[tuple[str, ArchiverError]] = []
         clients = None
@@ -129,7 +142,7 @@ class S3ArchivePrefixOperator(BaseOperator):
         progress = Progress(lambda snap: self.log.info("%s: %s", prefix, snap.line()),
                             interval=self.progress_interval)
         try:
-            result = archive_prefix(spec, clients, progress)
+            result = archive_prefix(spec, clients, progress, cancel=self._cancel)
         except EmptyPrefix as exc:
             if not self.allow_empty:
                 raise
@@ -146,24 +159,28 @@ class S3ArchivePrefixOperator(BaseOperator):
         return row
 
 
-def engine_clients(aws_conn_id: str | None, region_name: str | None):
-    """The engine's S3 clients from an Airflow AWS connection (session and endpoint_url)."""
-    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-
+def engine_clients(hook: S3Hook):
+    """The engine's S3 clients from an amazon-provider hook: its session (credentials and
+    region), the connection's endpoint_url, ``verify`` and ``botocore_config``."""
     from tasks.errors import BadArgument
     from tasks.s3 import S3Clients
 
-    hook = S3Hook(aws_conn_id=aws_conn_id, region_name=region_name)
-    # The provider quietly falls back to the default credential chain and AWS endpoint
-    # when the connection is missing (its wrapper then carries no conn_id); for an
-    # archiver that is a wrong account or endpoint, so it is a permanent error here.
-    if aws_conn_id and hook.conn_config.conn_id != aws_conn_id:
-        raise BadArgument(f"Airflow connection {aws_conn_id!r} does not exist",
-                          hint="create it (Admin > Connections, type aws, endpoint_url in "
-                               "the extra for MinIO) or set aws_conn_id=None for the "
-                               "default AWS credential chain")
+    if hook.aws_conn_id:
+        # The provider would quietly fall back to the default credential chain and AWS
+        # endpoint for a missing connection: for an archiver that is a wrong account.
+        from airflow.exceptions import AirflowNotFoundException
+
+        try:
+            hook.get_connection(hook.aws_conn_id)
+        except AirflowNotFoundException:
+            raise BadArgument(f"Airflow connection {hook.aws_conn_id!r} does not exist",
+                              hint="create it (Admin > Connections, type aws, endpoint_url in "
+                                   "the extra for MinIO) or set aws_conn_id=None for the "
+                                   "default AWS credential chain") from None
     session = hook.get_session(region_name=hook.conn_region_name)
-    return S3Clients.from_session(session, hook.conn_config.get_service_endpoint_url("s3"))
+    return S3Clients.from_session(session, hook.conn_config.get_service_endpoint_url("s3"),
+                                  verify=hook.verify if hook.verify is not None else hook.conn_config.verify,
+                                  botocore_config=hook.config)
 
 
 def result_row(prefix: str, status: str, **values) -> dict:

@@ -14,7 +14,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
+from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from s3arch_airflow.operators import as_bool, engine_clients, result_row
@@ -25,14 +27,15 @@ if TYPE_CHECKING:
 RESTORE_ROWS_XCOM_KEY = "restore_rows"
 
 
-class S3RestoreArchiveOperator(BaseOperator):
-    template_fields: Sequence[str] = ("prefix", "target", "keys", "glob", "tier", "days")
+class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
+    aws_hook_class = S3Hook
+    template_fields: Sequence[str] = aws_template_fields("prefix", "target", "keys", "glob", "tier", "days",
+                                                         "overwrite")
     ui_color = "#fff3e0"
 
     def __init__(self, *, source_bucket: str, prefix: str, destination: str, target: str = "",
                  keys: list[str] | None = None, glob: str | None = None, tier: str = "Standard",
                  days: int | str = 7, overwrite: bool | str = False, memory_budget: str | int = "256MiB",
-                 aws_conn_id: str | None = "aws_default", region_name: str | None = None,
                  deferrable: bool = True, poll_interval: float | None = None,
                  wait_timeout: float = 48 * 3600, **kwargs):
         super().__init__(**kwargs)
@@ -46,8 +49,6 @@ class S3RestoreArchiveOperator(BaseOperator):
         self.days = days
         self.overwrite = overwrite
         self.memory_budget = memory_budget
-        self.aws_conn_id = aws_conn_id
-        self.region_name = region_name
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self.wait_timeout = wait_timeout
@@ -69,7 +70,7 @@ class S3RestoreArchiveOperator(BaseOperator):
 
         def restore():
             layout = self._layout()
-            clients = engine_clients(self.aws_conn_id, self.region_name)
+            clients = engine_clients(self.hook)
             committed = read_committed(clients.control, layout)
             if committed is None:
                 raise BadArgument(f"{self.prefix} has no committed archive ({layout.manifest_url} does not exist)",
@@ -88,6 +89,7 @@ class S3RestoreArchiveOperator(BaseOperator):
 
             self.defer(trigger=ArchiveRestoredTrigger(bucket=layout.bucket, key=committed.archive_key,
                                                       aws_conn_id=self.aws_conn_id, region_name=self.region_name,
+                                                      verify=self.verify, botocore_config=self.botocore_config,
                                                       poll_interval=interval,
                                                       deadline=time.time() + self.wait_timeout),
                        method_name="execute_complete")
@@ -101,7 +103,7 @@ class S3RestoreArchiveOperator(BaseOperator):
             context["ti"].xcom_push(key=RESTORE_ROWS_XCOM_KEY, value=[row])
             raise AirflowException(event.get("message") or f"restore of {self.prefix} failed")
         self.log.info("%s is restored until %s", event["archive"], event.get("expiry"))
-        return self._extract(context, engine_clients(self.aws_conn_id, self.region_name), self._layout())
+        return self._extract(context, engine_clients(self.hook), self._layout())
 
     def _extract(self, context: Context, clients, layout) -> dict:
         from tasks.config import S3Url, parse_size

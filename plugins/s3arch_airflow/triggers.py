@@ -18,25 +18,31 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 class ArchiveRestoredTrigger(BaseTrigger):
     def __init__(self, *, bucket: str, key: str, aws_conn_id: str | None, region_name: str | None = None,
+                 verify: bool | str | None = None, botocore_config: dict | None = None,
                  poll_interval: float = 300.0, deadline: float | None = None):
         super().__init__()
         self.bucket = bucket
         self.key = key
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
+        self.verify = verify
+        self.botocore_config = botocore_config
         self.poll_interval = poll_interval
         self.deadline = deadline  # epoch seconds; None waits as long as the task allows
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("s3arch_airflow.triggers.ArchiveRestoredTrigger",
                 {"bucket": self.bucket, "key": self.key, "aws_conn_id": self.aws_conn_id,
-                 "region_name": self.region_name, "poll_interval": self.poll_interval,
+                 "region_name": self.region_name, "verify": self.verify,
+                 "botocore_config": self.botocore_config, "poll_interval": self.poll_interval,
                  "deadline": self.deadline})
 
     def _control(self):
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
         from s3arch_airflow.operators import engine_clients
 
-        return engine_clients(self.aws_conn_id, self.region_name).control
+        return engine_clients(S3Hook(aws_conn_id=self.aws_conn_id, region_name=self.region_name,
+                                     verify=self.verify, config=self.botocore_config)).control
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from tasks.errors import ArchiverError
