@@ -13,7 +13,7 @@ import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from airflow.sdk import DAG, Param, TriggerRule, task
+from airflow.sdk import DAG, AssetAlias, Param, TriggerRule, task
 from s3arch_airflow.operators import ROWS_XCOM_KEY, S3ArchivePrefixOperator
 
 from tasks.jobs import ArchiveJob, load_jobs
@@ -94,6 +94,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
             max_retry_delay=timedelta(hours=1),
             execution_timeout=timedelta(minutes=job.execution_timeout_minutes),
             map_index_template="{{ task.label }}",
+            outlets=[AssetAlias(f"s3_archive__{job.name}")],  # one asset event per archive made
         ).expand(prefix=planned)
 
         @task(task_id="report", trigger_rule=TriggerRule.ALL_DONE, execution_timeout=timedelta(minutes=10))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import threading
 import time
 from datetime import date, timedelta
 from pathlib import Path
@@ -36,6 +38,15 @@ def stack(minio, tmp_path_factory):
         "conn_type": "aws", "login": minio.access_key, "password": minio.secret_key,
         "extra": {"endpoint_url": proxy.endpoint_url, "region_name": minio.region}})
     airflow.proxy = proxy
+    # Airflow's own metrics go to a StatsD listener in this test, over UDP on loopback; a thread
+    # drains it all the time (the scheduler alone would fill a socket buffer in a minute).
+    airflow.statsd = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    airflow.statsd.bind(("127.0.0.1", 0))
+    airflow.statsd.settimeout(0.5)
+    airflow.metrics = []
+    threading.Thread(target=_collect_s3arch_metrics, args=(airflow,), daemon=True).start()
+    airflow.env.update({"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                        "AIRFLOW__METRICS__STATSD_PORT": str(airflow.statsd.getsockname()[1])})
     try:
         airflow.start()
     except ServerStartError as exc:
@@ -46,6 +57,7 @@ def stack(minio, tmp_path_factory):
     finally:
         airflow.stop()
         proxy.stop()
+        airflow.statsd.close()
         assert not airflow.processes
 
 
@@ -74,6 +86,22 @@ def run_state(airflow, run_id, dag_id=DAG_ID):
 def wait_run(airflow, run_id, timeout=240, dag_id=DAG_ID) -> str:
     return wait_for(lambda: (s := run_state(airflow, run_id, dag_id)) in ("success", "failed") and s,
                     timeout, f"run {run_id} to finish", airflow)
+
+
+def _collect_s3arch_metrics(airflow) -> None:
+    while True:
+        try:
+            packet = airflow.statsd.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            return  # closed at the end of the module
+        airflow.metrics += [line for line in packet.decode().splitlines() if "s3arch" in line]
+
+
+def received_metrics(airflow) -> list[str]:
+    time.sleep(1)  # the last task's packets are in flight
+    return list(airflow.metrics)
 
 
 def archive_state(s3, src, dst, day):
@@ -146,6 +174,13 @@ def test_trigger_backfill_and_on_call_clear_through_the_rest_api(stack):
         assert_archived_once(s3, src, dst, day - timedelta(days=MIN_AGE), seeded)
 
     assert open_uploads(s3, dst) == []
+
+    # 4. Every archived prefix reported its figures through Airflow's metrics (StatsD here).
+    metrics = received_metrics(airflow)
+    objects = [int(line.split(":")[1].split("|")[0]) for line in metrics if line.startswith("airflow.s3arch.objects:")]
+    assert sum(objects) == len(seeded), metrics
+    assert any(line.startswith("airflow.s3arch.seconds:") and "|ms" in line for line in metrics)
+    assert any(line.startswith("airflow.s3arch.failures:") for line in metrics)  # the day that had no data
 
 
 def test_task_marked_failed_through_the_rest_api_cancels_cleanly(stack, reliability):

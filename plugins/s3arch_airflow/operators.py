@@ -43,6 +43,13 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
     row per prefix: prefix, status, objects, bytes_in, bytes_out, ratio, seconds, archive,
     manifest, error. Errors the engine marks permanent (missing bucket, access denied, a
     rejected storage class, ...) fail the task without using its retries.
+
+    Each prefix archived emits an asset event for ``Asset(<archive URL>)`` with the row as its
+    extra, through every ``AssetAlias`` in ``outlets`` (the archive DAG gives one per job,
+    ``s3_archive__<job>``), so downstream DAGs can be scheduled on archives (docs/JOBS.md). Per
+    prefix, the counters ``s3arch.objects``, ``s3arch.bytes_in``, ``s3arch.bytes_out``,
+    ``s3arch.failures`` and the timer ``s3arch.seconds`` go to Airflow's metrics (StatsD or
+    OpenTelemetry, as Airflow is configured), tagged with the storage class and status.
     """
 
     aws_hook_class = S3Hook
@@ -103,7 +110,7 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
             for prefix in self.prefixes:
                 try:
                     clients = clients or self._clients()
-                    rows.append(self._archive_one(clients, prefix))
+                    rows.append(self._archive_one(clients, prefix, context))
                 except ArchiverError as exc:
                     self.log.error("%s: %s (%s)", prefix, exc,
                                    "retryable" if exc.retryable else "permanent: no retry")
@@ -116,6 +123,8 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
                     raise
         finally:
             context["ti"].xcom_push(key=ROWS_XCOM_KEY, value=rows)
+            for row in rows:
+                self._emit_metrics(row)
         if failed:
             summary = "; ".join(f"{p}: {e}" for p, e in failed)
             if any(e.retryable for _, e in failed):
@@ -124,7 +133,19 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
                                        f"permanently (not retried): {summary}")
         return rows
 
-    def _archive_one(self, clients, prefix: str) -> dict:
+    def _emit_metrics(self, row: dict) -> None:
+        from airflow.providers.common.compat.sdk import Stats
+
+        tags = {"storage_class": self.storage_class, "status": row["status"], "dag_id": self.dag_id}
+        if row["status"] == "failed":
+            Stats.incr("s3arch.failures", tags=tags)
+            return
+        Stats.incr("s3arch.objects", row["objects"], tags=tags)
+        Stats.incr("s3arch.bytes_in", row["bytes_in"], tags=tags)
+        Stats.incr("s3arch.bytes_out", row["bytes_out"], tags=tags)
+        Stats.timing("s3arch.seconds", row["seconds"] * 1000.0, tags=tags)
+
+    def _archive_one(self, clients, prefix: str, context: Context) -> dict:
         from tasks.archive import archive_prefix
         from tasks.config import ArchiveSpec, S3Url, parse_size
         from tasks.errors import EmptyPrefix
@@ -150,13 +171,25 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
             return result_row(prefix, "empty")
         self.log.info("%s: %s, %d objects, %d -> %d bytes in %.1fs: %s", prefix, result.status,
                       result.objects, result.bytes_in, result.bytes_out, result.seconds, result.archive)
+        for note in result.notes:
+            self.log.warning("%s: %s", prefix, note)
         row = result_row(prefix, result.status, objects=result.objects, bytes_in=result.bytes_in,
                    bytes_out=result.bytes_out or result.estimated_bytes_out or 0,
                    seconds=round(result.seconds, 2), archive=result.archive,
                    manifest=result.manifest, deleted=result.deleted,
                    deletion="finished" if result.deletion else None)
         row["ratio"] = round(row["bytes_in"] / row["bytes_out"], 2) if row["bytes_out"] else 0.0
+        if result.status == "archived":
+            self._emit_asset_event(context, row)
         return row
+
+    def _emit_asset_event(self, context: Context, row: dict) -> None:
+        from airflow.sdk import Asset, AssetAlias
+
+        extra = {k: row[k] for k in ("prefix", "objects", "bytes_in", "bytes_out", "ratio", "archive", "manifest")}
+        for outlet in self.outlets or []:
+            if isinstance(outlet, AssetAlias):
+                context["outlet_events"][outlet].add(Asset(uri=row["archive"], name=row["archive"]), extra=extra)
 
 
 def engine_clients(hook: S3Hook):
