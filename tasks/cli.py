@@ -15,7 +15,7 @@ from pathlib import Path
 from . import __version__
 from .config import ArchiveSpec, S3Url, parse_size
 from .errors import ArchiverError
-from .progress import Progress, human_bytes
+from .progress import Progress, TerminalLine, human_bytes
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -181,9 +181,17 @@ def _archive(args) -> int:
         delete_versions=args.delete_versions, sse=args.sse, sse_kms_key_id=args.sse_kms_key_id,
         **({"compress_threads": args.threads} if args.threads else {}))
     show = not (args.json or args.quiet)
-    progress = Progress((lambda s: print(s.line(), file=sys.stderr, flush=True)) if show else None,
-                        interval=2.0)
-    result = archive_prefix(spec, _clients(args), progress)
+    live = TerminalLine(sys.stderr) if show and sys.stderr.isatty() else None
+    if live:
+        progress = Progress(live, interval=0.25)
+    else:
+        progress = Progress((lambda s: print(s.line(), file=sys.stderr, flush=True)) if show else None,
+                            interval=5.0)
+    try:
+        result = archive_prefix(spec, _clients(args), progress)
+    finally:
+        if live:
+            live.close()
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0

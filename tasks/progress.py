@@ -70,3 +70,23 @@ class Progress:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+class TerminalLine:
+    """One live progress line on a terminal (rich), for people; logs and Airflow keep the
+    plain periodic lines. Use as the ``report`` of a Progress with a short interval."""
+
+    def __init__(self, stream):
+        from rich.console import Console
+        from rich.live import Live
+
+        self._live = Live(console=Console(file=stream), refresh_per_second=4, transient=True)
+        self._live.start()
+
+    def __call__(self, snap: ProgressSnapshot) -> None:
+        from rich.text import Text
+
+        self._live.update(Text(snap.line()))
+
+    def close(self) -> None:
+        self._live.stop()

@@ -69,3 +69,36 @@ def test_connection_flags_work_before_or_after_the_subcommand(where):
     argv = ["ls", "s3://vault/a/b.tar.gz"]
     args = _parser().parse_args(flags + argv if where == "before" else argv + flags)
     assert args.endpoint_url == "http://127.0.0.1:9000" and args.profile == "p"
+
+
+def test_progress_is_one_live_line_on_a_terminal_and_plain_lines_otherwise(s3, buckets, cli_env):
+    """Run the CLI with its stderr on a pseudo-terminal, as a person would, then on a pipe."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from helpers import seed
+
+    src, dst = buckets
+    seed(s3, src, {f"day/{i:04d}.bin": os.urandom(200_000) for i in range(300)})
+    args = [sys.executable, "-m", "tasks", "archive", f"s3://{src}/day/", f"s3://{dst}/", "--storage-class",
+            "STANDARD", "--concurrency", "4", "--memory-budget", "48MiB"]
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(args, env=cli_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=follower)
+    os.close(follower)
+    terminal = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        terminal += chunk
+    proc.wait(120)
+    os.close(leader)
+    assert proc.returncode == 0 and b"archived 300 objects" in proc.stdout.read()
+    assert b"\x1b[" in terminal and b"objects" in terminal and b"obj/s" in terminal  # redrawn in place
+    piped = subprocess.run(args + ["--overwrite"], env=cli_env, cwd=ROOT, capture_output=True, timeout=120)
+    assert piped.returncode == 0 and b"\x1b[" not in piped.stderr
