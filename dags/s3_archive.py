@@ -85,6 +85,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
             dry_run="{{ params.dry_run }}",
             delete_source=job.delete_source,
             delete_versions=job.delete_versions,
+            prices=job.prices,
             allow_empty=job.allow_empty,
             aws_conn_id=job.aws_conn_id,
             pool=job.pool,

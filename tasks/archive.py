@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 import time
 
-from .commit import ArchiveResult, CommitProtocol
+from .commit import ArchiveResult, CommitProtocol, cost_of
+from .cost import short_of_minimum
 from .compression import codec_for
 from .config import ArchiveSpec, MiB
 from .errors import BadArgument, EmptyPrefix
@@ -64,7 +65,7 @@ def _dry_run_state(protocol: CommitProtocol) -> ArchiveResult | None:
 def _dry_run(spec, clients, result, started) -> ArchiveResult:
     """Count what would be archived and estimate the archive from a compressed sample."""
     result.status = "dry_run"
-    tar_bound = 0
+    tar_bound = short = 0
     sample_in = sample_out = 0
     codec = codec_for(spec.codec, spec.effective_level)
     for page in iter_pages(clients.control, spec.source.bucket, spec.source.key):
@@ -72,6 +73,7 @@ def _dry_run(spec, clients, result, started) -> ArchiveResult:
             result.objects += 1
             result.bytes_in += o.size
             tar_bound += member_size_bound(o.key, o.size)
+            short += short_of_minimum(o.size)
             if sample_in < 8 * MiB and 0 < o.size <= 4 * MiB:
                 body = clients.control.get_object(Bucket=spec.source.bucket, Key=o.key,
                                                   IfMatch=o.etag)["Body"].read()
@@ -82,5 +84,6 @@ def _dry_run(spec, clients, result, started) -> ArchiveResult:
     ratio = sample_out / sample_in if sample_in else 1.0
     result.tar_bytes = tar_bound
     result.estimated_bytes_out = int(tar_bound * ratio)
+    result.cost = cost_of(spec, result.objects, result.bytes_in, short, result.estimated_bytes_out)
     result.seconds = time.monotonic() - started
     return result

@@ -203,6 +203,7 @@ def _archive(args) -> int:
     elif result.status == "dry_run":
         print(f"dry run: {result.objects:,} objects, {human_bytes(result.bytes_in)} under {result.source}; "
               f"archive would be about {human_bytes(result.estimated_bytes_out or 0)} at {result.archive}")
+        print(_cost_line(result))
     else:
         rate = result.bytes_in / result.seconds if result.seconds else 0
         print(f"archived {result.objects:,} objects, {human_bytes(result.bytes_in)} -> "
@@ -210,7 +211,8 @@ def _archive(args) -> int:
               f"({result.objects / max(result.seconds, 1e-9):,.0f} obj/s, {human_bytes(rate)}/s)\n"
               f"  archive:  {result.archive} [{result.storage_class}]\n"
               f"  manifest: {result.manifest}"
-              + (f"\n  {_deletion_line(result)}" if result.deletion else ""))
+              + (f"\n  {_deletion_line(result)}" if result.deletion else "")
+              + f"\n  {_cost_line(result)}")
     for note in result.notes:
         print(f"note: {note}")
     return 0
@@ -264,6 +266,12 @@ def _extract(args, clients, layout) -> int:
               + (f"; {result.skipped_same:,} already there with the same content" if result.skipped_same else "")
               + f"; read {human_bytes(result.bytes_fetched)} of the archive in {result.gets:,} GET(s)")
     return 0
+
+
+def _cost_line(result) -> str:
+    from .cost import CostEstimate
+
+    return CostEstimate.from_dict(result.cost).line()
 
 
 def _deletion_line(result) -> str:

@@ -64,6 +64,7 @@ class ArchiveResult:
     peak_buffered: int = 0
     stale_uploads_aborted: int = 0
     estimated_bytes_out: int | None = None
+    cost: dict | None = None  # tasks/cost.py: monthly and one-time figures, archive vs one by one
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -248,6 +249,7 @@ class CommitProtocol:
         r.state = State.COMMITTED.value
         r.objects, r.bytes_in, r.bytes_out = streamed.objects, streamed.bytes_in, streamed.bytes_out
         r.tar_bytes, r.gets, r.peak_buffered = streamed.tar_bytes, streamed.gets, streamed.peak_buffered
+        r.cost = cost_of(spec, r.objects, r.bytes_in, streamed.short_of_min_billable, r.bytes_out)
 
     def _delete_sources(self) -> None:
         if not self.spec.delete_source:
@@ -329,6 +331,13 @@ def check_archive_intact(control, layout: ArchiveLayout, committed: Committed) -
         raise ArchiveDamaged(
             f"{url} is not the archive {layout.manifest_url} commits: "
             + ", ".join(f"{k} {found[k]} (manifest: {expected[k]})" for k in differs), hint=fix)
+
+
+def cost_of(spec: ArchiveSpec, objects: int, bytes_in: int, short_of_minimum: int, archive_bytes: int) -> dict:
+    from .cost import estimate, prices_with
+
+    return estimate(spec.storage_class, objects=objects, bytes_in=bytes_in, short_of_minimum=short_of_minimum,
+                    archive_bytes=archive_bytes, prices=prices_with(spec.prices)).to_dict()
 
 
 def _now() -> str:

@@ -105,6 +105,7 @@ class ArchiveSpec:
     delete_versions: bool = False  # versioned source: delete the archived versions, not just hide them
     lease_ttl: float = 180.0  # seconds without renewal after which another run may take the prefix
     part_growth_every: int = 1000  # parts per doubling of the part size while the total is unknown
+    prices: dict | None = None  # overrides of tasks/cost.py's price table: {CLASS: {field: value}}
 
     def __post_init__(self):
         if self.storage_class not in STORAGE_CLASSES:
@@ -136,6 +137,9 @@ class ArchiveSpec:
             raise BadArgument("--delete-versions needs --delete-source")
         if self.compress_threads < 1:
             raise BadArgument("compression threads must be at least 1")
+        from .cost import prices_with
+
+        prices_with(self.prices)  # a mistake in the overrides is reported now, not after the run
 
     @property
     def encryption_args(self) -> dict:

@@ -41,6 +41,7 @@ class ArchiveJob:
     delete_source: bool = False
     delete_versions: bool = False
     restore_poll_seconds: float | None = None  # restore DAG: seconds between HEADs (default by tier)
+    prices: dict | None = None  # overrides of the cost table (docs/COST.md)
     allow_empty: bool = False
     description: str = ""
 
@@ -66,7 +67,8 @@ class ArchiveJob:
                            storage_class=self.storage_class, codec=self.codec, level=self.level,
                            memory_budget=self.memory_budget, overwrite=overwrite, dry_run=dry_run,
                            delete_source=self.delete_source and not dry_run,
-                           delete_versions=self.delete_versions and self.delete_source and not dry_run)
+                           delete_versions=self.delete_versions and self.delete_source and not dry_run,
+                           prices=self.prices)
 
     @property
     def newest_allowed(self) -> date:

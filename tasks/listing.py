@@ -46,6 +46,7 @@ class ListingFeed:
         self.objects_listed = 0
         self.bytes_listed = 0
         self.tar_bytes_bound = 0
+        self.short_of_min_billable = 0  # for the cost figures (tasks/cost.py)
         self.finished = False
         self._queue: queue.Queue = queue.Queue(pages_ahead)
         self._stop = threading.Event()
@@ -54,12 +55,14 @@ class ListingFeed:
         self._thread.start()
 
     def _run(self, control, bucket, prefix):
+        from .cost import short_of_minimum
         from .tarwriter import member_size_bound
 
         try:
             for page in iter_pages(control, bucket, prefix):
                 for o in page:
                     self.tar_bytes_bound += member_size_bound(o.key, o.size)
+                    self.short_of_min_billable += short_of_minimum(o.size)
                 self.objects_listed += len(page)
                 self.bytes_listed += sum(o.size for o in page)
                 if not self._put(page):

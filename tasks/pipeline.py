@@ -41,6 +41,7 @@ class StreamedArchive:
     archive_sha256: str
     gets: int
     peak_buffered: int
+    short_of_min_billable: int = 0
 
     def abort(self) -> list[ArchiverError]:
         """Abort both uploads; the errors of aborts that failed (never raised)."""
@@ -218,7 +219,7 @@ def stream_archive(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout,
     return StreamedArchive(uploader=uploader, manifest=manifest, objects=progress.objects_done,
                            bytes_in=progress.bytes_done, bytes_out=out.size, tar_bytes=sink.offset,
                            blocks=sink.blocks, archive_sha256=out.sha256.hexdigest(), gets=fetcher.gets,
-                           peak_buffered=budget.peak)
+                           peak_buffered=budget.peak, short_of_min_billable=feed.short_of_min_billable)
 
 
 class _ArchiveOutput:

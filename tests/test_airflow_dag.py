@@ -91,6 +91,9 @@ def test_range_run_maps_one_task_per_date_named_by_prefix_and_rerun_skips(af):
     for day in days:
         assert archived_day(af, day) == {k: v for k, v in af.seeded.items() if k.startswith(f"{day:logs/%Y/%m/%d}/")}
     before = [manifest_modified(af, d) for d in days]
+    for row in xcom_rows(run):  # the report's rows carry what each archive costs against the objects
+        assert row["cost"]["objects"] == row["objects"] and row["cost"]["archive_monthly"] > 0
+        assert row["cost"]["separate_requests"] > row["cost"]["archive_requests"]
 
     again, tis = run_dag(af, conf={"date_from": "2026-10-06", "date_to": "2026-10-08"})
     assert again.state == "success"
@@ -307,3 +310,20 @@ def test_trigger_forms_do_not_mark_optional_params_as_required(af):
             assert "null" in types or name in always_filled, f"{dag_id}: param {name!r} shows as required"
             if "null" in types:
                 assert "(optional" in param.schema.get("title", "") or name.startswith("date_"), (dag_id, name)
+
+
+def test_openlineage_sees_the_prefix_as_input_and_archive_and_manifest_as_outputs(af):
+    """With the OpenLineage provider installed, its extractor manager finds the operator's facets."""
+    from airflow.providers.openlineage.extractors.manager import ExtractorManager
+    from s3arch_airflow import S3ArchivePrefixOperator
+
+    operator = S3ArchivePrefixOperator(task_id="archive_lineage", source_bucket=af.src, prefix="logs/2026/10/06/",
+                                       destination=f"s3://{af.dst}/archive/", aws_conn_id="s3_archive")
+    from types import SimpleNamespace
+
+    lineage = ExtractorManager().extract_metadata(dagrun=SimpleNamespace(run_id="manual__lineage"), task=operator,
+                                                  task_instance_state="success", task_instance=None)
+    assert [(d.namespace, d.name) for d in lineage.inputs] == [(f"s3://{af.src}", "logs/2026/10/06/")]
+    assert [(d.namespace, d.name) for d in lineage.outputs] == [
+        (f"s3://{af.dst}", f"archive/{af.src}/logs/2026/10/06.tar.gz"),
+        (f"s3://{af.dst}", f"archive/{af.src}/logs/2026/10/06.manifest.jsonl.gz")]

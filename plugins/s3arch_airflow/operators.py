@@ -62,7 +62,7 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
                  memory_budget: str | int = "256MiB", overwrite: bool | str = False,
                  dry_run: bool | str = False, delete_source: bool = False,
                  delete_versions: bool = False, allow_empty: bool = False, progress_interval: float = 10.0,
-                 **kwargs):
+                 prices: dict | None = None, **kwargs):
         super().__init__(**kwargs)
         self.source_bucket = source_bucket
         self.prefix = prefix
@@ -77,6 +77,7 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
         self.delete_versions = delete_versions
         self.allow_empty = allow_empty
         self.progress_interval = progress_interval
+        self.prices = prices
         self._cancel = threading.Event()
 
     @property
@@ -133,6 +134,24 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
                                        f"permanently (not retried): {summary}")
         return rows
 
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """With the OpenLineage provider installed: each source prefix is an input, each
+        archive and manifest an output, as the provider's S3 operators report them."""
+        from airflow.providers.common.compat.openlineage.facet import Dataset
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        from tasks.config import S3Url
+        from tasks.manifest import layout_for
+
+        inputs, outputs = [], []
+        for prefix in self.prefixes:
+            layout = layout_for(S3Url(self.source_bucket, prefix), S3Url.parse(self.destination))
+            inputs.append(Dataset(namespace=f"s3://{self.source_bucket}", name=prefix))
+            extension = ".tar.gz" if self.codec == "gzip" else ".tar.zst"
+            outputs += [Dataset(namespace=f"s3://{layout.bucket}", name=layout.archive_key(extension)),
+                        Dataset(namespace=f"s3://{layout.bucket}", name=layout.manifest_key)]
+        return OperatorLineage(inputs=inputs, outputs=outputs)
+
     def _emit_metrics(self, row: dict) -> None:
         from airflow.providers.common.compat.sdk import Stats
 
@@ -157,7 +176,7 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
                            memory_budget=parse_size(self.memory_budget),
                            overwrite=as_bool(self.overwrite), dry_run=as_bool(self.dry_run),
                            delete_source=self.delete_source and not as_bool(self.dry_run),
-                           delete_versions=self.delete_versions and self.delete_source)
+                           delete_versions=self.delete_versions and self.delete_source, prices=self.prices)
         self.log.info("archiving %s -> %s (%s, %s)", spec.source, spec.destination,
                       spec.storage_class, spec.codec)
         progress = Progress(lambda snap: self.log.info("%s: %s", prefix, snap.line()),
@@ -177,7 +196,7 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
                    bytes_out=result.bytes_out or result.estimated_bytes_out or 0,
                    seconds=round(result.seconds, 2), archive=result.archive,
                    manifest=result.manifest, deleted=result.deleted,
-                   deletion="finished" if result.deletion else None)
+                   deletion="finished" if result.deletion else None, cost=result.cost)
         row["ratio"] = round(row["bytes_in"] / row["bytes_out"], 2) if row["bytes_out"] else 0.0
         if result.status == "archived":
             self._emit_asset_event(context, row)
@@ -220,6 +239,6 @@ def result_row(prefix: str, status: str, **values) -> dict:
     """One prefix's line in the task result and the report."""
     row = {"prefix": prefix, "status": status, "objects": 0, "bytes_in": 0, "bytes_out": 0,
            "ratio": 0.0, "seconds": 0.0, "archive": None, "manifest": None, "deleted": 0,
-           "deletion": None, "error": None, "retryable": None}
+           "deletion": None, "cost": None, "error": None, "retryable": None}
     row.update(values)
     return row

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from s3arch_airflow.operators import result_row
+from tasks.cost import CostEstimate, usd
 from tasks.progress import human_bytes
 
-COLUMNS = ("prefix", "status", "objects", "bytes_in", "bytes_out", "ratio", "seconds", "archive")
+COLUMNS = ("prefix", "status", "objects", "bytes_in", "bytes_out", "ratio", "seconds", "$/month archive",
+           "$/month separate", "archive")
 RESTORE_COLUMNS = ("prefix", "status", "objects", "bytes_in", "skipped", "seconds", "target")
 
 
@@ -31,6 +33,9 @@ def format_table(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> str:
             return human_bytes(value or 0)
         if column == "objects":
             return f"{value or 0:,}"
+        if column.startswith("$/month"):
+            cost = row.get("cost")
+            return usd(cost[column.split()[-1] + "_monthly"]) if cost else ""
         if column in ("archive", "target") and row.get("status") == "failed":
             return row.get("error") or ""
         return "" if value is None else str(value)
@@ -43,4 +48,7 @@ def format_table(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> str:
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
     lines.append(", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "nothing planned")
+    costs = [CostEstimate.from_dict(row["cost"]) for row in rows if row.get("cost")]
+    if costs:
+        lines.append(f"total of the {len(costs)} archived: {sum(costs[1:], costs[0]).line()}")
     return "\n".join(lines)

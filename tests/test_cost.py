@@ -1,0 +1,57 @@
+"""The cost figures: the worked example of docs/COST.md, checked to the cent, and the figures
+a user sees from a dry run and a real run against MinIO."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import run_json, seed
+from tasks.cost import GiB, KiB, PRICES, estimate, prices_with
+from tasks.errors import BadArgument
+
+
+def test_ten_million_8_kib_objects_in_deep_archive():
+    objects, size = 10_000_000, 8 * KiB
+    archive_bytes = 11 * GiB  # what the tar.gz of them measures here, about 7:1 on logs
+    cost = estimate("DEEP_ARCHIVE", objects=objects, bytes_in=objects * size, short_of_minimum=0,
+                    archive_bytes=archive_bytes)
+    # One by one: 76.29 GiB of data + 305.18 GiB of metadata at $0.00099, 76.29 GiB at $0.023.
+    data_gib, class_meta_gib, std_meta_gib = objects * size / GiB, objects * 32 * KiB / GiB, objects * 8 * KiB / GiB
+    assert (round(data_gib, 2), round(class_meta_gib, 2), round(std_meta_gib, 2)) == (76.29, 305.18, 76.29)
+    assert round(cost.separate_monthly, 2) == 2.13  # 0.0755 + 0.3021 + 1.7547
+    assert round(cost.archive_monthly, 4) == 0.0109  # 11 GiB + one object's 40 KiB
+    assert cost.separate_requests == pytest.approx(500.0)  # 10,000 x $0.05
+    assert round(cost.archive_requests, 4) == 0.0705  # 1,408 parts + create + complete
+    assert cost.min_days == 180 and round(cost.monthly_saving, 2) == 2.12
+
+
+def test_small_objects_are_billed_as_128_kib_where_the_class_says_so():
+    ir = estimate("GLACIER_IR", objects=1000, bytes_in=1000 * KiB, short_of_minimum=1000 * 127 * KiB,
+                  archive_bytes=200 * KiB)
+    assert ir.separate_monthly == pytest.approx(1000 * 128 * KiB / GiB * 0.004)
+    glacier = estimate("GLACIER", objects=1000, bytes_in=1000 * KiB, short_of_minimum=1000 * 127 * KiB,
+                       archive_bytes=200 * KiB)
+    assert glacier.separate_monthly == pytest.approx(1000 * 33 * KiB / GiB * 0.0036 + 1000 * 8 * KiB / GiB * 0.023)
+
+
+def test_a_job_can_override_the_price_table_and_mistakes_are_named():
+    table = prices_with({"DEEP_ARCHIVE": {"storage_gb_month": 0.0018}})
+    assert table["DEEP_ARCHIVE"].storage_gb_month == 0.0018 and PRICES["DEEP_ARCHIVE"].storage_gb_month == 0.00099
+    with pytest.raises(BadArgument, match="unknown storage class 'COLD'"):
+        prices_with({"COLD": {}})
+    with pytest.raises(BadArgument, match="unknown field"):
+        prices_with({"GLACIER": {"price": 1}})
+
+
+def test_dry_run_and_real_run_show_what_the_archive_saves(s3, buckets, cli_env):
+    src, dst = buckets
+    seed(s3, src, {f"day/{i:04d}.log": b"GET /x 200\n" * 40 for i in range(500)})
+    dry = run_json(cli_env, "archive", f"s3://{src}/day/", f"s3://{dst}/", "--storage-class", "STANDARD",
+                   "--dry-run")
+    done = run_json(cli_env, "archive", f"s3://{src}/day/", f"s3://{dst}/", "--storage-class", "STANDARD")
+    for result in (dry, done):
+        cost = result["cost"]
+        assert cost["storage_class"] == "STANDARD" and cost["objects"] == 500
+        assert cost["separate_requests"] == pytest.approx(500 * 0.005 / 1000)
+        assert cost["archive_monthly"] < cost["separate_monthly"]
+    assert done["cost"]["archive_monthly"] == pytest.approx(done["bytes_out"] / GiB * 0.023)
