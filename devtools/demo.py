@@ -27,9 +27,12 @@ SOURCE_BUCKET, ARCHIVE_BUCKET = "app-logs", "log-archive"
 TEMPLATE = "logs/{date:%Y/%m/%d}/"
 
 
+S3ARCH = Path(sys.executable).with_name("s3arch")  # installed with the package (make venv)
+
+
 def run_cli(env, *args, capture=True) -> subprocess.CompletedProcess:
-    print("$ python -m tasks " + " ".join(args), flush=True)
-    return subprocess.run([sys.executable, "-m", "tasks", *args], env=env, cwd=ROOT, check=True,
+    print("$ s3arch " + " ".join(args), flush=True)
+    return subprocess.run([str(S3ARCH), *args], env=env, cwd=ROOT, check=True,
                           text=True, stdout=subprocess.PIPE if capture else None)
 
 
@@ -78,6 +81,10 @@ def main() -> int:
         text = run_cli(env, "cat", archive, key).stdout
         print(f"  {key}: {len(text.splitlines())} lines, first: {text.splitlines()[0]}")
         run_cli(env, "verify", archive, capture=False)
+        back = home / "restored"
+        run_cli(env, "extract", archive, "--to-dir", str(back), "--glob", f"{TEMPLATE.format(date=last)}13/*",
+                capture=False)
+        print(f"  the 13:00 hour is back in {back}")
 
         print("\nthe same run again: every day is already archived, so each is skipped")
         run_dag(airflow, first, last, home / "dag-run-2.log")

@@ -120,7 +120,9 @@ def estimate(storage_class: str, *, objects: int, bytes_in: int, short_of_minimu
 
 def usd(amount: float) -> str:
     """Dollars, with cents where they matter and two significant digits below a cent."""
-    return f"${amount:,.2f}" if amount >= 0.01 or amount == 0 else f"${amount:.2g}"
+    if amount >= 0.01 or amount == 0:
+        return f"${amount:,.2f}"
+    return "$" + f"{float(f'{amount:.2g}'):.10f}".rstrip("0")
 
 
 def short_of_minimum(size: int) -> int:
