@@ -15,6 +15,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, AssetAlias, Param, TriggerRule, task
 from s3arch_airflow.operators import ROWS_XCOM_KEY, S3ArchivePrefixOperator
+from s3arch_airflow.report import job_task_args
 
 from tasks.jobs import ArchiveJob, load_jobs
 
@@ -87,34 +88,16 @@ def archive_dag(job: ArchiveJob) -> DAG:
             delete_versions=job.delete_versions,
             prices=job.prices,
             allow_empty=job.allow_empty,
-            aws_conn_id=job.aws_conn_id,
-            pool=job.pool,
-            retries=job.retries,
-            retry_delay=timedelta(seconds=job.retry_delay_seconds),
-            retry_exponential_backoff=True,
-            max_retry_delay=timedelta(hours=1),
             execution_timeout=timedelta(minutes=job.execution_timeout_minutes),
-            map_index_template="{{ task.label }}",
+            **job_task_args(job),
             outlets=[AssetAlias(f"s3_archive__{job.name}")],  # one asset event per archive made
         ).expand(prefix=planned)
 
         @task(task_id="report", trigger_rule=TriggerRule.ALL_DONE, execution_timeout=timedelta(minutes=10))
         def report(ti=None) -> list[dict]:
-            from airflow.sdk.exceptions import AirflowFailException
-            from s3arch_airflow.report import collect_rows, format_table
+            from s3arch_airflow.report import report_run
 
-            planned_batches = ti.xcom_pull(task_ids="plan")
-            if not planned_batches:
-                raise AirflowFailException("the plan task produced nothing (bad parameters?); see its log")
-            pushed = ti.xcom_pull(task_ids="archive", key=ROWS_XCOM_KEY,
-                                  map_indexes=list(range(len(planned_batches))))
-            rows = collect_rows(planned_batches, [p for p in pushed or [] if p])
-            print(format_table(rows))
-            failed = [row["prefix"] for row in rows if row["status"] == "failed"]
-            if failed:
-                raise AirflowFailException(f"{len(failed)} of {len(rows)} prefix(es) failed: "
-                                           f"{', '.join(failed)}")
-            return rows
+            return report_run(ti, task_id="archive", rows_key=ROWS_XCOM_KEY)
 
         archived >> report()
     return dag

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from airflow.sdk import DAG, Param, TriggerRule, task
+from s3arch_airflow.report import job_task_args
 from s3arch_airflow.restore import RESTORE_ROWS_XCOM_KEY, S3RestoreArchiveOperator
 
 from tasks.jobs import ArchiveJob, load_jobs
@@ -95,32 +96,15 @@ def restore_dag(job: ArchiveJob) -> DAG:
             overwrite="{{ params.overwrite }}",
             memory_budget=job.memory_budget,
             poll_interval=job.restore_poll_seconds,
-            aws_conn_id=job.aws_conn_id,
-            pool=job.pool,
-            retries=job.retries,
-            retry_delay=timedelta(seconds=job.retry_delay_seconds),
-            retry_exponential_backoff=True,
-            max_retry_delay=timedelta(hours=1),
             execution_timeout=timedelta(hours=72),  # the deferred wait counts towards it
-            map_index_template="{{ task.label }}",
+            **job_task_args(job),
         ).expand(prefix=planned)
 
         @task(task_id="report", trigger_rule=TriggerRule.ALL_DONE, execution_timeout=timedelta(minutes=10))
         def report(ti=None) -> list[dict]:
-            from airflow.sdk.exceptions import AirflowFailException
-            from s3arch_airflow.report import RESTORE_COLUMNS, collect_rows, format_table
+            from s3arch_airflow.report import RESTORE_COLUMNS, report_run
 
-            prefixes = ti.xcom_pull(task_ids="plan")
-            if not prefixes:
-                raise AirflowFailException("the plan task produced nothing (bad parameters?); see its log")
-            pushed = ti.xcom_pull(task_ids="restore", key=RESTORE_ROWS_XCOM_KEY,
-                                  map_indexes=list(range(len(prefixes))))
-            rows = collect_rows([[p] for p in prefixes], [p for p in pushed or [] if p], task="restore")
-            print(format_table(rows, RESTORE_COLUMNS))
-            failed = [row["prefix"] for row in rows if row["status"] == "failed"]
-            if failed:
-                raise AirflowFailException(f"{len(failed)} of {len(rows)} prefix(es) failed: {', '.join(failed)}")
-            return rows
+            return report_run(ti, task_id="restore", rows_key=RESTORE_ROWS_XCOM_KEY, columns=RESTORE_COLUMNS)
 
         restored >> report()
     return dag

@@ -52,3 +52,31 @@ def format_table(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> str:
     if costs:
         lines.append(f"total of the {len(costs)} archived: {sum(costs[1:], costs[0]).line()}")
     return "\n".join(lines)
+
+
+def report_run(ti, *, task_id: str, rows_key: str, columns: tuple[str, ...] = COLUMNS) -> list[dict]:
+    """The report task of both DAGs: a table of every planned prefix, failing the run if any
+    prefix failed. The plan task returned batches of prefixes (archive) or prefixes (restore)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    planned = ti.xcom_pull(task_ids="plan")
+    if not planned:
+        raise AirflowFailException("the plan task produced nothing (bad parameters?); see its log")
+    batches = [p if isinstance(p, list) else [p] for p in planned]
+    pushed = ti.xcom_pull(task_ids=task_id, key=rows_key, map_indexes=list(range(len(batches))))
+    rows = collect_rows(batches, [p for p in pushed or [] if p], task=task_id)
+    print(format_table(rows, columns))
+    failed = [row["prefix"] for row in rows if row["status"] == "failed"]
+    if failed:
+        raise AirflowFailException(f"{len(failed)} of {len(rows)} prefix(es) failed: {', '.join(failed)}")
+    return rows
+
+
+def job_task_args(job) -> dict:
+    """What every mapped task of a job's DAGs shares: its connection, pool and retry policy
+    (exponential backoff, capped at an hour; permanent errors are never retried)."""
+    from datetime import timedelta
+
+    return {"aws_conn_id": job.aws_conn_id, "pool": job.pool, "retries": job.retries,
+            "retry_delay": timedelta(seconds=job.retry_delay_seconds), "retry_exponential_backoff": True,
+            "max_retry_delay": timedelta(hours=1), "map_index_template": "{{ task.label }}"}
