@@ -27,7 +27,7 @@ from enum import Enum
 
 from .config import ArchiveSpec, S3Url
 from .deletion import DeletionResult, delete_archived_sources
-from .errors import (ArchiveDamaged, ArchiverError, BadArgument, Cancelled, ConcurrentRun,
+from .errors import (AccessDenied, ArchiveDamaged, ArchiverError, BadArgument, Cancelled, ConcurrentRun,
                      DestinationConflict, IntegrityError, status_of, translate)
 from .lease import PrefixLease
 from .manifest import ArchiveLayout, layout_for, manifest_exists, read_header_and_summary
@@ -163,8 +163,11 @@ class CommitProtocol:
         """A skip stays read-only unless a dead run left uploads: then, only if the lease is
         free (no run is alive on this prefix), abort them so nothing is left to bill."""
         keys = (self.archive_key, self.layout.manifest_key)
-        if not any(open_uploads(self.control, self.layout.bucket, key) for key in keys):
-            return
+        try:
+            if not any(open_uploads(self.control, self.layout.bucket, key) for key in keys):
+                return
+        except AccessDenied:
+            return  # a read-only caller may still be told the prefix is done
         try:
             with self._lease():
                 for key in keys:

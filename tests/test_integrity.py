@@ -464,3 +464,14 @@ def test_bucket_in_another_region_than_the_client_is_archived(tmp_path, reliabil
     assert result["status"] == "archived" and len(archive) == 30
     reliability.record("client region us-east-1, buckets in eu-west-1", "-",
                        "bucket region read once from HeadBucket; archived, 30 objects")
+
+
+def test_a_read_only_caller_is_told_a_committed_prefix_is_skipped(minio, s3, buckets, cli_env):
+    src, dst = buckets
+    seed(s3, src, {"day/a.log": b"a"})
+    cli_archive(cli_env, src, dst, check=True)
+    user, secret = minio_user(minio, [{"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"],
+                                       "Resource": ["arn:aws:s3:::*"]}])
+    result = cli_archive({**cli_env, "AWS_ACCESS_KEY_ID": user, "AWS_SECRET_ACCESS_KEY": secret}, src, dst,
+                         check=True)
+    assert result["status"] == "skipped"
