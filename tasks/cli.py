@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--storage-class", default="GLACIER",
                    choices=["GLACIER", "DEEP_ARCHIVE", "GLACIER_IR", "STANDARD_IA", "STANDARD"])
     a.add_argument("--codec", default="gzip", choices=["gzip", "zstd"])
-    a.add_argument("--level", type=int, help="gzip (ISA-L) 0-3, default 1; zstd 1-19, default 3")
+    a.add_argument("--level", type=int, help="gzip 0-9 (ISA-L for 0-3, zlib-ng for 4-9), default 1; zstd 1-19, default 3")
     a.add_argument("--memory-budget", default="256MiB", help="bound on buffered bytes (default 256MiB)")
     a.add_argument("--concurrency", type=int, default=128, help="GETs in flight (default 128)")
     a.add_argument("--threads", type=int,

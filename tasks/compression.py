@@ -46,8 +46,11 @@ class GzipBlocks:
         return b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 
     def compress(self, block: bytes, final: bool) -> tuple[bytes, int]:
-        c = isal_zlib.compressobj(self.level, isal_zlib.DEFLATED, -15)
-        out = c.compress(block) + c.flush(isal_zlib.Z_FINISH if final else isal_zlib.Z_SYNC_FLUSH)
+        # ISA-L's levels 0-3 are the fast end; above them zlib-ng (the same deflate format, so
+        # blocks of either kind join into one member) trades speed for size.
+        z = isal_zlib if self.level <= 3 else _zlib_ng()
+        c = z.compressobj(self.level, z.DEFLATED, -15)
+        out = c.compress(block) + c.flush(z.Z_FINISH if final else z.Z_SYNC_FLUSH)
         return out, isal_zlib.crc32(block)
 
     def combine(self, crc: int, block_crc: int, block_len: int) -> int:
@@ -55,6 +58,12 @@ class GzipBlocks:
 
     def trailer(self, crc: int, total: int) -> bytes:
         return struct.pack("<II", crc & 0xFFFFFFFF, total & 0xFFFFFFFF)
+
+
+def _zlib_ng():
+    from zlib_ng import zlib_ng
+
+    return zlib_ng
 
 
 class ZstdBlocks:

@@ -11,7 +11,7 @@ from .errors import BadArgument
 STORAGE_CLASSES = ("GLACIER", "DEEP_ARCHIVE", "GLACIER_IR", "STANDARD_IA", "STANDARD")
 CODECS = ("gzip", "zstd")
 DEFAULT_LEVEL = {"gzip": 1, "zstd": 3}
-LEVEL_RANGE = {"gzip": (0, 3), "zstd": (1, 19)}
+LEVEL_RANGE = {"gzip": (0, 9), "zstd": (1, 19)}
 MiB = 1 << 20
 GiB = 1 << 30
 

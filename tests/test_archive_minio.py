@@ -144,6 +144,26 @@ def test_zstd_codec_round_trips_through_zstd_and_tar(s3, buckets, cli_env, tmp_p
     assert run_json(cli_env, "verify", r["archive"])["objects"] == 300
 
 
+def test_gzip_levels_above_isal_make_smaller_archives_every_reader_reads(s3, buckets, cli_env, tmp_path):
+    src, dst = buckets
+    rng = random.Random(8)
+    words = [b"GET", b"POST", b"/api/v1/items/", b"200", b"404", b"latency_ms=", b"user=u", b"\n"]
+    objects = {f"d/{i:03d}.log": b" ".join(rng.choice(words) + b"%d" % rng.randrange(999) for _ in range(3000))
+               for i in range(120)}
+    seed(s3, src, objects)
+    sizes = {}
+    for level in ("1", "6", "9"):
+        r = run_json(cli_env, "archive", f"s3://{src}/d/", f"s3://{dst}/l{level}/", "--level", level,
+                     "--storage-class", "STANDARD")
+        body = s3.get_object(Bucket=dst, Key=f"l{level}/{src}/d.tar.gz")["Body"].read()
+        sizes[level] = len(body)
+        subprocess.run(["gzip", "-t"], input=body, check=True)
+        with tarfile.open(fileobj=io.BytesIO(body), mode="r|gz") as tar:
+            assert {m.name: tar.extractfile(m).read() for m in tar if m.isfile()} == objects
+        assert run_cli(cli_env, "cat", r["archive"], "d/077.log").stdout == objects["d/077.log"]
+    assert sizes["9"] <= sizes["6"] < sizes["1"], sizes
+
+
 def test_empty_prefix_is_reported_and_writes_nothing(s3, buckets, cli_env):
     src, dst = buckets
     proc = run_cli(cli_env, "archive", f"s3://{src}/nothing/", f"s3://{dst}/", "--json", check=False)
