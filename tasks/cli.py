@@ -229,7 +229,7 @@ def _restore(args, clients, layout) -> int:
         raise BadArgument(f"{layout.manifest_url} does not exist: there is no committed archive to restore")
     key = committed.archive_key
     state = request_restore(clients.control, layout.bucket, key, tier=args.tier, days=args.days,
-                            fallback_tier=args.fallback_tier)
+                            fallback_tier=args.fallback_tier, restore_control=clients.single_attempt)
     if not args.json:
         print(f"{state.line()}" + (f" ({state.requested}, tier {state.tier})" if state.requested else ""))
     if args.wait and not state.readable:

@@ -68,8 +68,10 @@ def archive_state(control, bucket: str, key: str) -> RestoreState:
 
 
 def request_restore(control, bucket: str, key: str, *, tier: str = "Standard", days: int = 7,
-                    fallback_tier: str | None = None) -> RestoreState:
-    """Ask S3 to restore the archive for ``days`` days at ``tier``; idempotent."""
+                    fallback_tier: str | None = None, restore_control=None) -> RestoreState:
+    """Ask S3 to restore the archive for ``days`` days at ``tier``; idempotent.
+    ``restore_control``: the client for RestoreObject itself (one without retries, so that an
+    Expedited refusal falls back at once)."""
     if tier not in TIERS or (fallback_tier and fallback_tier not in TIERS):
         raise BadArgument(f"unknown restore tier {tier if tier not in TIERS else fallback_tier!r}",
                           hint="--tier takes Expedited, Standard or Bulk")
@@ -84,7 +86,7 @@ def request_restore(control, bucket: str, key: str, *, tier: str = "Standard", d
                               hint="use --tier Standard (within 12 h) or Bulk (within 48 h)")
         tier = fallback_tier
     try:
-        response = control.restore_object(Bucket=bucket, Key=key, RestoreRequest={
+        response = (restore_control or control).restore_object(Bucket=bucket, Key=key, RestoreRequest={
             "Days": days, "GlacierJobParameters": {"Tier": tier}})
     except Exception as exc:  # noqa: BLE001
         code = getattr(exc, "response", {}).get("Error", {}).get("Code")
@@ -94,7 +96,8 @@ def request_restore(control, bucket: str, key: str, *, tier: str = "Standard", d
             return state
         if code == "GlacierExpeditedRetrievalNotAvailable":
             if fallback_tier and fallback_tier != tier:
-                return request_restore(control, bucket, key, tier=fallback_tier, days=days)
+                return request_restore(control, bucket, key, tier=fallback_tier, days=days,
+                                       restore_control=restore_control)
             raise TransientError(f"{state.archive}: Expedited retrievals are not available right now",
                                  hint="retry later, or pass --fallback-tier Standard") from exc
         raise translate(exc, f"restore {state.archive}") from exc

@@ -73,6 +73,20 @@ class S3Clients:
         _keep_timestamps_as_text(control)
         return cls(session=session, control=control, endpoint_url=custom, region=region, verify=verify)
 
+    @property
+    def single_attempt(self):
+        """The control client without botocore's retries, for calls whose failure should be
+        seen at once: S3 answers "Expedited capacity unavailable" with a 503 that retrying for
+        half a minute does not cure, when falling back to another tier would."""
+        with self._lock:
+            if "single" not in self._planes:
+                control = self.control
+                self._planes["single"] = self.session.client(
+                    "s3", endpoint_url=control.meta.endpoint_url, region_name=control.meta.region_name,
+                    verify=self.verify,
+                    config=control.meta.config.merge(Config(retries={"mode": "standard", "total_max_attempts": 1})))
+            return self._planes["single"]
+
     def check_bucket(self, bucket: str, role: str) -> BucketRoute:
         """HeadBucket ``bucket``: fail with a typed error naming it, else remember where
         botocore sent the request and which region answered, for the data plane."""

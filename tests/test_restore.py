@@ -231,3 +231,26 @@ def test_manifest_index_answers_like_a_full_scan_with_two_gets_per_key(s3, bucke
     clients.control.delete_object(Bucket=dst, Key=layout.index_key)
     _, found = find_records(clients.control, layout, [keys[77_777]])
     assert found[keys[77_777]]["size"] == 77_777
+
+
+def test_expedited_unavailable_falls_back_only_if_asked(moto_server, cli_env):
+    s3 = moto_server.client()
+    src, dst = f"src-{uuid.uuid4().hex[:8]}", f"dst-{uuid.uuid4().hex[:8]}"
+    for bucket in (src, dst):
+        s3.create_bucket(Bucket=bucket)
+    seed(s3, src, {f"{PREFIX}a.log": b"a"})
+    env = moto_env(moto_server, cli_env)
+    archive_cli(env, src, dst, "GLACIER")
+    archive = f"s3://{dst}/vault/{src}/{PREFIX.rstrip('/')}.tar.gz"
+    proxy = FaultProxy(moto_server.endpoint_url)
+    try:
+        busy = proxy.add(Fault("status", status=503, code="GlacierExpeditedRetrievalNotAvailable", count=2,
+                               match=lambda r: r.method == "POST" and "restore" in r.query))
+        proc = run_cli(env, "--endpoint-url", proxy.endpoint_url, "restore", archive, "--tier", "Expedited",
+                       check=False)
+        assert proc.returncode == 3 and "--fallback-tier" in proc.stderr.decode()
+        state = run_json(env, "--endpoint-url", proxy.endpoint_url, "restore", archive, "--tier", "Expedited",
+                         "--fallback-tier", "Standard")
+    finally:
+        proxy.stop()
+    assert busy.injected == 2 and state["tier"] == "Standard" and state["requested"] == "requested"

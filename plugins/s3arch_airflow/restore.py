@@ -76,7 +76,8 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
                 raise BadArgument(f"{self.prefix} has no committed archive ({layout.manifest_url} does not exist)",
                                   hint="archive it first, or check the dates")
             state = request_restore(clients.control, layout.bucket, committed.archive_key, tier=self.tier,
-                                    days=int(self.days), fallback_tier="Standard" if self.tier == "Expedited" else None)
+                                    days=int(self.days), fallback_tier="Standard" if self.tier == "Expedited" else None,
+                                    restore_control=clients.single_attempt)
             self.log.info("%s (%s)", state.line(), state.requested)
             return clients, layout, committed, state
 
