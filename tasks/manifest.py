@@ -149,6 +149,7 @@ class ManifestWriter:
         self._emit(self._z.compress(self._pending) + self._z.flush())
         self._pending.clear()
         index = {"format": INDEX_FORMAT, "version": FORMAT_VERSION, "header": self.header,
+                 "summary": {"type": "summary", **summary},
                  "archive_etag": summary.get("archive_etag"), "manifest_size": self._compressed,
                  "objects": self.objects, "chunks": self._chunks}
         try:
@@ -220,6 +221,11 @@ def manifest_exists(control, layout: ArchiveLayout) -> bool:
 
 
 def read_header_and_summary(control, layout: ArchiveLayout) -> tuple[dict, dict]:
+    """The manifest's first and last records: from its index (one small GET), or, for a
+    manifest written before indexes carried them, by reading it through."""
+    index = read_index(control, layout)
+    if index is not None and "summary" in index:
+        return index["header"], index["summary"]
     header = summary = None
     for record in iter_manifest(control, layout):
         if record["type"] == "header":

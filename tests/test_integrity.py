@@ -475,3 +475,19 @@ def test_a_read_only_caller_is_told_a_committed_prefix_is_skipped(minio, s3, buc
     result = cli_archive({**cli_env, "AWS_ACCESS_KEY_ID": user, "AWS_SECRET_ACCESS_KEY": secret}, src, dst,
                          check=True)
     assert result["status"] == "skipped"
+
+
+def test_rerun_of_a_committed_prefix_reads_the_small_index_not_the_manifest(s3, buckets, day, clients):
+    from tasks.manifest import iter_manifest, layout_for
+
+    src, dst = buckets
+    archive_prefix(spec(src, dst), clients)
+    gets = []
+    clients.control.meta.events.register("before-send.s3.GetObject", lambda request, **_: gets.append(request.url))
+    again = archive_prefix(spec(src, dst), clients)
+    assert again.status == "skipped" and again.objects == len(day)
+    assert len(gets) == 1 and gets[0].endswith("/day.manifest-index.json.gz"), gets
+    layout = layout_for(S3Url(src, "day/"), S3Url(dst, "a/"))
+    scanned = [r for r in iter_manifest(s3, layout) if r["type"] == "summary"][0]
+    assert {k: again.to_dict()[k] for k in ("objects", "bytes_in", "bytes_out")} == {
+        "objects": scanned["objects"], "bytes_in": scanned["bytes"], "bytes_out": scanned["archive_size"]}
