@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterator
 
-from .s3 import parse_s3_time, translate
+from .errors import translate
+from .s3 import parse_s3_time
 
 
 @dataclass(slots=True, frozen=True)

@@ -17,7 +17,7 @@ from isal import isal_zlib
 from .errors import BadArgument, IntegrityError
 from .manifest import ArchiveLayout, find_records, iter_manifest
 from .restore import require_readable
-from .s3 import translate
+from .errors import translate
 from .tarwriter import member_name
 
 

@@ -14,6 +14,8 @@ import re
 import threading
 import urllib.parse
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Callable
 
 import boto3
@@ -148,12 +150,10 @@ def _keep_timestamps_as_text(client) -> None:
         endpoint._response_parser_factory = factory
 
 
-def parse_s3_time(value) -> "datetime":
+def parse_s3_time(value) -> datetime:
     """An S3 timestamp as an aware datetime: ISO 8601 text from XML bodies
     (2026-11-21T13:05:07.123Z), RFC 1123 text from headers (Sat, 21 Nov 2026 13:05:07 GMT),
     or a datetime already."""
-    from datetime import datetime, timezone
-    from email.utils import parsedate_to_datetime
 
     if isinstance(value, datetime):
         return value

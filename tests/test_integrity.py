@@ -18,7 +18,7 @@ from helpers import (ROOT, engine_clients, keys_in, minio_user, open_uploads, re
                      seed)
 from tasks.archive import archive_prefix
 from tasks.config import ArchiveSpec, S3Url
-from tasks.errors import ArchiveDamaged, ArchiverError, BucketMissing, SourceDeletionFailed, UploadLost
+from tasks.errors import ArchiverError, BucketMissing, SourceDeletionFailed, UploadLost
 
 
 def spec(src, dst, **kw) -> ArchiveSpec:

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from faultproxy import Fault, FaultProxy
-from helpers import engine_clients, keys_in, put_exact_key, run_cli, run_json, seed
+from helpers import keys_in, put_exact_key, run_cli, run_json, seed
 
 PREFIX = "logs/2026/10/21/"
 
