@@ -14,10 +14,9 @@ from typing import BinaryIO, Iterator
 
 from isal import isal_zlib
 
-from .errors import BadArgument, IntegrityError
+from .errors import BadArgument, IntegrityError, translate
 from .manifest import ArchiveLayout, find_records, iter_manifest
 from .restore import require_readable
-from .errors import translate
 from .tarwriter import member_name
 
 
