@@ -34,7 +34,7 @@ from .manifest import ArchiveLayout, find_records, iter_manifest
 from .reading import _decompressor
 from .restore import require_readable
 from .tarwriter import member_name
-from .upload import PartSizer, PartUploader
+from .upload import PartSizer, PartUploader, abort_stale_uploads
 
 NAME_MAX = 255
 _RUN_GAP = 256 << 10      # fetch through a gap this small rather than issue another GET
@@ -154,27 +154,34 @@ def _extract_run(control, bucket: str, key: str, header: dict, run: list[dict], 
             sink = writer.begin(record)
             remaining = record["size"]
             digest = hashlib.sha256()
-            while skip or remaining:
-                if not pending:
-                    compressed = next(chunks, None)
-                    if compressed is None:
-                        raise IntegrityError(f"s3://{bucket}/{key} ended before {record['key']!r} was read")
-                    pending += decoder.decompress(compressed)
-                    continue
-                if skip:
-                    cut = min(skip, len(pending))
-                    del pending[:cut]
-                    skip -= cut
-                    position += cut
-                    continue
-                take = min(remaining, len(pending))
-                piece = bytes(pending[:take])
-                del pending[:take]
-                remaining -= take
-                position += take
-                digest.update(piece)
+            try:
+                while skip or remaining:
+                    if not pending:
+                        compressed = next(chunks, None)
+                        if compressed is None:
+                            raise IntegrityError(f"s3://{bucket}/{key} ended before {record['key']!r} was read")
+                        pending += decoder.decompress(compressed)
+                        continue
+                    if skip:
+                        cut = min(skip, len(pending))
+                        del pending[:cut]
+                        skip -= cut
+                        position += cut
+                        continue
+                    take = min(remaining, len(pending))
+                    piece = bytes(pending[:take])
+                    del pending[:take]
+                    remaining -= take
+                    position += take
+                    digest.update(piece)
+                    if sink is not None:
+                        sink.write(piece)
+            except BaseException as exc:
                 if sink is not None:
-                    sink.write(piece)
+                    sink.finish(False)  # no partial file, no open multipart upload
+                if isinstance(exc, Exception) and not isinstance(exc, IntegrityError):
+                    raise translate(exc, f"read s3://{bucket}/{key}") from exc
+                raise
             ok = digest.hexdigest() == record["sha256"]
             if sink is not None:
                 sink.finish(ok)
@@ -265,6 +272,9 @@ class _S3Object:
         self.buffer: list[bytes] | None = [] if record["size"] <= _SMALL_OBJECT else None
         self.uploader = None
         if self.buffer is None:
+            # An extract killed while writing this object left its upload open: same key,
+            # same content, so it is aborted rather than billed forever.
+            abort_stale_uploads(writer.control, writer.bucket, key)
             self.uploader = PartUploader(writer.control, writer.bucket, key, storage_class="STANDARD",
                                          sizer=PartSizer(8 * MiB, lambda: record["size"] + MiB,
                                                          max_part=max(8 * MiB, writer.part_memory // 2)),

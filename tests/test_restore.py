@@ -104,15 +104,20 @@ def test_extract_to_the_original_location_and_conflicts_need_overwrite(glacier_d
     assert s3.get_object(Bucket=src, Key=changed)["Body"].read() == objects[changed]
 
 
-def test_deep_archive_has_no_expedited_tier_unless_a_fallback_is_given(moto_server, cli_env):
+def one_object_archive(moto_server, cli_env, storage_class) -> tuple[dict, str]:
+    """(CLI env, archive URL) of a one-object day archived into ``storage_class`` on moto."""
     s3 = moto_server.client()
     src, dst = f"src-{uuid.uuid4().hex[:8]}", f"dst-{uuid.uuid4().hex[:8]}"
     for bucket in (src, dst):
         s3.create_bucket(Bucket=bucket)
     seed(s3, src, {f"{PREFIX}a.log": b"a"})
     env = moto_env(moto_server, cli_env)
-    archive_cli(env, src, dst, "DEEP_ARCHIVE")
-    archive = f"s3://{dst}/vault/{src}/{PREFIX.rstrip('/')}.tar.gz"
+    archive_cli(env, src, dst, storage_class)
+    return env, f"s3://{dst}/vault/{src}/{PREFIX.rstrip('/')}.tar.gz"
+
+
+def test_deep_archive_has_no_expedited_tier_unless_a_fallback_is_given(moto_server, cli_env):
+    env, archive = one_object_archive(moto_server, cli_env, "DEEP_ARCHIVE")
     proc = run_cli(env, "restore", archive, "--tier", "Expedited", check=False)
     assert proc.returncode == 2 and "no Expedited tier" in proc.stderr.decode()
     state = run_json(env, "restore", archive, "--tier", "Expedited", "--fallback-tier", "Bulk")
@@ -234,14 +239,7 @@ def test_manifest_index_answers_like_a_full_scan_with_two_gets_per_key(s3, bucke
 
 
 def test_expedited_unavailable_falls_back_only_if_asked(moto_server, cli_env):
-    s3 = moto_server.client()
-    src, dst = f"src-{uuid.uuid4().hex[:8]}", f"dst-{uuid.uuid4().hex[:8]}"
-    for bucket in (src, dst):
-        s3.create_bucket(Bucket=bucket)
-    seed(s3, src, {f"{PREFIX}a.log": b"a"})
-    env = moto_env(moto_server, cli_env)
-    archive_cli(env, src, dst, "GLACIER")
-    archive = f"s3://{dst}/vault/{src}/{PREFIX.rstrip('/')}.tar.gz"
+    env, archive = one_object_archive(moto_server, cli_env, "GLACIER")
     proxy = FaultProxy(moto_server.endpoint_url)
     try:
         busy = proxy.add(Fault("status", status=503, code="GlacierExpeditedRetrievalNotAvailable", count=2,
@@ -254,3 +252,36 @@ def test_expedited_unavailable_falls_back_only_if_asked(moto_server, cli_env):
     finally:
         proxy.stop()
     assert busy.injected == 2 and state["tier"] == "Standard" and state["requested"] == "requested"
+
+
+def test_an_extract_that_fails_mid_object_leaves_no_upload_or_partial_file_and_the_rerun_completes(
+        minio, s3, buckets, cli_env, tmp_path):
+    from helpers import open_uploads
+
+    src, dst = buckets
+    out = f"{dst}-out"
+    s3.create_bucket(Bucket=out)
+    objects = {f"{PREFIX}big-{i}.bin": os.urandom(12 << 20) for i in range(2)}  # multipart when written back
+    seed(s3, src, objects)
+    archive_cli(cli_env, src, dst, "STANDARD")
+    archive = f"s3://{dst}/vault/{src}/{PREFIX.rstrip('/')}.tar.gz"
+    # An upload a killed extract left at the target key is aborted by the next extract.
+    s3.create_multipart_upload(Bucket=out, Key=f"back/{PREFIX}big-0.bin")
+    proxy = FaultProxy(minio.endpoint_url)
+    try:
+        proxy.add(Fault("truncate", count=1, match=lambda r: r.method == "GET" and r.key.endswith(".tar.gz")))
+        for target in (("--to", f"s3://{out}/back/"), ("--to-dir", str(tmp_path / "d"))):
+            proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, "extract", archive, *target,
+                           "--original-keys", check=False)
+            proxy.clear()
+            proxy.add(Fault("truncate", count=1, match=lambda r: r.method == "GET" and r.key.endswith(".tar.gz")))
+            assert proc.returncode == 3 and "Traceback" not in proc.stderr.decode(), proc.stderr.decode()
+    finally:
+        proxy.stop()
+    assert open_uploads(s3, out) == [] and keys_in(s3, out) == []
+    assert read_tree(tmp_path / "d") == {}  # no partial file under any name
+    run_json(cli_env, "extract", archive, "--to", f"s3://{out}/back/", "--original-keys")
+    run_json(cli_env, "extract", archive, "--to-dir", str(tmp_path / "d"), "--original-keys")
+    assert {k: s3.get_object(Bucket=out, Key=k)["Body"].read() for k in keys_in(s3, out)} == {
+        f"back/{k}": v for k, v in objects.items()}
+    assert read_tree(tmp_path / "d") == objects
