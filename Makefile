@@ -6,8 +6,12 @@ MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO  := .cache/bin/minio
 S5CMD_VERSION := v2.3.0
 S5CMD  := .cache/bin/s5cmd
+TOXIPROXY_VERSION := v2.12.0
+TOXIPROXY := .cache/bin/toxiproxy-server
+RCLONE_VERSION := v1.72.0
+RCLONE := .cache/bin/rclone
 
-.PHONY: demo airflow test bench venv minio s5cmd lock clean
+.PHONY: demo airflow test bench venv minio s5cmd bench-tools lock clean
 
 $(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +36,20 @@ $(S5CMD):
 
 s5cmd: $(S5CMD)
 
+# The benchmark's latency proxy (Shopify's toxiproxy) and second reference (rclone's
+# `archive create`), both from the Go module proxy at pinned versions.
+$(TOXIPROXY):
+	GOBIN=$(CURDIR)/.cache/gobin GOFLAGS=-trimpath go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
+	mv .cache/gobin/server $@
+
+$(RCLONE):
+	@echo "building rclone $(RCLONE_VERSION) from the Go module proxy (a few minutes, once)"
+	GOBIN=$(CURDIR)/.cache/bin GOFLAGS=-trimpath go install github.com/rclone/rclone@$(RCLONE_VERSION)
+
+bench-tools: $(S5CMD) $(TOXIPROXY) $(RCLONE)
+
 # Ours against `s5cmd cp + tar | pigz | s5cmd pipe` on an embedded MinIO; prints and saves JSON.
-bench: venv minio s5cmd
+bench: venv minio bench-tools
 	$(PY) -m bench.bench
 
 demo: venv minio

@@ -133,7 +133,7 @@ def stream_archive(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout,
     progress = progress or Progress()
     progress.start(feed)
     budget = ByteBudget(plan.fetch)
-    fetcher = Fetcher(clients.data_for(spec.source.bucket), spec.source.bucket, budget=budget,
+    fetcher = Fetcher(clients.data_for(spec.source.bucket, plan.gets), spec.source.bucket, budget=budget,
                       concurrency=plan.gets, chunk=min(spec.large_object_chunk, plan.fetch // 8), abort=abort,
                       stall_timeout=spec.stall_timeout)
     sizer = PartSizer(spec.min_part_size,
