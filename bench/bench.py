@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.datasets import SETS, SOURCE_BUCKET, seed
+from bench.latency import LatencyProxy
 from devtools.servers import ROOT, start_minio
 
 DEST_BUCKET = "bench-out"
@@ -38,12 +39,14 @@ RESULTS = ROOT / "bench" / "results"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
-TARGETS = {  # ratio = our wall time / the reference's
+TARGETS = {  # ratio = our wall time / the reference's (median of the alternating pairs)
     "small": {"ratio": 0.9, "cpu_ms_per_object": 0.35},
     "medium": {"ratio": 0.5},
-    "large": {"ratio": 0.35, "size_vs_ref": 1.15},
+    "large": {"ratio": 0.35, "size_vs_ref": 1.15, "ratio_vs_rclone": 0.5},
 }
-RSS_LIMIT_MIB = 400
+DEFAULT_BUDGET_MIB = 256
+LATENCY_MS, LATENCY_JITTER_MS = 40, 10
+RCLONE = ROOT / ".cache" / "bin" / "rclone"
 
 
 def proc_cpu_seconds(pid: int) -> float:
@@ -124,10 +127,13 @@ def measure(argv: list[str], env: dict, minio_pid: int) -> dict:
             "stdout": b"".join(stdout_chunks).decode(errors="replace")}
 
 
-def run_ours(ds, server, env) -> dict:
-    result = measure([sys.executable, "-m", "tasks", "archive", f"s3://{SOURCE_BUCKET}/{ds.prefix}",
-                      f"s3://{DEST_BUCKET}/ours/", "--storage-class", "STANDARD", "--overwrite",
-                      "--json", "--quiet"], env, server.pid)
+def _ours_argv(prefix: str, extra: tuple = ()) -> list[str]:
+    return [sys.executable, "-m", "tasks", "archive", f"s3://{SOURCE_BUCKET}/{prefix}",
+            f"s3://{DEST_BUCKET}/ours/", "--storage-class", "STANDARD", "--overwrite", "--json", "--quiet", *extra]
+
+
+def run_ours(ds, server, env, extra: tuple = ()) -> dict:
+    result = measure(_ours_argv(ds.prefix, extra), env, server.pid)
     summary = json.loads(result.pop("stdout").strip().splitlines()[-1])
     if summary["objects"] != ds.objects:
         raise RuntimeError(f"ours archived {summary['objects']} objects of {ds.objects}")
@@ -157,68 +163,194 @@ def run_reference(ds, server, env, s3) -> dict:
     return result
 
 
-def median(runs: list[dict], field: str) -> float:
-    return statistics.median(r[field] for r in runs)
+def run_rclone(ds, server, env, s3) -> dict:
+    """The second reference: `rclone archive create` (v1.72), S3 to S3, no local staging."""
+    key = f"rclone/{ds.name}.tar.gz"
+    remote = {"RCLONE_CONFIG_BENCH_TYPE": "s3", "RCLONE_CONFIG_BENCH_PROVIDER": "Minio",
+              "RCLONE_CONFIG_BENCH_ENDPOINT": server.endpoint_url,
+              "RCLONE_CONFIG_BENCH_ACCESS_KEY_ID": server.access_key,
+              "RCLONE_CONFIG_BENCH_SECRET_ACCESS_KEY": server.secret_key}
+    result = measure([str(RCLONE), "archive", "create", f"bench:{SOURCE_BUCKET}/{ds.name}",
+                      f"bench:{DEST_BUCKET}/{key}"], {**env, **remote}, server.pid)
+    result.pop("stdout")
+    result["archive_bytes"] = s3.head_object(Bucket=DEST_BUCKET, Key=key)["ContentLength"]
+    return result
 
 
-def summarise(ds, ours: list[dict], ref: list[dict]) -> dict:
-    o = {f: median(ours, f) for f in ("wall_s", "cpu_s", "peak_rss_mib", "minio_cpu_s", "archive_bytes")}
-    r = {f: median(ref, f) for f in ("wall_s", "cpu_s", "peak_rss_mib", "minio_cpu_s", "archive_bytes")}
-    bytes_in = ours[0]["bytes_in"]
-    return {
-        "set": ds.name, "description": ds.description, "objects": ds.objects, "bytes_in": bytes_in,
-        "ours": {**o, "objects_per_s": ds.objects / o["wall_s"], "mb_per_s": bytes_in / 1e6 / o["wall_s"],
-                 "cpu_ms_per_object": 1000 * o["cpu_s"] / ds.objects, "runs": ours},
-        "reference": {**r, "objects_per_s": ds.objects / r["wall_s"], "mb_per_s": bytes_in / 1e6 / r["wall_s"],
-                      "cpu_ms_per_object": 1000 * r["cpu_s"] / ds.objects,
-                      "staged_in_dev_shm_mib": median(ref, "staged_in_dev_shm_mib"), "runs": ref},
-        "ratio": o["wall_s"] / r["wall_s"],
-        "size_vs_ref": o["archive_bytes"] / r["archive_bytes"],
-    }
+def run_s5cmd_cp(ds, server, env, endpoint: str) -> dict:
+    """`s5cmd cp` of the prefix to /dev/shm: the fastest public way to fetch small objects."""
+    staging = REF_STAGING / f"{ds.name}-cp"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        result = measure(["bash", "-c", f"{S5CMD} --endpoint-url {endpoint} cp "
+                          f"'s3://{SOURCE_BUCKET}/{ds.prefix}*' {staging}/ >/dev/null"], env, server.pid)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    result.pop("stdout")
+    return result
 
 
-def check_targets(results: dict) -> list[str]:
+def spread(runs: list[dict], field: str) -> dict:
+    """min, median and max: a swing between invocations shows as noise, not as a result."""
+    values = [r[field] for r in runs]
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def ratios(ours: list[dict], ref: list[dict]) -> dict:
+    """Spread of the wall-time ratio over the alternating pairs (run i of each)."""
+    return spread([{"r": o["wall_s"] / r["wall_s"]} for o, r in zip(ours, ref)], "r")
+
+
+def fmt(sp: dict, digits: int = 2) -> str:
+    return f"{sp['median']:.{digits}f} [{sp['min']:.{digits}f}-{sp['max']:.{digits}f}]"
+
+
+def side(ds, runs: list[dict], bytes_in: int) -> dict:
+    wall = spread(runs, "wall_s")
+    out = {f: statistics.median(r[f] for r in runs) for f in runs[0] if isinstance(runs[0][f], (int, float))}
+    return {**out, "wall": wall, "objects_per_s": ds.objects / wall["median"],
+            "mb_per_s": bytes_in / 1e6 / wall["median"],
+            "cpu_ms_per_object": 1000 * out["cpu_s"] / ds.objects,
+            "peak_rss": spread(runs, "peak_rss_mib"), "runs": runs}
+
+
+def summarise(ds, runs: dict[str, list[dict]]) -> dict:
+    """``runs``: tool -> its runs; "ours" and "reference" always, "ours_64mib" and "rclone"
+    where the set has them."""
+    bytes_in = runs["ours"][0]["bytes_in"]
+    row = {"set": ds.name, "description": ds.description, "objects": ds.objects, "bytes_in": bytes_in}
+    for tool, tool_runs in runs.items():
+        row[tool] = side(ds, tool_runs, bytes_in)
+    row["ratio"] = ratios(runs["ours"], runs["reference"])
+    row["size_vs_ref"] = row["ours"]["archive_bytes"] / row["reference"]["archive_bytes"]
+    if "rclone" in runs:
+        row["ratio_vs_rclone"] = ratios(runs["ours"], runs["rclone"])
+    return row
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def check_targets(results: dict, extra: dict) -> list[str]:
     lines = []
     for name, row in results.items():
         for metric, limit in TARGETS.get(name, {}).items():
-            value = row["ours"][metric] if metric == "cpu_ms_per_object" else row[metric]
-            lines.append(f"{'PASS' if value <= limit else 'MISS'}  {name:<6} {metric} {value:.3f} (target <= {limit})")
-        rss = row["ours"]["peak_rss_mib"]
-        lines.append(f"{'PASS' if rss <= RSS_LIMIT_MIB else 'MISS'}  {name:<6} peak RSS {rss:.0f} MiB (target <= {RSS_LIMIT_MIB})")
+            if metric == "cpu_ms_per_object":
+                value = row["ours"][metric]
+            elif isinstance(row.get(metric), dict):
+                value = row[metric]["median"]
+            else:
+                value = row[metric]
+            lines.append(f"{verdict(value <= limit)}  {name:<7} {metric} {value:.3f} (target <= {limit})")
+        for tool, budget in (("ours", DEFAULT_BUDGET_MIB), ("ours_64mib", 64)):
+            if tool in row:
+                rss = row[tool]["peak_rss"]["max"]
+                lines.append(f"{verdict(rss <= budget + 64)}  {name:<7} peak RSS at a {budget} MiB budget: "
+                             f"{rss:.0f} MiB, worst of {len(row[tool]['runs'])} (target <= budget + 64)")
     if "many" in results and "small" in results:
         flat = results["many"]["ours"]["peak_rss_mib"] / results["small"]["ours"]["peak_rss_mib"]
-        lines.append(f"{'PASS' if flat <= 1.2 else 'MISS'}  many/small peak RSS {flat:.2f} (target <= 1.2)")
+        lines.append(f"{verdict(flat <= 1.2)}  many/small peak RSS {flat:.2f} (target <= 1.2)")
+    if "latency" in extra:
+        lat = extra["latency"]
+        lines.append(f"{verdict(lat['kept']['median'] >= 0.8)}  latency ours keeps {fmt(lat['kept'])} of its "
+                     f"throughput with {LATENCY_MS} ms added (target >= 0.8)")
+        lines.append(f"{verdict(lat['vs_s5cmd']['median'] >= 1.0)}  latency ours/s5cmd cp objects/s "
+                     f"{fmt(lat['vs_s5cmd'])} (target >= 1.0)")
+    if "size" in extra:
+        size = extra["size"]
+        lines.append(f"{verdict(size['ratio']['median'] <= 0.5)}  size    gzip level {size['level']} (no larger "
+                     f"than pigz -6: {size['size_vs_ref']:.3f}) time vs reference {fmt(size['ratio'])} (target <= 0.5)")
     return lines
 
 
 def table(results: dict) -> str:
-    header = ("set", "objects", "input", "ours s", "ref s", "ratio", "ours obj/s", "ours MB/s",
-              "CPU ms/obj ours/ref", "RSS MiB ours/ref", "size vs ref", "MinIO CPU s ours/ref")
+    header = ("set", "objects", "input", "ours s", "ref s", "ratio", "vs rclone", "ours obj/s", "ours MB/s",
+              "CPU ms/obj ours/ref", "RSS MiB ours/ref", "64 MiB budget: s, RSS", "size vs ref")
     rows = [header]
     for name, r in results.items():
         o, f = r["ours"], r["reference"]
-        rows.append((name, f"{r['objects']:,}", f"{r['bytes_in'] / 2**20:,.0f} MiB", f"{o['wall_s']:.2f}",
-                     f"{f['wall_s']:.2f}", f"{r['ratio']:.2f}", f"{o['objects_per_s']:,.0f}",
-                     f"{o['mb_per_s']:,.0f}", f"{o['cpu_ms_per_object']:.3f} / {f['cpu_ms_per_object']:.3f}",
-                     f"{o['peak_rss_mib']:.0f} / {f['peak_rss_mib']:.0f}", f"{r['size_vs_ref']:.3f}",
-                     f"{o['minio_cpu_s']:.1f} / {f['minio_cpu_s']:.1f}"))
+        small = r.get("ours_64mib")
+        rows.append((name, f"{r['objects']:,}", f"{r['bytes_in'] / 2**20:,.0f} MiB", fmt(o["wall"]),
+                     fmt(f["wall"]), fmt(r["ratio"]), fmt(r["ratio_vs_rclone"]) if "ratio_vs_rclone" in r else "-",
+                     f"{o['objects_per_s']:,.0f}", f"{o['mb_per_s']:,.0f}",
+                     f"{o['cpu_ms_per_object']:.3f} / {f['cpu_ms_per_object']:.3f}",
+                     f"{o['peak_rss']['max']:.0f} / {f['peak_rss']['max']:.0f}",
+                     f"{small['wall']['median']:.2f}, {small['peak_rss']['max']:.0f}" if small else "-",
+                     f"{r['size_vs_ref']:.3f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" +
                      ("\n|" + "|".join("-" * (w + 2) for w in widths) + "|" if i == 0 else "")
                      for i, row in enumerate(rows))
 
 
+def latency_line(ds, server, env, repeat: int) -> dict:
+    """Ours with and without LATENCY_MS per response, and `s5cmd cp` with it, all through the
+    same toxiproxy in front of the same MinIO, alternating."""
+    proxy = LatencyProxy(server.endpoint_url.split("://", 1)[1])
+    try:
+        via = {**env, "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
+        plain, slow, s5 = [], [], []
+        for i in range(repeat):
+            proxy.set_latency(0)
+            plain.append(run_ours(ds, server, via))
+            proxy.set_latency(LATENCY_MS, LATENCY_JITTER_MS)
+            slow.append(run_ours(ds, server, via))
+            s5.append(run_s5cmd_cp(ds, server, env, proxy.endpoint_url))
+            print(f"  latency #{i + 1}: ours {plain[-1]['wall_s']:.2f}s without, {slow[-1]['wall_s']:.2f}s with "
+                  f"{LATENCY_MS} ms; s5cmd cp {s5[-1]['wall_s']:.2f}s with", flush=True)
+    finally:
+        proxy.stop()
+    kept = spread([{"r": p["wall_s"] / s["wall_s"]} for p, s in zip(plain, slow)], "r")
+    vs = spread([{"r": c["wall_s"] / s["wall_s"]} for c, s in zip(s5, slow)], "r")
+    line = {"set": ds.name, "latency_ms": LATENCY_MS, "jitter_ms": LATENCY_JITTER_MS, "kept": kept, "vs_s5cmd": vs,
+            "ours_objects_per_s": {k: ds.objects / v for k, v in spread(slow, "wall_s").items()},
+            "ours_no_latency_objects_per_s": {k: ds.objects / v for k, v in spread(plain, "wall_s").items()},
+            "s5cmd_objects_per_s": {k: ds.objects / v for k, v in spread(s5, "wall_s").items()},
+            "runs": {"ours_no_latency": plain, "ours": slow, "s5cmd_cp": s5}}
+    print(f"latency ({ds.name}, {LATENCY_MS}±{LATENCY_JITTER_MS} ms per response): ours "
+          f"{line['ours_objects_per_s']['median']:,.0f} obj/s with, {line['ours_no_latency_objects_per_s']['median']:,.0f} "
+          f"without (kept {fmt(kept)}); s5cmd cp {line['s5cmd_objects_per_s']['median']:,.0f} obj/s with "
+          f"(ours/s5cmd {fmt(vs)})", flush=True)
+    return line
+
+
+def size_line(ds, server, env, reference: dict, repeat: int) -> dict:
+    """The lowest gzip level whose archive is no larger than pigz -6's, then its time
+    against the reference pipeline's runs of the same invocation."""
+    ref_bytes = reference["archive_bytes"]
+    tried = {}
+    for level in range(1, 10):
+        run = run_ours(ds, server, env, ("--level", str(level)))
+        tried[level] = run["archive_bytes"] / ref_bytes
+        print(f"  size: level {level}: {tried[level]:.3f} of pigz -6 in {run['wall_s']:.2f}s", flush=True)
+        if run["archive_bytes"] <= ref_bytes:
+            break
+    runs = [run] + [run_ours(ds, server, env, ("--level", str(level))) for _ in range(repeat - 1)]
+    ratio = spread([{"r": r["wall_s"] / f["wall_s"]} for r, f in zip(runs, reference["runs"])], "r")
+    print(f"size ({ds.name}): gzip level {level} is {tried[level]:.3f} of pigz -6's size, time "
+          f"{fmt(ratio)} of the reference", flush=True)
+    return {"set": ds.name, "level": level, "size_vs_ref": tried[level], "sizes_tried": tried, "ratio": ratio,
+            "runs": runs}
+
+
+LINES = {"latency": "small", "size": "medium"}  # extra lines and the data set each runs on
+SLOW_SETS = {"many": 3}  # at most this many runs: 200,000 objects take minutes per run
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sets", default="small,medium,large,many")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sets", default="small,medium,large,many,latency,size",
+                        help=f"data sets ({', '.join(SETS)}) and lines ({', '.join(LINES)}) to run")
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.sets.split(",") if n.strip()]
-    unknown = set(names) - SETS.keys()
+    unknown = set(names) - SETS.keys() - LINES.keys()
     if unknown:
-        parser.error(f"unknown data set(s) {', '.join(sorted(unknown))}; known: {', '.join(SETS)}")
-    if not S5CMD.exists():
-        parser.error(f"{S5CMD} is missing: run `make s5cmd`")
+        parser.error(f"unknown data set(s) {', '.join(sorted(unknown))}; known: {', '.join([*SETS, *LINES])}")
+    for tool in (S5CMD, RCLONE):
+        if not tool.exists():
+            parser.error(f"{tool} is missing: run `make bench-tools`")
 
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     server = start_minio(data_dir=DATA_DIR, access_key="s3arch-bench", secret_key="s3arch-bench-secret-key")
@@ -232,27 +364,44 @@ def main(argv=None) -> int:
             except s3.exceptions.BucketAlreadyOwnedByYou:
                 pass
         s5cmd_seed = [str(S5CMD), "--endpoint-url", server.endpoint_url]
-        results = {}
+        results, extra = {}, {}
         for name in names:
-            ds = SETS[name]
+            ds = SETS[LINES.get(name, name)]
             started = time.monotonic()
             if seed(ds, s3, s5cmd_seed, env):
-                print(f"seeded {name}: {ds.description} in {time.monotonic() - started:.0f}s", flush=True)
-            ours, ref = [], []
-            for i in range(args.repeat):  # alternate, so drift on a shared machine hits both
-                ours.append(run_ours(ds, server, env))
-                ref.append(run_reference(ds, server, env, s3))
-                print(f"  {name} #{i + 1}: ours {ours[-1]['wall_s']:.2f}s, reference {ref[-1]['wall_s']:.2f}s",
+                print(f"seeded {ds.name}: {ds.description} in {time.monotonic() - started:.0f}s", flush=True)
+            repeat = min(args.repeat, SLOW_SETS.get(ds.name, args.repeat))
+            if name == "latency":
+                extra[name] = latency_line(ds, server, env, repeat)
+                continue
+            if name == "size":
+                reference = results.get(ds.name, {}).get("reference") or side(
+                    ds, [run_reference(ds, server, env, s3) for _ in range(repeat)], 0)
+                extra[name] = size_line(ds, server, env, reference, repeat)
+                continue
+            runs = {"ours": [], "reference": [], "ours_64mib": []}
+            if name == "large":
+                runs["rclone"] = []
+            for i in range(repeat):  # alternate, so drift on a shared machine hits every tool
+                runs["ours"].append(run_ours(ds, server, env))
+                runs["reference"].append(run_reference(ds, server, env, s3))
+                runs["ours_64mib"].append(run_ours(ds, server, env, ("--memory-budget", "64MiB")))
+                if "rclone" in runs:
+                    runs["rclone"].append(run_rclone(ds, server, env, s3))
+                print(f"  {name} #{i + 1}: " + ", ".join(f"{tool} {r[-1]['wall_s']:.2f}s" for tool, r in runs.items()),
                       flush=True)
-            results[name] = summarise(ds, ours, ref)
-        print("\n" + table(results) + "\n")
-        print("\n".join(check_targets(results)))
+            results[name] = summarise(ds, runs)
+        targets = check_targets(results, extra)
+        if results:
+            print("\n" + table(results) + "\n")
+        print("times are median [min-max] of the runs; ratios are ours/reference per alternating pair\n")
+        print("\n".join(targets))
         RESULTS.mkdir(exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         out = RESULTS / f"{stamp}.json"
         out.write_text(json.dumps({
             "when": stamp, "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-            "repeat": args.repeat, "results": results, "targets": check_targets(results)}, indent=1))
+            "repeat": args.repeat, "results": results, "lines": extra, "targets": targets}, indent=1))
         print(f"\nresults: {out.relative_to(ROOT)}")
         return 0
     finally:

@@ -4,7 +4,7 @@ The engine is plain Python (no Airflow import): the Airflow operators in plugins
 CLI (``python -m tasks``) both drive ``archive_prefix``.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 from .config import ArchiveSpec, S3Url, parse_size  # noqa: E402
 from .errors import ArchiverError  # noqa: E402

@@ -44,6 +44,15 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--threads", type=int,
                    help="compression threads (default: the CPUs this process may use, affinity and "
                         "cgroup quota included; capped so their blocks fit a quarter of the budget)")
+    a.add_argument("--processes", type=int,
+                   help="worker processes for a large prefix (default: the CPUs this process may use): "
+                        "one segment each, assembled into one archive; prefixes below "
+                        "--segment-min-objects objects and --segment-min-bytes stay one pipeline")
+    a.add_argument("--segments", type=int, default=0,
+                   help="cut the prefix into exactly this many segments (default: one per process)")
+    a.add_argument("--segment-min-objects", type=int, default=50_000,
+                   help="objects from which a prefix is cut into segments (default 50000)")
+    a.add_argument("--segment-min-bytes", default="4GiB", help="bytes from which a prefix is cut into segments (default 4GiB)")
     a.add_argument("--overwrite", action="store_true", help="re-archive a prefix that is done")
     a.add_argument("--dry-run", action="store_true", help="list, count and estimate; write nothing")
     a.add_argument("--delete-source", action="store_true",
@@ -179,7 +188,9 @@ def _archive(args) -> int:
         memory_budget=parse_size(args.memory_budget), concurrency=args.concurrency,
         overwrite=args.overwrite, dry_run=args.dry_run, delete_source=args.delete_source,
         delete_versions=args.delete_versions, sse=args.sse, sse_kms_key_id=args.sse_kms_key_id,
-        **({"compress_threads": args.threads} if args.threads else {}))
+        segments=args.segments, segment_min_objects=args.segment_min_objects, segment_min_bytes=parse_size(args.segment_min_bytes),
+        **({"compress_threads": args.threads} if args.threads else {}),
+        **({"processes": args.processes} if args.processes else {}))
     show = not (args.json or args.quiet)
     live = TerminalLine(sys.stderr) if show and sys.stderr.isatty() else None
     if live:

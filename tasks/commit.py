@@ -34,6 +34,7 @@ from .manifest import ArchiveLayout, layout_for, manifest_exists, read_header_an
 from .pipeline import StreamedArchive, stream_archive
 from .progress import Progress
 from .s3 import S3Clients
+from .segments import delete_temporaries, stream_segmented
 from .upload import abort_stale_uploads, open_uploads
 
 
@@ -63,6 +64,7 @@ class ArchiveResult:
     gets: int = 0
     peak_buffered: int = 0
     stale_uploads_aborted: int = 0
+    segments: int = 1  # segments the archive was produced as (tasks/segments.py)
     estimated_bytes_out: int | None = None
     cost: dict | None = None  # tasks/cost.py: monthly and one-time figures, archive vs one by one
     notes: list[str] = field(default_factory=list)
@@ -126,14 +128,23 @@ class CommitProtocol:
                 #    reading any of it (one listing pass).
                 self._refuse_shrunken_source(committed)
             # 4. Uploads left for our keys belong to runs whose lease is gone: abort them.
+            #    So do the segment temporaries of such runs.
             for key in (self.archive_key, self.layout.manifest_key):
                 self.result.stale_uploads_aborted += abort_stale_uploads(self.control, self.layout.bucket, key)
+            delete_temporaries(self.control, self.layout)
             archive_etag = self._current_etag(self.archive_key)
-            # 5. Stream the archive and manifest as two open multipart uploads.
+            # 5. Stream the archive and manifest as two open multipart uploads: one pipeline,
+            #    or, for a large prefix and --processes N, N segments assembled into them.
             lost = _LeaseWatch(lease, self.cancel)
             try:
-                streamed = stream_archive(spec, self.clients, self.layout, self.archive_key,
-                                          self.progress, abort=lost.event)
+                streamed = None
+                if spec.processes > 1 or spec.segments:
+                    streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key,
+                                                self.progress, abort=lost.event)
+                    self.result.segments = streamed.segments if streamed else 1
+                if streamed is None:
+                    streamed = stream_archive(spec, self.clients, self.layout, self.archive_key,
+                                              self.progress, abort=lost.event)
             except BaseException as exc:
                 lost.stop()
                 lost.raise_if_stopped(exc)
@@ -143,6 +154,7 @@ class CommitProtocol:
                 self._commit(streamed, committed, archive_etag, lease, lost)
             finally:
                 lost.stop()
+            delete_temporaries(self.control, self.layout)
             # 8. Only now, and only if asked, delete the archived sources.
             self._delete_sources()
         return self._done()
@@ -239,7 +251,7 @@ class CommitProtocol:
             streamed.manifest.complete({
                 "objects": streamed.objects, "bytes": streamed.bytes_in,
                 "tar_size": streamed.tar_bytes, "blocks": streamed.blocks,
-                "archive_size": uploaded.size, "archive_sha256": streamed.archive_sha256,
+                "archive_size": uploaded.size, "archive_crc32": f"{streamed.archive_crc32:08x}",
                 "archive_crc32c": uploaded.checksum_crc32c, "archive_etag": uploaded.etag,
                 "storage_class": spec.storage_class, "ended": _now(),
             })

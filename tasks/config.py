@@ -106,6 +106,12 @@ class ArchiveSpec:
     lease_ttl: float = 180.0  # seconds without renewal after which another run may take the prefix
     part_growth_every: int = 1000  # parts per doubling of the part size while the total is unknown
     prices: dict | None = None  # overrides of tasks/cost.py's price table: {CLASS: {field: value}}
+    # Segments (tasks/segments.py): a prefix with at least this many objects or bytes is cut
+    # into one segment per process and assembled; smaller ones are one pipeline.
+    processes: int = field(default_factory=lambda: available_cpus())
+    segments: int = 0  # 0: one per process; N: exactly N segments, even for one process
+    segment_min_objects: int = 50_000
+    segment_min_bytes: int = 4 * GiB
 
     def __post_init__(self):
         if self.storage_class not in STORAGE_CLASSES:
@@ -137,6 +143,10 @@ class ArchiveSpec:
             raise BadArgument("--delete-versions needs --delete-source")
         if self.compress_threads < 1:
             raise BadArgument("compression threads must be at least 1")
+        if not 1 <= self.processes <= 64:
+            raise BadArgument(f"--processes {self.processes} is out of range", hint="--processes takes 1..64")
+        if not 0 <= self.segments <= 1000:  # each segment needs its own run of part numbers
+            raise BadArgument(f"--segments {self.segments} is out of range", hint="--segments takes 1..1000")
         from .cost import prices_with
 
         prices_with(self.prices)  # a mistake in the overrides is reported now, not after the run

@@ -20,18 +20,33 @@ class ListedObject:
     last_modified: datetime
 
 
-def iter_pages(control, bucket: str, prefix: str) -> Iterator[list[ListedObject]]:
-    """Pages of up to 1,000 objects in S3's (UTF-8 binary) key order."""
+def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None,
+               last_key: str | None = None, page_size: int = 1000) -> Iterator[list[ListedObject]]:
+    """Pages of up to ``page_size`` objects in S3's (UTF-8 binary) key order; with
+    ``start_after``/``last_key``, only the keys after the one and up to the other (a segment)."""
     paginator = control.get_paginator("list_objects_v2")
+    extra = {"StartAfter": start_after} if start_after else {}
+    end = key_order(last_key) if last_key is not None else None
     try:
-        for page in paginator.paginate(Bucket=bucket, Prefix=prefix,
-                                       PaginationConfig={"PageSize": 1000}):
+        for page in paginator.paginate(Bucket=bucket, Prefix=prefix, **extra,
+                                       PaginationConfig={"PageSize": page_size}):
             contents = page.get("Contents")
             if contents:
-                yield [ListedObject(o["Key"], o["Size"], o["ETag"], parse_s3_time(o["LastModified"]))
-                       for o in contents]
+                listed = [ListedObject(o["Key"], o["Size"], o["ETag"], parse_s3_time(o["LastModified"]))
+                          for o in contents]
+                if end is not None and key_order(listed[-1].key) > end:
+                    listed = [o for o in listed if key_order(o.key) <= end]
+                    if listed:
+                        yield listed
+                    return
+                yield listed
     except Exception as exc:  # noqa: BLE001 - every failure leaves as a typed error
         raise translate(exc, f"list s3://{bucket}/{prefix}") from exc
+
+
+def key_order(key: str) -> bytes:
+    """S3 lists keys in the binary order of their UTF-8 bytes, not Python's str order."""
+    return key.encode("utf-8", "surrogateescape")
 
 
 class ListingFeed:
@@ -43,7 +58,8 @@ class ListingFeed:
 
     _END = object()
 
-    def __init__(self, control, bucket: str, prefix: str, pages_ahead: int = 8):
+    def __init__(self, control, bucket: str, prefix: str, pages_ahead: int = 8,
+                 start_after: str | None = None, last_key: str | None = None):
         self.objects_listed = 0
         self.bytes_listed = 0
         self.tar_bytes_bound = 0
@@ -51,16 +67,16 @@ class ListingFeed:
         self.finished = False
         self._queue: queue.Queue = queue.Queue(pages_ahead)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(control, bucket, prefix),
+        self._thread = threading.Thread(target=self._run, args=(control, bucket, prefix, start_after, last_key),
                                         name="s3arch-list", daemon=True)
         self._thread.start()
 
-    def _run(self, control, bucket, prefix):
+    def _run(self, control, bucket, prefix, start_after, last_key):
         from .cost import short_of_minimum
         from .tarwriter import member_size_bound
 
         try:
-            for page in iter_pages(control, bucket, prefix):
+            for page in iter_pages(control, bucket, prefix, start_after, last_key):
                 for o in page:
                     self.tar_bytes_bound += member_size_bound(o.key, o.size)
                     self.short_of_min_billable += short_of_minimum(o.size)

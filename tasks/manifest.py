@@ -18,6 +18,7 @@ from typing import Iterator
 
 from .config import S3Url
 from .errors import ArchiverError, BadArgument, IntegrityError, status_of, translate
+from .listing import key_order
 from .upload import PartSizer, PartUploader, UploadResult, upload_memory
 
 FORMAT_NAME = "s3arch-manifest"
@@ -258,15 +259,10 @@ def read_index(control, layout: ArchiveLayout) -> dict | None:
     return index
 
 
-def _key_order(key: str) -> bytes:
-    """S3 lists (and the manifest records) keys in UTF-8 binary order."""
-    return key.encode("utf-8", "surrogateescape")
-
-
 def chunk_of(index: dict, key: str) -> int | None:
     """Which chunk of the manifest holds ``key``, if any can."""
-    firsts = [_key_order(c[0]) for c in index["chunks"]]
-    i = bisect.bisect_right(firsts, _key_order(key)) - 1
+    firsts = [key_order(c[0]) for c in index["chunks"]]
+    i = bisect.bisect_right(firsts, key_order(key)) - 1
     return i if i >= 0 else None
 
 

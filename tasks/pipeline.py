@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from . import __version__
+from isal import isal_zlib
+
 from .compression import CompressedBlock, ParallelCompressor, codec_for
 from .config import ArchiveSpec, MiB
 from .errors import ArchiverError, BadArgument, EmptyPrefix, IntegrityError, translate
@@ -38,10 +40,14 @@ class StreamedArchive:
     bytes_out: int
     tar_bytes: int
     blocks: int
-    archive_sha256: str
+    archive_crc32: int  # CRC32 (gzip's polynomial) of the archive object's bytes
     gets: int
     peak_buffered: int
     short_of_min_billable: int = 0
+    raw_crc32: int = 0  # of the tar bytes (the gzip trailer's CRC)
+    last_block: int = 0  # index of the last block, and where its compressed bytes start
+    last_block_start: int = 0
+    segments: int = 1
 
     def abort(self) -> list[ArchiverError]:
         """Abort both uploads; the errors of aborts that failed (never raised)."""
@@ -105,10 +111,16 @@ class _Entry:
 
 
 def stream_archive(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, archive_key: str,
-                   progress: Progress | None = None, abort: threading.Event | None = None) -> StreamedArchive:
+                   progress: Progress | None = None, abort: threading.Event | None = None,
+                   segment=None) -> StreamedArchive:
     """Stream the prefix into the archive and manifest uploads. Setting ``abort`` (the lease
     was lost, the task was killed) stops every stage; on any failure both uploads are aborted
-    and the error is raised."""
+    and the error is raised.
+
+    With ``segment`` (tasks/segments.py, ``SegmentJob``) only that segment's key range is
+    streamed, from its place in the tar stream, into its own part numbers of the archive's
+    upload and a file of segment records; no gzip header or trailer (the assembler adds them)
+    and, unless it is the last segment, no end of archive."""
     control = clients.control
     abort = abort or threading.Event()
     failure: list[BaseException] = []
@@ -118,11 +130,15 @@ def stream_archive(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout,
         abort.set()
 
     plan = MemoryPlan.for_spec(spec)
-    feed = ListingFeed(control, spec.source.bucket, spec.source.key)
+    feed = ListingFeed(control, spec.source.bucket, spec.source.key,
+                       start_after=segment.start_after if segment else None,
+                       last_key=segment.last_key if segment else None)
     objects = iter(feed)
     try:
         first = next(objects)
     except StopIteration:
+        if segment:
+            raise IntegrityError(f"{segment} lists no objects: the source changed since the plan")
         raise EmptyPrefix(f"{spec.source} holds no objects; nothing was written",
                           hint="check the prefix (it must match the keys exactly, trailing / included)")
 
@@ -136,28 +152,30 @@ def stream_archive(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout,
     fetcher = Fetcher(clients.data_for(spec.source.bucket, plan.gets), spec.source.bucket, budget=budget,
                       concurrency=plan.gets, chunk=min(spec.large_object_chunk, plan.fetch // 8), abort=abort,
                       stall_timeout=spec.stall_timeout)
-    sizer = PartSizer(spec.min_part_size,
-                      lambda: (feed.tar_bytes_bound + (1 << 20)) if feed.finished else None,
-                      max_part=plan.max_part, growth_every=spec.part_growth_every)
     extra = spec.encryption_args
-    uploader = PartUploader(control, layout.bucket, archive_key, storage_class=spec.storage_class,
-                            sizer=sizer, memory=plan.upload_inflight, extra_args=extra,
-                            abort_event=abort)
-    manifest = ManifestWriter(control, layout, {
-        "tool": f"s3arch {__version__}",
-        "source": {"bucket": spec.source.bucket, "prefix": spec.source.key},
-        "archive": {"bucket": layout.bucket, "key": archive_key},
-        "codec": spec.codec, "level": spec.effective_level, "block_size": spec.block_size,
-        "started": _now(),
-    }, abort_event=abort, extra_args=extra)  # the manifest names every key: encrypt it alike
+    if segment:
+        sizer = PartSizer(spec.min_part_size, lambda: segment.tar_bytes + (1 << 20), max_part=plan.max_part,
+                          parts=segment.parts)
+        uploader = segment.uploader(control, sizer, plan.upload_inflight, abort)
+        manifest = segment.records(control, abort)
+    else:
+        sizer = PartSizer(spec.min_part_size,
+                          lambda: (feed.tar_bytes_bound + (1 << 20)) if feed.finished else None,
+                          max_part=plan.max_part, growth_every=spec.part_growth_every)
+        uploader = PartUploader(control, layout.bucket, archive_key, storage_class=spec.storage_class,
+                                sizer=sizer, memory=plan.upload_inflight, extra_args=extra,
+                                abort_event=abort)
+        manifest = open_manifest(spec, control, layout, archive_key, abort)
     codec = codec_for(spec.codec, spec.effective_level)
     out = _ArchiveOutput(uploader, manifest, codec, progress)
 
     compressor = ParallelCompressor(codec, plan.threads, plan.pending_blocks, out.deliver, fail)
-    sink = BlockSink(spec.block_size, lambda i, b, final: compressor.submit(i, b, final, abort))
+    tar_start = segment.tar_start if segment else 0
+    sink = BlockSink(spec.block_size, lambda i, b, final: compressor.submit(i, b, final, abort), start=tar_start)
     tar = TarStream(sink)
     try:
-        out.write_header()
+        if segment is None:
+            out.write_header()
         hasher = None
         for piece in fetcher.pieces(chain()):
             obj = piece.obj
@@ -190,12 +208,14 @@ def stream_archive(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout,
             sink.emit_ready()
             if failure:
                 raise failure[0]
-        tar.close()
+        tar.close(end_of_archive=segment is None or segment.is_last)
         compressor.close(wait=True)
         if failure:
             raise failure[0]
-        out.finish(sink.offset)
+        out.finish(sink.offset - tar_start, trailer=segment is None)
         uploader.finish_parts()
+        if segment:
+            segment.check_produced(progress.objects_done, tar_start, sink.offset)
         if not feed.finished or feed.objects_listed != progress.objects_done:
             raise IntegrityError(f"listed {feed.objects_listed} objects but archived "
                                  f"{progress.objects_done}; nothing was committed")
@@ -217,9 +237,24 @@ def stream_archive(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout,
         feed.close()
         progress.stop()
     return StreamedArchive(uploader=uploader, manifest=manifest, objects=progress.objects_done,
-                           bytes_in=progress.bytes_done, bytes_out=out.size, tar_bytes=sink.offset,
-                           blocks=sink.blocks, archive_sha256=out.sha256.hexdigest(), gets=fetcher.gets,
-                           peak_buffered=budget.peak, short_of_min_billable=feed.short_of_min_billable)
+                           bytes_in=progress.bytes_done, bytes_out=out.size, tar_bytes=sink.offset - tar_start,
+                           blocks=sink.blocks, archive_crc32=out.crc32, gets=fetcher.gets,
+                           peak_buffered=budget.peak, short_of_min_billable=feed.short_of_min_billable,
+                           raw_crc32=out.raw_crc32, last_block=sink.blocks - 1,
+                           last_block_start=out.last_block_start)
+
+
+def open_manifest(spec: ArchiveSpec, control, layout: ArchiveLayout, archive_key: str,
+                  abort: threading.Event) -> ManifestWriter:
+    """The manifest's upload, its header written; encrypted like the archive, since it names
+    every key."""
+    return ManifestWriter(control, layout, {
+        "tool": f"s3arch {__version__}",
+        "source": {"bucket": spec.source.bucket, "prefix": spec.source.key},
+        "archive": {"bucket": layout.bucket, "key": archive_key},
+        "codec": spec.codec, "level": spec.effective_level, "block_size": spec.block_size,
+        "started": _now(),
+    }, abort_event=abort, extra_args=spec.encryption_args)
 
 
 class _ArchiveOutput:
@@ -231,7 +266,7 @@ class _ArchiveOutput:
         self.manifest = manifest
         self.codec = codec
         self.progress = progress
-        self.sha256 = hashlib.sha256()
+        self.crc32 = 0
         self.size = 0
         self._crc = 0
         self._raw = 0
@@ -240,10 +275,11 @@ class _ArchiveOutput:
         # First block of the member the tar writer is on: its entry is only expected once
         # its last piece is written, so its blocks' offsets must be kept until then.
         self.open_block = 0
+        self.last_block_start = 0
 
     def _write(self, data: bytes) -> None:
         self.uploader.write(data)
-        self.sha256.update(data)
+        self.crc32 = isal_zlib.crc32(data, self.crc32)
         self.size += len(data)
         self.progress.bytes_out = self.size
 
@@ -253,8 +289,12 @@ class _ArchiveOutput:
     def expect(self, entry: _Entry) -> None:
         self._entries.append(entry)
 
+    @property
+    def raw_crc32(self) -> int:
+        return self._crc
+
     def deliver(self, block: CompressedBlock) -> None:
-        self._block_start[block.index] = self.size
+        self._block_start[block.index] = self.last_block_start = self.size
         self._write(block.data)
         self._crc = self.codec.combine(self._crc, block.crc, block.raw_size)
         self._raw += block.raw_size
@@ -268,12 +308,13 @@ class _ArchiveOutput:
         for index in [i for i in self._block_start if i < keep_from]:
             del self._block_start[index]
 
-    def finish(self, tar_size: int) -> None:
+    def finish(self, tar_size: int, trailer: bool = True) -> None:
         if self._entries:
             raise IntegrityError(f"{len(self._entries)} objects were never placed in a block")
         if self._raw != tar_size:
             raise IntegrityError(f"compressed {self._raw} tar bytes of {tar_size}")
-        self._write(self.codec.trailer(self._crc, self._raw))
+        if trailer:
+            self._write(self.codec.trailer(self._crc, self._raw))
 
 
 def _now() -> str:

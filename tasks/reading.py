@@ -98,6 +98,7 @@ class _DecompressingReader:
         self._d = _decompressor(codec, from_block_start=False)
         self._buf = bytearray()
         self.raw_size = 0
+        self.raw_crc32 = 0
         self.raw_sha256 = hashlib.sha256()
 
     def read(self, n: int = -1) -> bytes:
@@ -106,6 +107,7 @@ class _DecompressingReader:
             if chunk is None:
                 break
             self.raw_size += len(chunk)
+            self.raw_crc32 = isal_zlib.crc32(chunk, self.raw_crc32)
             self.raw_sha256.update(chunk)
             self._buf += self._d.decompress(chunk)
         n = len(self._buf) if n < 0 else min(n, len(self._buf))
@@ -159,10 +161,14 @@ def verify_archive(control, layout: ArchiveLayout) -> VerifyReport:
     body.close()
     if summary is None:
         raise IntegrityError(f"{layout.manifest_url} has no summary record")
-    if reader.raw_size != summary["archive_size"] or reader.raw_sha256.hexdigest() != summary["archive_sha256"]:
-        raise IntegrityError(f"archive is {reader.raw_size} bytes with SHA-256 "
-                             f"{reader.raw_sha256.hexdigest()}; manifest says {summary['archive_size']} "
-                             f"bytes, {summary['archive_sha256']}")
+    # Manifests since 0.3 carry the archive's CRC32 (cheap, and composable across segments);
+    # older ones its SHA-256.
+    found = {"archive_size": reader.raw_size, "archive_crc32": f"{reader.raw_crc32:08x}",
+             "archive_sha256": reader.raw_sha256.hexdigest()}
+    expected = {k: summary[k] for k in found if k in summary}
+    if {k: found[k] for k in expected} != expected:
+        raise IntegrityError(f"archive is {', '.join(f'{k} {found[k]}' for k in expected)}; the manifest says "
+                             f"{', '.join(f'{k} {v}' for k, v in expected.items())}")
     if objects != summary["objects"]:
         raise IntegrityError(f"archive holds {objects} objects, manifest summary says {summary['objects']}")
     return VerifyReport(objects, total, reader.raw_size)

@@ -40,6 +40,16 @@ def member_name(key: str, size: int) -> tuple[str, bool]:
     return (name + "/", True) if is_dir else (name, False)
 
 
+def member_size(key: str, size: int) -> int:
+    """A member's exact bytes in the tar stream (headers, data, padding): what lets a
+    segment know from the listing alone where in the tar stream its first member starts."""
+    name, is_dir = member_name(key, size)
+    return len(member_header(name, size, 0, is_dir)) + _padded(size)
+
+
+END_OF_ARCHIVE = 2 * BLOCK
+
+
 def member_size_bound(key: str, size: int) -> int:
     """Upper bound of a member's bytes in the tar stream (headers, data, padding)."""
     header = BLOCK + (BLOCK + _padded(len(key.encode("utf-8", "surrogateescape")) * 3 + 64))
@@ -101,11 +111,15 @@ class BlockSink:
     for ``emit_ready``, so the writer can record a member before its last block moves on.
     """
 
-    def __init__(self, block_size: int, emit: Callable[[int, bytes, bool], None]):
+    def __init__(self, block_size: int, emit: Callable[[int, bytes, bool], None], start: int = 0):
+        """``start``: the tar offset of the first byte written. A segment of a larger stream
+        starts mid-block; its first block holds only the rest of that block, so block ``i``
+        always covers tar offsets ``[i * block_size, (i + 1) * block_size)``."""
         self.block_size = block_size
-        self.offset = 0
+        self.offset = start
         self._emit = emit
-        self._index = 0
+        self._index = start // block_size
+        self._lead = start % block_size  # bytes of the first block that belong to an earlier segment
         self._buf = bytearray()
         self._ready: list[bytes] = []
 
@@ -113,12 +127,13 @@ class BlockSink:
         mv = memoryview(data)
         self.offset += len(mv)
         while mv:
-            room = self.block_size - len(self._buf)
+            room = self.block_size - self._lead - len(self._buf)
             self._buf += mv[:room]
             mv = mv[room:]
-            if len(self._buf) == self.block_size:
+            if len(self._buf) == self.block_size - self._lead:
                 self._ready.append(bytes(self._buf))
                 self._buf.clear()
+                self._lead = 0
 
     def emit_ready(self) -> None:
         for block in self._ready:
@@ -126,14 +141,17 @@ class BlockSink:
             self._index += 1
         self._ready.clear()
 
-    def close(self) -> None:
+    def close(self, final: bool = True) -> None:
+        """Emit the last, partial block; ``final`` ends the compressed stream with it (a
+        segment that is not the archive's last leaves the stream open)."""
         self.emit_ready()
-        self._emit(self._index, bytes(self._buf), True)
+        self._emit(self._index, bytes(self._buf), final)
         self._index += 1
         self._buf.clear()
 
     @property
     def blocks(self) -> int:
+        """Index of the block after the last one emitted (= blocks of a whole stream)."""
         return self._index
 
 
@@ -159,6 +177,9 @@ class TarStream:
         if size and size % BLOCK:
             self.sink.write(_ZEROS[: BLOCK - size % BLOCK])
 
-    def close(self) -> None:
-        self.sink.write(_ZEROS)
-        self.sink.close()
+    def close(self, end_of_archive: bool = True) -> None:
+        """End the stream; without ``end_of_archive`` (a segment followed by others) no
+        end blocks are written and the compressed stream stays open."""
+        if end_of_archive:
+            self.sink.write(_ZEROS)
+        self.sink.close(final=end_of_archive)

@@ -38,19 +38,22 @@ class PartSizer:
     """
 
     def __init__(self, min_part: int, total_bound: Callable[[], int | None] = lambda: None, *,
-                 max_part: int | None = None, growth_every: int = 1000):
+                 max_part: int | None = None, growth_every: int = 1000, parts: int = MAX_PARTS):
         self.min_part = max(MIN_PART, min_part)
         self.max_part = max(self.min_part, max_part or (5 << 30))
         self.total_bound = total_bound
         self.growth_every = growth_every
+        # Part numbers this stream may use (a segment gets its share of the 10,000), less
+        # headroom for the estimate's error (gzip can grow random data).
+        self.usable_parts = max(1, parts - max(1, parts // 100))
 
     @property
     def capacity(self) -> int:
-        return (MAX_PARTS - _PART_HEADROOM) * self.max_part
+        return self.usable_parts * self.max_part
 
     def check_capacity(self, bound: int) -> None:
         if bound > self.capacity:
-            need = -(-bound // (MAX_PARTS - _PART_HEADROOM))
+            need = -(-bound // self.usable_parts)
             raise BadArgument(
                 f"the prefix needs about {bound / (1 << 30):,.1f} GiB of archive, more than 10,000 "
                 f"parts of {self.max_part >> 20} MiB (the largest part this memory budget holds)",
@@ -61,12 +64,9 @@ class PartSizer:
         if bound is None:
             return min(self.max_part, self.min_part << (parts_done // self.growth_every))
         self.check_capacity(bound)
-        remaining_parts = MAX_PARTS - _PART_HEADROOM - parts_done
+        remaining_parts = self.usable_parts - parts_done
         need = -(-max(0, bound - bytes_done) // max(1, remaining_parts))
         return min(self.max_part, max(self.min_part, need))
-
-
-_PART_HEADROOM = 100  # parts kept back for the estimate's error (gzip can grow random data)
 
 
 @dataclass(slots=True)
@@ -98,7 +98,10 @@ class PartUploader:
 
     def __init__(self, control, bucket: str, key: str, *, storage_class: str = "STANDARD",
                  sizer: PartSizer | None = None, memory: int = 32 << 20, threads: int = 4,
-                 extra_args: dict | None = None, abort_event: threading.Event | None = None):
+                 extra_args: dict | None = None, abort_event: threading.Event | None = None,
+                 upload_id: str | None = None, first_part: int = 1, max_parts: int = MAX_PARTS):
+        """``upload_id``, ``first_part`` and ``max_parts`` attach the stream to an upload that
+        already exists, using only its own range of part numbers (a segment's)."""
         self.control = control
         self.bucket = bucket
         self.key = key
@@ -106,7 +109,9 @@ class PartUploader:
         self.sizer = sizer or PartSizer(8 << 20)
         self.memory = memory
         self.extra_args = extra_args or {}
-        self.upload_id: str | None = None
+        self.upload_id = upload_id
+        self.first_part = first_part
+        self.max_parts = max_parts
         self.bytes_written = 0
         self._abort = abort_event or threading.Event()
         self._buf: deque[bytes] = deque()
@@ -129,8 +134,8 @@ class PartUploader:
         self._buf.append(data)
         self._buffered += len(data)
         while self._buffered >= self._part_size:
-            if len(self._parts) >= MAX_PARTS - 1:
-                raise BadArgument(f"{self.url} would need more than {MAX_PARTS:,} parts",
+            if len(self._parts) >= self.max_parts - 1:
+                raise BadArgument(f"{self.url} would need more than {self.max_parts:,} parts",
                                   hint="raise --memory-budget so that larger parts fit")
             self._submit(self._cut(self._part_size))
             self._part_size = self.sizer.next_size(len(self._parts), self.bytes_written - self._buffered)
@@ -162,7 +167,7 @@ class PartUploader:
                     raise InterruptedError("upload aborted")
                 self._cond.wait(0.2)
             self._inflight += len(part)
-        number = len(self._parts) + 1
+        number = self.first_part + len(self._parts)
         self._parts.append(self._pool.submit(self._upload_part, number, part))
 
     def _create(self) -> None:
@@ -178,6 +183,17 @@ class PartUploader:
         try:
             if self._abort.is_set():
                 raise InterruptedError("upload aborted")
+            return self.put_part(number, data)
+        finally:
+            with self._cond:
+                self._inflight -= len(data)
+                self._cond.notify_all()
+
+    def put_part(self, number: int, data: "PartBody | bytes") -> UploadedPart:
+        """Upload one part with this number now, on the caller's thread (the assembler's
+        boundary parts); S3 replaces a part uploaded before under the same number."""
+        data = data if isinstance(data, PartBody) else PartBody([data])
+        try:
             crc = data.crc32c()
             b64 = _b64_crc(crc)
             resp = self.control.upload_part(
@@ -190,10 +206,6 @@ class PartUploader:
             return UploadedPart(number, resp["ETag"], crc, len(data))
         except Exception as exc:  # noqa: BLE001
             raise translate(exc, f"upload part {number} of {self.url}", "upload") from exc
-        finally:
-            with self._cond:
-                self._inflight -= len(data)
-                self._cond.notify_all()
 
     def finish_parts(self) -> list[UploadedPart]:
         """Upload what is buffered and wait for every part; the upload stays open."""
@@ -205,39 +217,12 @@ class PartUploader:
         """Complete the upload and check what S3 reports. With a condition, a destination
         that another writer changed meanwhile fails as ConcurrentRun, and nothing is replaced."""
         parts = self.finish_parts()
-        condition = {"IfNoneMatch": "*"} if if_none_match else {"IfMatch": if_match} if if_match else {}
-        try:
-            self.control.complete_multipart_upload(
-                Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
-                MultipartUpload={"Parts": [
-                    {"PartNumber": p.number, "ETag": p.etag,
-                     "ChecksumCRC32C": _b64_crc(p.crc32c)}
-                    for p in parts]}, **condition)
-        except Exception as exc:  # noqa: BLE001
-            raise translate(exc, f"complete upload of {self.url}", "commit") from exc
+        result = complete_upload(self.control, self.bucket, self.key, self.upload_id, parts,
+                                 if_none_match=if_none_match, if_match=if_match, extra_args=self.extra_args,
+                                 full_crc32c=self._crc_full)
         self._done = True
         self._pool.shutdown()
-        return self._verify(parts)
-
-    def _verify(self, parts: list[UploadedPart]) -> UploadResult:
-        composite = _b64_crc(checksums.crc32c(b"".join(struct.pack(">I", p.crc32c) for p in parts)))
-        # S3 reports the composite ("-N" suffixed) for multipart uploads; some servers
-        # report the full-object CRC instead. Either one proves the bytes.
-        accepted = {f"{composite}-{len(parts)}", composite, _b64_crc(self._crc_full)}
-        try:
-            head = self.control.head_object(Bucket=self.bucket, Key=self.key, ChecksumMode="ENABLED",
-                                            **_sse_customer_args(self.extra_args))
-        except Exception as exc:  # noqa: BLE001
-            raise translate(exc, f"check uploaded object {self.url}") from exc
-        size = sum(p.size for p in parts)
-        if head["ContentLength"] != size:
-            raise IntegrityError(f"{self.url}: S3 holds {head['ContentLength']} bytes, "
-                                 f"{size} were written")
-        reported = head.get("ChecksumCRC32C")
-        if reported is not None and reported not in accepted:
-            raise IntegrityError(f"{self.url}: S3 reports CRC32C {reported}, "
-                                 f"expected one of {sorted(accepted)}")
-        return UploadResult(self.key, size, len(parts), reported or "", head["ETag"])
+        return result
 
     def abort(self) -> ArchiverError | None:
         """Give up: stop pending parts and abort the upload. Safe to call more than once.
@@ -268,6 +253,40 @@ class PartUploader:
             abort_upload(self.control, self.bucket, self.key, self.upload_id)
         except Exception:  # noqa: BLE001 - best effort; the first abort's outcome was reported
             pass
+
+
+def complete_upload(control, bucket: str, key: str, upload_id: str, parts: list[UploadedPart], *,
+                    if_none_match: bool = False, if_match: str | None = None, extra_args: dict | None = None,
+                    full_crc32c: int | None = None) -> UploadResult:
+    """CompleteMultipartUpload with exactly ``parts`` (in order; parts not listed are dropped
+    by S3), conditional as asked, then check S3's size and CRC32C against the parts."""
+    url = f"s3://{bucket}/{key}"
+    condition = {"IfNoneMatch": "*"} if if_none_match else {"IfMatch": if_match} if if_match else {}
+    try:
+        control.complete_multipart_upload(
+            Bucket=bucket, Key=key, UploadId=upload_id,
+            MultipartUpload={"Parts": [{"PartNumber": p.number, "ETag": p.etag, "ChecksumCRC32C": _b64_crc(p.crc32c)}
+                                       for p in parts]}, **condition)
+    except Exception as exc:  # noqa: BLE001
+        raise translate(exc, f"complete upload of {url}", "commit") from exc
+    composite = _b64_crc(checksums.crc32c(b"".join(struct.pack(">I", p.crc32c) for p in parts)))
+    # S3 reports the composite ("-N" suffixed) for multipart uploads; some servers
+    # report the full-object CRC instead. Either one proves the bytes.
+    accepted = {f"{composite}-{len(parts)}", composite}
+    if full_crc32c is not None:
+        accepted.add(_b64_crc(full_crc32c))
+    try:
+        head = control.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED",
+                                   **_sse_customer_args(extra_args or {}))
+    except Exception as exc:  # noqa: BLE001
+        raise translate(exc, f"check uploaded object {url}") from exc
+    size = sum(p.size for p in parts)
+    if head["ContentLength"] != size:
+        raise IntegrityError(f"{url}: S3 holds {head['ContentLength']} bytes, {size} were written")
+    reported = head.get("ChecksumCRC32C")
+    if reported is not None and reported not in accepted:
+        raise IntegrityError(f"{url}: S3 reports CRC32C {reported}, expected one of {sorted(accepted)}")
+    return UploadResult(key, size, len(parts), reported or "", head["ETag"])
 
 
 def upload_memory(inflight: int, max_part: int) -> int:
