@@ -441,6 +441,7 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
     when the prefix is below the segmenting threshold: one pipeline does it better."""
     control = clients.control
     abort = abort or threading.Event()
+    _worker_spec(spec, min(spec.processes, spec.segments or spec.processes))  # a budget too small fails now
     plan = plan_segments(spec, control, archive_key, spec.segments or spec.processes)
     if plan.objects < spec.segment_min_objects and plan.bytes < spec.segment_min_bytes:
         return None

@@ -1,0 +1,216 @@
+"""One prefix produced as N segments by N processes and assembled into one archive, against
+MinIO: seed a prefix, archive it with `--segments N`, and read it back with every reader;
+no reader can tell it from the single-pipeline archive of the same prefix."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import random
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+import zlib
+
+import pytest
+
+from faultproxy import Fault, FaultProxy, Request, is_get, wait_until
+from helpers import ROOT, keys_in, open_uploads, read_archive, run_cli, run_json, seed
+
+PREFIX = "events/2026/11/21/"
+
+
+def segmented_prefix() -> dict[str, bytes]:
+    """Small logs, a zero-byte object, a folder marker, a non-ASCII key, and an object larger
+    than a part: with 7 segments one of them holds that object alone and most of the others
+    produce well under 5 MiB."""
+    rng = random.Random(21)
+    objects = {f"{PREFIX}{i % 12:02d}/event-{i:04d}.log": (f"id={i} ok\n" * rng.randrange(1, 400)).encode()
+               for i in range(600)}
+    objects[f"{PREFIX}05/event-0300-big.bin"] = rng.randbytes(13 << 20)
+    objects[f"{PREFIX}07/empty"] = b""
+    objects[f"{PREFIX}08/folder/"] = b""
+    objects[f"{PREFIX}09/ünïcødé.log"] = "café\n".encode()
+    return objects
+
+
+@pytest.fixture(scope="module")
+def archives(minio):
+    """The same prefix archived by one pipeline and as 1, 2 and 7 segments."""
+    import uuid
+
+    s3 = minio.client(max_pool_connections=64)
+    src, dst = f"src-{uuid.uuid4().hex[:8]}", f"dst-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=src)
+    s3.create_bucket(Bucket=dst)
+    objects = segmented_prefix()
+    seed(s3, src, objects)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(minio.env(), PYTHONPATH=str(ROOT))
+    out = {}
+    for n in (0, 1, 2, 7):
+        flags = ("--processes", "1") if n == 0 else ("--segments", str(n), "--processes", "2",
+                                                     "--segment-min-objects", "1")
+        result = run_json(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/n{n}/",
+                          "--storage-class", "STANDARD", *flags)
+        key = f"n{n}/{src}/{PREFIX.rstrip('/')}.tar.gz"
+        out[n] = {"result": result, "key": key,
+                  "body": s3.get_object(Bucket=dst, Key=key)["Body"].read()}
+    return {"s3": s3, "src": src, "dst": dst, "objects": objects, "env": env, "by_n": out}
+
+
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_segmented_archive_has_the_same_tar_content_as_one_pipeline(archives, n):
+    single, segmented = archives["by_n"][0], archives["by_n"][n]
+    assert segmented["result"]["segments"] == n and single["result"]["segments"] == 1
+    assert segmented["result"]["objects"] == len(archives["objects"])
+    assert gzip.decompress(segmented["body"]) == gzip.decompress(single["body"])
+
+
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_segmented_archive_reads_byte_for_byte_with_every_reader(archives, n, tmp_path):
+    s3, dst, objects = archives["s3"], archives["dst"], archives["objects"]
+    files = {k: v for k, v in objects.items() if not k.endswith("/")}  # the folder marker is a directory
+    archive = archives["by_n"][n]
+    assert read_archive(s3, dst, archive["key"]) == files  # tarfile r|gz
+    path = tmp_path / "a.tar.gz"
+    path.write_bytes(archive["body"])
+    with tarfile.open(path, "r:gz") as tar:
+        assert {m.name for m in tar if m.isfile()} == set(files)
+        assert f"{PREFIX}08/folder" in {m.name for m in tar if m.isdir()}
+    subprocess.run(["gzip", "-t", str(path)], check=True)
+    assert subprocess.run(["pigz", "-dc", str(path)], capture_output=True, check=True).stdout == \
+        gzip.decompress(archive["body"])
+    target = tmp_path / "x"
+    target.mkdir()
+    subprocess.run(["tar", "-xzf", str(path), "-C", str(target)], check=True)
+    for key, body in files.items():
+        assert (target / key).read_bytes() == body, key
+    # One member of a gzip stream: the trailer's CRC and length cover the whole tar stream.
+    assert zlib.decompressobj(31).decompress(archive["body"]) == gzip.decompress(archive["body"])
+
+
+@pytest.mark.parametrize("n", [2, 7])
+def test_segmented_archive_passes_verify_and_cat_returns_sampled_keys(archives, n):
+    env, objects = archives["env"], archives["objects"]
+    url = f"s3://{archives['dst']}/{archives['by_n'][n]['key']}"
+    assert run_cli(env, "verify", url).returncode == 0
+    rng = random.Random(n)
+    sample = rng.sample(sorted(k for k in objects if not k.endswith("/")), 12) + [
+        f"{PREFIX}05/event-0300-big.bin", f"{PREFIX}07/empty"]
+    for key in sample:
+        assert run_cli(env, "cat", url, key).stdout == objects[key], key
+
+
+def test_segmented_run_leaves_no_upload_and_no_temporaries(archives):
+    s3, dst = archives["s3"], archives["dst"]
+    assert open_uploads(s3, dst) == []
+    assert [k for k in keys_in(s3, dst) if ".segments/" in k] == []
+    for n in (1, 2, 7):
+        assert sorted(keys_in(s3, dst, f"n{n}/")) == sorted(
+            f"n{n}/{archives['src']}/events/2026/11/{name}" for name in
+            ("21.tar.gz", "21.manifest.jsonl.gz", "21.manifest-index.json.gz"))
+
+
+def _worker_pids(parent: int) -> list[int]:
+    """The segment worker processes (spawned interpreters) under ``parent``."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry.name}/stat").read().rsplit(")", 1)[1].split()
+            cmdline = open(f"/proc/{entry.name}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if int(stat[1]) == parent and b"multiprocessing" in cmdline and b"spawn_main" in cmdline:
+            out.append(int(entry.name))
+    return out
+
+
+def test_killed_segment_is_run_again_alone_and_the_archive_is_whole(minio, s3, buckets, reliability):
+    """Segment 2 of 2 is killed with SIGKILL while its parts are being uploaded; the run
+    produces that segment again (and only it) and commits one archive, byte for byte."""
+    src, dst = buckets
+    rng = random.Random(5)
+    first = {f"{PREFIX}a/{i:03d}.log": (f"a{i}\n" * 50).encode() for i in range(200)}
+    second = {f"{PREFIX}b/{i:03d}.log": (f"b{i}\n" * 50).encode() for i in range(200)}
+    second[f"{PREFIX}b/100-big.bin"] = rng.randbytes(24 << 20)  # parts upload before the stall
+    last = f"{PREFIX}b/199.log"
+    objects = {**first, **second}
+    seed(s3, src, objects)
+    proxy = FaultProxy(minio.endpoint_url)
+    stalled = threading.Event()
+    try:
+        first_gets = proxy.add(Fault("status", rate=0.0, match=lambda r: is_get(r) and "/a/" in r.key))
+        proxy.add(Fault("stall", seconds=60, count=1, match=lambda r: is_get(r) and r.key.endswith(last),
+                        on_inject=lambda r: stalled.set()))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(minio.env(), PYTHONPATH=str(ROOT), AWS_ENDPOINT_URL_S3=proxy.endpoint_url)
+        cli = subprocess.Popen([__import__("sys").executable, "-m", "tasks", "archive", f"s3://{src}/{PREFIX}",
+                                f"s3://{dst}/", "--storage-class", "STANDARD", "--segments", "2", "--processes", "2",
+                                "--segment-min-objects", "1", "--json"],
+                               env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert wait_until(stalled.is_set, 60), "segment 2 never reached its last object"
+            # Segment 1 is done by now; the one worker left is segment 2's, mid-upload.
+            assert wait_until(lambda: len(_worker_pids(cli.pid)) == 1, 30)
+            uploads = open_uploads(s3, dst)
+            assert len(uploads) == 1
+            parts = s3.list_parts(Bucket=dst, Key=uploads[0]["Key"], UploadId=uploads[0]["UploadId"])
+            assert parts.get("Parts"), "no part of segment 2 was uploaded before the kill"
+            os.kill(_worker_pids(cli.pid)[0], signal.SIGKILL)
+            stdout, stderr = cli.communicate(timeout=180)
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+        assert cli.returncode == 0, stderr.decode()
+        result = __import__("json").loads(stdout.decode().strip().splitlines()[-1])
+    finally:
+        proxy.stop()
+    assert result["segments"] == 2 and result["objects"] == len(objects)
+    assert first_gets.seen == len(first)  # segment 1 was not produced again
+    archive_key = f"{src}/{PREFIX.rstrip('/')}.tar.gz"
+    assert read_archive(s3, dst, archive_key) == objects
+    assert open_uploads(s3, dst) == []
+    assert [k for k in keys_in(s3, dst) if ".segments/" in k] == []
+    reliability.record("segment worker killed (SIGKILL) mid-upload", "2 segments, kill of segment 2's process",
+                       "that segment alone produced again; one archive, byte for byte, no upload or temporary left")
+
+
+def test_memory_budget_too_small_for_the_processes_says_what_to_change(cli_env, s3, buckets):
+    src, dst = buckets
+    seed(s3, src, {f"{PREFIX}x.log": b"x"})
+    proc = run_cli(cli_env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/", "--storage-class", "STANDARD",
+                   "--segments", "4",
+                   "--processes", "4", "--memory-budget", "128MiB", "--segment-min-objects", "1", check=False)
+    assert proc.returncode == 2
+    assert b"--memory-budget to 240MiB or lower --processes" in proc.stderr
+    assert open_uploads(s3, dst) == [] and keys_in(s3, dst) == []
+
+
+def test_plan_balances_segments_by_bytes_and_objects_and_covers_every_key(minio, s3, buckets, clients):
+    from tasks.config import ArchiveSpec, S3Url
+    from tasks.segments import plan_segments
+    from tasks.tarwriter import member_size
+
+    src, dst = buckets
+    objects = {f"{PREFIX}{i:04d}": b"x" * (i % 7) * 1000 for i in range(2500)}
+    objects[f"{PREFIX}2000-huge"] = b"y" * (8 << 20)
+    seed(s3, src, objects)
+    spec = ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, ""), processes=3)
+    plan = plan_segments(spec, clients.control, "k.tar.gz", 3)
+    keys = sorted(objects)
+    assert plan.objects == len(keys) and plan.count == 3
+    assert plan.ranges[0].start_after is None and plan.ranges[-1].last_key == keys[-1]
+    for before, after in zip(plan.ranges, plan.ranges[1:]):
+        assert after.start_after == before.last_key and after.tar_start == before.tar_end
+        assert before.first_part + before.parts < after.first_part  # a number for the part between
+    assert sum(r.objects for r in plan.ranges) == len(keys)
+    assert plan.ranges[-1].tar_end == sum(member_size(k, len(v)) for k, v in objects.items())
+    assert plan.final_part <= 10_000
+    # The huge object weighs like ~56 small ones: the segment holding it has fewer objects.
+    weights = [r.bytes + 150_000 * r.objects for r in plan.ranges]
+    assert max(weights) < 1.6 * min(weights)
