@@ -139,6 +139,8 @@ def run_ours(ds, server, env, extra: tuple = ()) -> dict:
         raise RuntimeError(f"ours archived {summary['objects']} objects of {ds.objects}")
     result["archive_bytes"] = summary["bytes_out"]
     result["bytes_in"] = summary["bytes_in"]
+    result["segments"] = summary.get("segments", 1)
+    result.update(summary.get("timings", {}))
     return result
 
 
@@ -257,6 +259,14 @@ def check_targets(results: dict, extra: dict) -> list[str]:
                      f"throughput with {LATENCY_MS} ms added (target >= 0.8)")
         lines.append(f"{verdict(lat['vs_s5cmd']['median'] >= 1.0)}  latency ours/s5cmd cp objects/s "
                      f"{fmt(lat['vs_s5cmd'])} (target >= 1.0)")
+    if "segments" in extra:
+        for name, row in extra["segments"].items():
+            lines.append(f"{verdict(row['cpu_growth'] <= 1.1)}  segments {name}: client CPU per object "
+                         f"{row['cpu_growth']:.2f}x with 2 segments (target <= 1.10)")
+        if {"small", "many"} <= extra["segments"].keys():
+            small, many = (extra["segments"][n]["phases_s"]["assemble_archive_s"]["median"] for n in ("small", "many"))
+            lines.append(f"{verdict(many <= 2 * small + 0.2)}  segments archive assembly {small:.2f}s at 20,000 "
+                         f"objects, {many:.2f}s at 200,000 (target: does not grow with objects)")
     if "size" in extra:
         size = extra["size"]
         lines.append(f"{verdict(size['ratio']['median'] <= 0.5)}  size    gzip level {size['level']} (no larger "
@@ -315,6 +325,72 @@ def latency_line(ds, server, env, repeat: int) -> dict:
     return line
 
 
+def segments_line(names: list[str], server, env, repeat: int) -> dict:
+    """Each set at --processes 1 (one pipeline) and --processes 2 (two segments, assembled),
+    alternating: client CPU per object, wall time, and the phases of the segmented run."""
+    line = {}
+    for name in names:
+        ds = SETS[name]
+        one, two = [], []
+        for i in range(min(repeat, SLOW_SETS.get(name, repeat))):
+            one.append(run_ours(ds, server, env, ("--processes", "1")))
+            two.append(run_ours(ds, server, env, ("--processes", "2", "--segment-min-objects", "1")))
+            print(f"  segments {name} #{i + 1}: 1 process {one[-1]['wall_s']:.2f}s, 2 segments {two[-1]['wall_s']:.2f}s "
+                  f"(plan {two[-1]['plan_s']:.2f}s, slowest segment {two[-1]['slowest_segment_s']:.2f}s, assembly "
+                  f"{two[-1]['assemble_archive_s']:.2f}s + manifest {two[-1]['assemble_manifest_s']:.2f}s)", flush=True)
+        row = {"objects": ds.objects, "cpu_ms_per_object": {
+            "one": 1000 * statistics.median(r["cpu_s"] for r in one) / ds.objects,
+            "two": 1000 * statistics.median(r["cpu_s"] for r in two) / ds.objects},
+            "wall_s": {"one": spread(one, "wall_s"), "two": spread(two, "wall_s")},
+            "objects_per_s": {"one": ds.objects / spread(one, "wall_s")["median"],
+                              "two": ds.objects / spread(two, "wall_s")["median"]},
+            "peak_rss_mib": {"one": spread(one, "peak_rss_mib")["max"], "two": spread(two, "peak_rss_mib")["max"]},
+            "phases_s": {f: spread(two, f) for f in ("plan_s", "slowest_segment_s", "assemble_archive_s",
+                                                   "assemble_manifest_s")},
+            "runs": {"one": one, "two": two}}
+        row["cpu_growth"] = row["cpu_ms_per_object"]["two"] / row["cpu_ms_per_object"]["one"]
+        line[name] = row
+        print(f"segments ({name}): CPU {row['cpu_ms_per_object']['one']:.3f} -> {row['cpu_ms_per_object']['two']:.3f} "
+              f"ms/object ({row['cpu_growth']:.2f}x), {row['objects_per_s']['one']:,.0f} -> "
+              f"{row['objects_per_s']['two']:,.0f} obj/s, RSS {row['peak_rss_mib']['one']:.0f} -> "
+              f"{row['peak_rss_mib']['two']:.0f} MiB", flush=True)
+    return line
+
+
+PLAN_OBJECTS = 1_000_000
+
+
+def plan_line(server) -> dict:
+    """The segment plan of a 1,000,000-object prefix: the listing the fault proxy synthesises
+    (served page by page, never stored), planned into 8 segments, timed."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from faultproxy import FaultProxy
+
+    import boto3
+
+    from tasks.config import ArchiveSpec, S3Url
+    from tasks.segments import plan_segments
+    from tasks.s3 import S3Clients
+
+    proxy = FaultProxy(server.endpoint_url)
+    try:
+        proxy.synthesize_listing("bench-src", "synthetic/", PLAN_OBJECTS)
+        session = boto3.Session(aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,
+                                region_name=server.region)
+        clients = S3Clients.from_session(session, endpoint_url=proxy.endpoint_url)
+        spec = ArchiveSpec(S3Url("bench-src", "synthetic/"), S3Url(DEST_BUCKET, "plan/"), processes=8)
+        cpu, started = time.process_time(), time.monotonic()
+        plan = plan_segments(spec, clients.control, "plan.tar.gz", 8)
+        wall, cpu = time.monotonic() - started, time.process_time() - cpu
+    finally:
+        proxy.stop()
+    line = {"objects": plan.objects, "segments": plan.count, "wall_s": wall, "cpu_s": cpu,
+            "keys_per_s": plan.objects / wall}
+    print(f"plan: {plan.objects:,} objects into {plan.count} segments in {wall:.1f}s ({plan.objects / wall:,.0f} keys/s, "
+          f"{cpu:.1f}s CPU)", flush=True)
+    return line
+
+
 def size_line(ds, server, env, reference: dict, repeat: int) -> dict:
     """The lowest gzip level whose archive is no larger than pigz -6's, then its time
     against the reference pipeline's runs of the same invocation."""
@@ -334,7 +410,7 @@ def size_line(ds, server, env, reference: dict, repeat: int) -> dict:
             "runs": runs}
 
 
-LINES = {"latency": "small", "size": "medium"}  # extra lines and the data set each runs on
+LINES = {"latency": "small", "size": "medium", "segments": "small", "plan": "small"}  # line -> its data set
 SLOW_SETS = {"many": 3}  # at most this many runs: 200,000 objects take minutes per run
 
 
@@ -373,6 +449,14 @@ def main(argv=None) -> int:
             repeat = min(args.repeat, SLOW_SETS.get(ds.name, args.repeat))
             if name == "latency":
                 extra[name] = latency_line(ds, server, env, repeat)
+                continue
+            if name == "segments":
+                if seed(SETS["many"], s3, s5cmd_seed, env):
+                    print("seeded many", flush=True)
+                extra[name] = segments_line(["small", "many"], server, env, args.repeat)
+                continue
+            if name == "plan":
+                extra[name] = plan_line(server)
                 continue
             if name == "size":
                 reference = results.get(ds.name, {}).get("reference") or side(

@@ -65,6 +65,7 @@ class ArchiveResult:
     peak_buffered: int = 0
     stale_uploads_aborted: int = 0
     segments: int = 1  # segments the archive was produced as (tasks/segments.py)
+    timings: dict = field(default_factory=dict)  # of a segmented run: plan, slowest segment, assembly
     estimated_bytes_out: int | None = None
     cost: dict | None = None  # tasks/cost.py: monthly and one-time figures, archive vs one by one
     notes: list[str] = field(default_factory=list)
@@ -141,7 +142,9 @@ class CommitProtocol:
                 if spec.processes > 1 or spec.segments:
                     streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key,
                                                 self.progress, abort=lost.event)
-                    self.result.segments = streamed.segments if streamed else 1
+                    if streamed:
+                        self.result.segments, self.result.timings = streamed.segments, streamed.timings
+                        self.result.notes += streamed.notes
                 if streamed is None:
                     streamed = stream_archive(spec, self.clients, self.layout, self.archive_key,
                                               self.progress, abort=lost.event)

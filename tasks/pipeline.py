@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from . import __version__
@@ -48,6 +48,8 @@ class StreamedArchive:
     last_block: int = 0  # index of the last block, and where its compressed bytes start
     last_block_start: int = 0
     segments: int = 1
+    timings: dict = field(default_factory=dict)  # seconds per phase of a segmented run
+    notes: list = field(default_factory=list)
 
     def abort(self) -> list[ArchiverError]:
         """Abort both uploads; the errors of aborts that failed (never raised)."""

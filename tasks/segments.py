@@ -30,6 +30,7 @@ import json
 import multiprocessing
 import secrets
 import threading
+import time
 import zlib
 from dataclasses import asdict, dataclass, replace
 from typing import Iterator
@@ -39,7 +40,7 @@ from isal import isal_zlib
 from .compression import codec_for
 from .config import ArchiveSpec
 from . import errors
-from .errors import ArchiverError, BadArgument, EmptyPrefix, IntegrityError, status_of, translate
+from .errors import ArchiverError, EmptyPrefix, IntegrityError, status_of, translate
 from .listing import ListedObject, iter_pages
 from .manifest import MANIFEST_SUFFIX, ArchiveLayout, iter_manifest
 from .pipeline import StreamedArchive, open_manifest, stream_archive
@@ -336,6 +337,7 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
     the records; the archive's bytes are never read back."""
     control = clients.control
     abort = abort or threading.Event()
+    started = time.monotonic()
     results = []
     for k in range(plan.count):
         result = segment_done(control, layout, plan, k)
@@ -380,6 +382,7 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
     parts.append(part_upload.put_part(plan.final_part, bytes(held)))
     uploader.parts = parts
     size = base + len(trailer)
+    parts_done = time.monotonic()
 
     manifest = open_manifest(spec, control, layout, plan.archive_key, abort)
     try:
@@ -407,7 +410,9 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
                            gets=sum(r["gets"] for r in results),
                            peak_buffered=max(r["peak_buffered"] for r in results),
                            short_of_min_billable=plan.short_of_min_billable, raw_crc32=trailer_crc,
-                           segments=plan.count)
+                           segments=plan.count, timings={
+                               "assemble_archive_s": parts_done - started,  # O(segments)
+                               "assemble_manifest_s": time.monotonic() - parts_done})  # O(objects)
 
 
 def _get(control, bucket: str, key: str) -> bytes:
@@ -441,11 +446,20 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
     when the prefix is below the segmenting threshold: one pipeline does it better."""
     control = clients.control
     abort = abort or threading.Event()
-    _worker_spec(spec, min(spec.processes, spec.segments or spec.processes))  # a budget too small fails now
-    plan = plan_segments(spec, control, archive_key, spec.segments or spec.processes)
+    processes = min(spec.processes, processes_within(spec.memory_budget))
+    if processes < 2 and not spec.segments:
+        return None
+    started = time.monotonic()
+    plan = plan_segments(spec, control, archive_key, spec.segments or processes)
+    timings = {"plan_s": time.monotonic() - started}
     if plan.objects < spec.segment_min_objects and plan.bytes < spec.segment_min_bytes:
         return None
-    processes = min(spec.processes, plan.count)
+    notes = []
+    if processes < min(spec.processes, plan.count):
+        notes.append(f"{plan.count} segments ran on {processes} process(es), not {min(spec.processes, plan.count)}: "
+                     f"--memory-budget {spec.memory_budget >> 20}MiB holds {processes} pipeline(s) of "
+                     f"{_MIN_SHARE >> 20} MiB besides the assembler's")
+    processes = min(processes, plan.count)
     worker_spec = _worker_spec(spec, processes)
     try:
         upload = control.create_multipart_upload(Bucket=layout.bucket, Key=archive_key,
@@ -455,8 +469,12 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
         raise translate(exc, f"start upload to s3://{layout.bucket}/{archive_key}", "upload") from exc
     plan = replace(plan, upload_id=upload["UploadId"])
     try:
-        _run_workers(worker_spec, clients, layout, plan, processes, abort)
+        durations = _run_workers(worker_spec, clients, layout, plan, processes, abort)
+        timings["slowest_segment_s"] = max(durations.values())
+        timings["segments_s"] = sum(durations.values())
         streamed = assemble(spec, clients, layout, plan, abort)
+        streamed.timings = {**timings, **streamed.timings}
+        streamed.notes = notes
     except BaseException as exc:
         problem = AssembledUpload(control, layout.bucket, archive_key, plan.upload_id, [], {}).abort()
         if problem is not None:
@@ -467,29 +485,35 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
     return streamed
 
 
+_MIN_SHARE = 48 << 20  # the smallest memory a pipeline holds (ArchiveSpec's floor)
+
+
+def processes_within(budget: int) -> int:
+    """Worker processes a budget holds: a share each, and one for the assembler."""
+    return max(1, budget // _MIN_SHARE - 1)
+
+
 def _worker_spec(spec: ArchiveSpec, processes: int) -> ArchiveSpec:
     """Each worker's share of ``--memory-budget`` (the parent keeps one share to assemble)."""
-    share = spec.memory_budget // (processes + 1)
-    if share < 48 << 20:
-        raise BadArgument(f"--memory-budget {spec.memory_budget >> 20}MiB split over {processes} processes and the "
-                          f"assembler leaves {share >> 20} MiB each, below the 48 MiB a pipeline needs",
-                          hint=f"raise --memory-budget to {48 * (processes + 1)}MiB or lower --processes")
-    return replace(spec, memory_budget=share, compress_threads=max(1, spec.compress_threads // processes))
+    return replace(spec, memory_budget=spec.memory_budget // (processes + 1),
+                   compress_threads=max(1, spec.compress_threads // processes))
 
 
 _ATTEMPTS = 3
 
 
 def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
-                 processes: int, abort: threading.Event) -> None:
+                 processes: int, abort: threading.Event) -> dict[int, float]:
     """Run every segment in a fresh interpreter (spawn: the CRT client and threads do not
     survive fork), at most ``processes`` at once. A segment that fails retryably or whose
-    process dies is run again, alone, up to three times; the others are not repeated."""
+    process dies is run again, alone, up to three times; the others are not repeated.
+    Returns each segment's seconds (its successful attempt)."""
     context = multiprocessing.get_context("spawn")
     connection = _connection_of(clients)
     todo = list(range(plan.count))
     attempts = dict.fromkeys(todo, 0)
     running: dict[int, tuple] = {}
+    durations: dict[int, float] = {}
     try:
         while todo or running:
             while todo and len(running) < processes:
@@ -500,26 +524,28 @@ def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, p
                                        args=(spec, connection, layout, plan.to_dict(), k, send), daemon=True)
                 proc.start()
                 send.close()
-                running[k] = (proc, receive)
+                running[k] = (proc, receive, time.monotonic())
             if abort.is_set():
                 raise InterruptedError("segments aborted")
-            for k, (proc, receive) in list(running.items()):
+            for k, (proc, receive, began) in list(running.items()):
                 if not receive.poll(0.05) and proc.is_alive():
                     continue
                 outcome = _outcome(receive)
                 proc.join()
                 del running[k]
                 if outcome is not None and "error" not in outcome:
+                    durations[k] = time.monotonic() - began
                     continue
                 error = _error_of(outcome, k, plan, proc.exitcode)
                 if not error.retryable or attempts[k] >= _ATTEMPTS:
                     raise error
                 todo.insert(0, k)  # this segment alone, again
     finally:
-        for proc, receive in running.values():
+        for proc, receive, _ in running.values():
             proc.kill()
             proc.join()
             receive.close()
+    return durations
 
 
 def _outcome(receive) -> dict | None:

@@ -240,6 +240,9 @@ def _upstream_connection(handler, host, port) -> http.client.HTTPConnection:
 
 def _send_synthetic_page(handler, request: Request, prefix: str, count: int, size: int) -> None:
     start = int(request.query.get("continuation-token", ["0"])[0])
+    after = request.query.get("start-after", [""])[0]
+    if after.startswith(prefix) and "continuation-token" not in request.query:
+        start = int(after[len(prefix):].split(".")[0]) + 1  # keys are PREFIX + 9 digits + .log
     end = min(count, start + int(request.query.get("max-keys", ["1000"])[0]))
     bucket = request.key.rstrip("/")
     entries = "".join(
