@@ -34,6 +34,32 @@ def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
     return protocol.run()
 
 
+def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = None) -> ArchiveResult:
+    """A segmented run spread over tasks, step one: plan ``count`` segments and open the
+    archive's upload (``result.status`` "planned"), or skip a committed prefix."""
+    clients = clients or S3Clients.from_session()
+    protocol = _checked(spec, clients, None)
+    protocol.prepare_segments(count)
+    return protocol.result
+
+
+def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
+                    progress: Progress | None = None, cancel: threading.Event | None = None) -> dict:
+    """Step two, one task per segment, anywhere: produce segment ``k`` of the plan in progress."""
+    from .segments import produce_planned_segment
+
+    clients = clients or S3Clients.from_session()
+    clients.check_bucket(spec.source.bucket, "source")
+    return produce_planned_segment(spec, clients, k, progress, cancel)
+
+
+def assemble_segments(spec: ArchiveSpec, clients: S3Clients | None = None,
+                      progress: Progress | None = None, cancel: threading.Event | None = None) -> ArchiveResult:
+    """Step three: assemble the produced segments and commit, as ``archive_prefix`` commits."""
+    clients = clients or S3Clients.from_session()
+    return _checked(spec, clients, progress, cancel).run(assemble_planned=True)
+
+
 def delete_sources(spec: ArchiveSpec, clients: S3Clients | None = None) -> ArchiveResult:
     """Finish deleting the sources of a committed prefix (``s3arch delete-sources``)."""
     clients = clients or S3Clients.from_session()

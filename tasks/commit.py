@@ -28,13 +28,14 @@ from enum import Enum
 from .config import ArchiveSpec, S3Url
 from .deletion import DeletionResult, delete_archived_sources
 from .errors import (AccessDenied, ArchiveDamaged, ArchiverError, BadArgument, Cancelled, ConcurrentRun,
-                     DestinationConflict, IntegrityError, status_of, translate)
+                     DestinationConflict, IntegrityError, ObjectMissing, status_of, translate)
 from .lease import PrefixLease
 from .manifest import ArchiveLayout, layout_for, manifest_exists, read_header_and_summary
 from .pipeline import StreamedArchive, stream_archive
 from .progress import Progress
 from .s3 import S3Clients
-from .segments import delete_temporaries, stream_segmented
+from .segments import (SegmentPlan, assemble, delete_temporaries, open_upload, plan_segments, read_plan,
+                       stream_segmented, write_plan)
 from .upload import abort_stale_uploads, open_uploads
 
 
@@ -108,7 +109,9 @@ class CommitProtocol:
     def archive_url(self) -> str:
         return f"s3://{self.layout.bucket}/{self.archive_key}"
 
-    def run(self) -> ArchiveResult:
+    def run(self, assemble_planned: bool = False) -> ArchiveResult:
+        """Steps 1-8. With ``assemble_planned``, step 5 assembles the segments of the plan in
+        progress (``prepare_segments``; produced by other tasks) instead of streaming."""
         spec = self.spec
         # 1. A manifest present means COMMITTED: a plain re-run only checks the archive is intact.
         committed = read_committed(self.control, self.layout, spec.source)
@@ -128,18 +131,20 @@ class CommitProtocol:
                 # 3. --overwrite must not lose archived data: refuse a shrunken source before
                 #    reading any of it (one listing pass).
                 self._refuse_shrunken_source(committed)
+            planned = self._plan_in_progress() if assemble_planned else None
             # 4. Uploads left for our keys belong to runs whose lease is gone: abort them.
             #    So do the segment temporaries of such runs.
-            for key in (self.archive_key, self.layout.manifest_key):
-                self.result.stale_uploads_aborted += abort_stale_uploads(self.control, self.layout.bucket, key)
-            delete_temporaries(self.control, self.layout)
+            self._clean_stale(keep=planned)
             archive_etag = self._current_etag(self.archive_key)
             # 5. Stream the archive and manifest as two open multipart uploads: one pipeline,
             #    or, for a large prefix and --processes N, N segments assembled into them.
             lost = _LeaseWatch(lease, self.cancel)
             try:
                 streamed = None
-                if spec.processes > 1 or spec.segments:
+                if planned:
+                    streamed = assemble(spec, self.clients, self.layout, planned, lost.event, keep_open=True)
+                    self.result.segments, self.result.timings = streamed.segments, streamed.timings
+                elif spec.processes > 1 or spec.segments:
                     streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key,
                                                 self.progress, abort=lost.event)
                     if streamed:
@@ -162,6 +167,50 @@ class CommitProtocol:
             self._delete_sources()
         return self._done()
 
+    def prepare_segments(self, count: int) -> SegmentPlan | None:
+        """Steps 1-4 of a segmented run whose segments are produced elsewhere (Airflow segment
+        tasks), then, still under the lease: plan ``count`` segments, open the archive's upload
+        and record the plan in S3 for them. None if the prefix is committed (``result`` says
+        skipped). The lease is released on return: a run that starts meanwhile supersedes
+        this one (its cleanup aborts this upload), and this one's assembly then fails."""
+        spec = self.spec
+        committed = read_committed(self.control, self.layout, spec.source)
+        if committed and not spec.overwrite:
+            self._skipped(committed)
+            return None
+        with self._lease():
+            committed = read_committed(self.control, self.layout, spec.source)
+            if committed and not spec.overwrite:
+                self._skipped(committed)
+                return None
+            if committed:
+                self._refuse_shrunken_source(committed)
+            self._clean_stale()
+            plan = open_upload(spec, self.control, self.layout,
+                               plan_segments(spec, self.control, self.archive_key, count))
+            write_plan(spec, self.control, self.layout, plan)
+        r = self.result
+        r.status, r.segments, r.objects, r.bytes_in = "planned", plan.count, plan.objects, plan.bytes
+        r.timings = {"plan_s": plan.planned_in_s}
+        self._done()
+        return plan
+
+    def _plan_in_progress(self) -> SegmentPlan:
+        plan = read_plan(self.control, self.layout)
+        if plan is None:
+            raise ObjectMissing(f"no segment plan for {self.spec.source} to assemble: it was never made, or a "
+                                "run of the prefix since then cleaned it up",
+                                hint="run the prefix again from its prepare task (clear it with downstream)")
+        return plan
+
+    def _clean_stale(self, keep: SegmentPlan | None = None) -> None:
+        """Step 4: abort the uploads and delete the segment temporaries of runs that are gone
+        (all but ``keep``'s, the plan this run assembles)."""
+        for key in (self.archive_key, self.layout.manifest_key):
+            self.result.stale_uploads_aborted += abort_stale_uploads(
+                self.control, self.layout.bucket, key, keep=keep.upload_id if keep else None)
+        delete_temporaries(self.control, self.layout, keep=keep)
+
     def delete_sources_only(self) -> ArchiveResult:
         """Finish (or repeat) the deletion of a committed prefix's sources, nothing else."""
         with self._lease():
@@ -179,14 +228,14 @@ class CommitProtocol:
         free (no run is alive on this prefix), abort them so nothing is left to bill."""
         keys = (self.archive_key, self.layout.manifest_key)
         try:
-            if not any(open_uploads(self.control, self.layout.bucket, key) for key in keys):
+            if not any(open_uploads(self.control, self.layout.bucket, key) for key in keys) \
+                    and read_plan(self.control, self.layout) is None:
                 return
         except AccessDenied:
             return  # a read-only caller may still be told the prefix is done
         try:
             with self._lease():
-                for key in keys:
-                    self.result.stale_uploads_aborted += abort_stale_uploads(self.control, self.layout.bucket, key)
+                self._clean_stale()
         except ConcurrentRun:
             pass  # a live run owns them
 

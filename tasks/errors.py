@@ -29,6 +29,10 @@ class BadArgument(ArchiverError):
     """A parameter is malformed or inconsistent."""
 
 
+class SegmentMissing(ArchiverError):
+    """An assembly found a segment of its plan not produced (its task failed or never ran)."""
+
+
 class BucketMissing(ArchiverError):
     """The named bucket does not exist (or is in another account)."""
 

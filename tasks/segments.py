@@ -40,7 +40,7 @@ from isal import isal_zlib
 from .compression import codec_for
 from .config import ArchiveSpec
 from . import errors
-from .errors import ArchiverError, EmptyPrefix, IntegrityError, status_of, translate
+from .errors import ArchiverError, EmptyPrefix, IntegrityError, SegmentMissing, status_of, translate
 from .listing import ListedObject, iter_pages
 from .manifest import MANIFEST_SUFFIX, ArchiveLayout, iter_manifest
 from .pipeline import StreamedArchive, open_manifest, stream_archive
@@ -85,6 +85,7 @@ class SegmentPlan:
     tar_size: int  # the whole tar stream, end of archive included
     short_of_min_billable: int
     ranges: tuple[SegmentRange, ...]
+    planned_in_s: float = 0.0
 
     @property
     def count(self) -> int:
@@ -120,6 +121,7 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int) -> S
     the pages a cut falls in are listed again to find the exact key."""
     from .cost import short_of_minimum
 
+    started = time.monotonic()
     pages: list[_Page] = []
     short = 0
     after = None
@@ -158,7 +160,8 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int) -> S
         before = end
     return SegmentPlan(run=secrets.token_hex(8), upload_id="",
                        archive_key=archive_key, objects=objects, bytes=ends[-1][2],
-                       tar_size=ends[-1][3] + END_OF_ARCHIVE, short_of_min_billable=short, ranges=tuple(ranges))
+                       tar_size=ends[-1][3] + END_OF_ARCHIVE, short_of_min_billable=short, ranges=tuple(ranges),
+                       planned_in_s=time.monotonic() - started)
 
 
 def _page_objects(control, spec: ArchiveSpec, page: _Page) -> Iterator[ListedObject]:
@@ -266,6 +269,7 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
     """Produce segment ``k``: its parts uploaded, its kept-back bytes, records and result in
     temporaries. Idempotent: a re-run overwrites the segment's parts and temporaries."""
     job = SegmentJob(spec, layout, plan, k)
+    started = time.monotonic()
     streamed = stream_archive(spec, clients, layout, plan.archive_key, progress, abort, segment=job)
     uploader: SegmentUploader = streamed.uploader
     parts = uploader.finish_parts()
@@ -275,11 +279,17 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
         "first_block": job.tar_start // spec.block_size, "last_block": streamed.last_block,
         "last_block_start": streamed.last_block_start, "head": len(uploader.head), "tail": len(uploader.tail),
         "parts": [[p.number, p.etag, p.crc32c, p.size] for p in parts], "gets": streamed.gets,
-        "peak_buffered": streamed.peak_buffered,
+        "peak_buffered": streamed.peak_buffered, "seconds": round(time.monotonic() - started, 3),
     }
     put = _putter(clients.control, layout.bucket, spec)
-    put(plan.temp_key(layout, k, ".held"), bytes(uploader.head) + uploader.tail)
-    streamed.manifest.close(result)
+    try:
+        put(plan.temp_key(layout, k, ".held"), bytes(uploader.head) + uploader.tail)
+        streamed.manifest.close(result)
+    except BaseException as exc:
+        problem = streamed.manifest.abort()  # the records' upload; the archive's stays open
+        if problem is not None:
+            exc.add_note(f"cleanup also failed: {problem}")
+        raise
     # Written last: a segment is done exactly when its result exists.
     put(plan.temp_key(layout, k, ".json"), json.dumps(result).encode())
     return result
@@ -308,10 +318,13 @@ def segment_done(control, layout: ArchiveLayout, plan: SegmentPlan, k: int) -> d
 class AssembledUpload:
     """The archive's upload once assembled: every part known, completed by the commit protocol."""
 
-    def __init__(self, control, bucket: str, key: str, upload_id: str, parts: list[UploadedPart], extra_args: dict):
+    def __init__(self, control, bucket: str, key: str, upload_id: str, parts: list[UploadedPart], extra_args: dict,
+                 keep_open: bool = False):
+        """``keep_open``: a failed commit leaves the upload (every segment's work) for a retry of
+        the assembly; the next run of the prefix aborts it if no retry comes."""
         self.control, self.bucket, self.key, self.upload_id = control, bucket, key, upload_id
         self.parts, self.extra_args = parts, extra_args
-        self._done = False
+        self._done = keep_open
 
     def complete(self, *, if_none_match: bool = False, if_match: str | None = None):
         result = complete_upload(self.control, self.bucket, self.key, self.upload_id, self.parts,
@@ -331,7 +344,7 @@ class AssembledUpload:
 
 
 def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
-             abort: threading.Event | None = None) -> StreamedArchive:
+             abort: threading.Event | None = None, keep_open: bool = False) -> StreamedArchive:
     """Join the produced segments into the archive's upload and stream the final manifest.
     Both uploads stay open; the commit protocol completes them. O(segments) requests plus
     the records; the archive's bytes are never read back."""
@@ -342,8 +355,9 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
     for k in range(plan.count):
         result = segment_done(control, layout, plan, k)
         if result is None:
-            raise IntegrityError(f"segment {k + 1}/{plan.count} of {spec.source} was not produced",
-                                 hint="run that segment (again) before assembling")
+            raise SegmentMissing(f"segment {k + 1}/{plan.count} of {spec.source} was not produced",
+                                 hint=f"run it again (in Airflow: clear the task '{spec.source.key} [{k + 1}/{plan.count}]' "
+                                      "with downstream), then assemble")
         results.append(result)
     codec = codec_for(spec.codec, spec.effective_level)
     header = codec.header()
@@ -356,7 +370,8 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
         raise IntegrityError(f"segments hold {tar_total} tar bytes, the plan {plan.tar_size}")
     trailer = codec.trailer(trailer_crc, tar_total)
 
-    uploader = AssembledUpload(control, layout.bucket, plan.archive_key, plan.upload_id, [], spec.encryption_args)
+    uploader = AssembledUpload(control, layout.bucket, plan.archive_key, plan.upload_id, [], spec.encryption_args,
+                               keep_open=keep_open)
     part_upload = PartUploader(control, layout.bucket, plan.archive_key, extra_args=spec.encryption_args,
                                upload_id=plan.upload_id, abort_event=abort)
     parts: list[UploadedPart] = []
@@ -411,6 +426,8 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
                            peak_buffered=max(r["peak_buffered"] for r in results),
                            short_of_min_billable=plan.short_of_min_billable, raw_crc32=trailer_crc,
                            segments=plan.count, timings={
+                               "plan_s": plan.planned_in_s,
+                               "slowest_segment_s": max(r.get("seconds", 0.0) for r in results),
                                "assemble_archive_s": parts_done - started,  # O(segments)
                                "assemble_manifest_s": time.monotonic() - parts_done})  # O(objects)
 
@@ -422,15 +439,18 @@ def _get(control, bucket: str, key: str) -> bytes:
         raise translate(exc, f"read segment temporary s3://{bucket}/{key}") from exc
 
 
-def delete_temporaries(control, layout: ArchiveLayout) -> int:
-    """Delete every run's segment temporaries of this prefix; how many objects went."""
+def delete_temporaries(control, layout: ArchiveLayout, keep: SegmentPlan | None = None) -> int:
+    """Delete the segment temporaries (and plan) of every run of this prefix but ``keep``'s;
+    how many objects went."""
     prefix = segments_prefix(layout)
+    kept = (f"{prefix}{keep.run}/", plan_key(layout)) if keep else ()
     deleted = 0
     try:
         for page in iter_pages(control, layout.bucket, prefix):
-            control.delete_objects(Bucket=layout.bucket, Delete={
-                "Objects": [{"Key": o.key} for o in page], "Quiet": True})
-            deleted += len(page)
+            doomed = [{"Key": o.key} for o in page if not (kept and o.key.startswith(kept))]
+            if doomed:
+                control.delete_objects(Bucket=layout.bucket, Delete={"Objects": doomed, "Quiet": True})
+            deleted += len(doomed)
     except ArchiverError:
         raise
     except Exception as exc:  # noqa: BLE001
@@ -449,9 +469,7 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
     processes = min(spec.processes, processes_within(spec.memory_budget))
     if processes < 2 and not spec.segments:
         return None
-    started = time.monotonic()
     plan = plan_segments(spec, control, archive_key, spec.segments or processes)
-    timings = {"plan_s": time.monotonic() - started}
     if plan.objects < spec.segment_min_objects and plan.bytes < spec.segment_min_bytes:
         return None
     notes = []
@@ -461,19 +479,11 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
                      f"{_MIN_SHARE >> 20} MiB besides the assembler's")
     processes = min(processes, plan.count)
     worker_spec = _worker_spec(spec, processes)
-    try:
-        upload = control.create_multipart_upload(Bucket=layout.bucket, Key=archive_key,
-                                                 StorageClass=spec.storage_class, ChecksumAlgorithm="CRC32C",
-                                                 **spec.encryption_args)
-    except Exception as exc:  # noqa: BLE001
-        raise translate(exc, f"start upload to s3://{layout.bucket}/{archive_key}", "upload") from exc
-    plan = replace(plan, upload_id=upload["UploadId"])
+    plan = open_upload(spec, control, layout, plan)
     try:
         durations = _run_workers(worker_spec, clients, layout, plan, processes, abort)
-        timings["slowest_segment_s"] = max(durations.values())
-        timings["segments_s"] = sum(durations.values())
         streamed = assemble(spec, clients, layout, plan, abort)
-        streamed.timings = {**timings, **streamed.timings}
+        streamed.timings["segments_s"] = sum(durations.values())  # with process start-up
         streamed.notes = notes
     except BaseException as exc:
         problem = AssembledUpload(control, layout.bucket, archive_key, plan.upload_id, [], {}).abort()
@@ -491,6 +501,55 @@ _MIN_SHARE = 48 << 20  # the smallest memory a pipeline holds (ArchiveSpec's flo
 def processes_within(budget: int) -> int:
     """Worker processes a budget holds: a share each, and one for the assembler."""
     return max(1, budget // _MIN_SHARE - 1)
+
+
+def open_upload(spec: ArchiveSpec, control, layout: ArchiveLayout, plan: SegmentPlan) -> SegmentPlan:
+    """Create the archive's multipart upload the segments write into; the plan with its id."""
+    try:
+        upload = control.create_multipart_upload(Bucket=layout.bucket, Key=plan.archive_key,
+                                                 StorageClass=spec.storage_class, ChecksumAlgorithm="CRC32C",
+                                                 **spec.encryption_args)
+    except Exception as exc:  # noqa: BLE001
+        raise translate(exc, f"start upload to s3://{layout.bucket}/{plan.archive_key}", "upload") from exc
+    return replace(plan, upload_id=upload["UploadId"])
+
+
+def plan_key(layout: ArchiveLayout) -> str:
+    """The plan of the segmented run in progress, for segment and assemble tasks elsewhere."""
+    return segments_prefix(layout) + "plan.json"
+
+
+def write_plan(spec: ArchiveSpec, control, layout: ArchiveLayout, plan: SegmentPlan) -> None:
+    _putter(control, layout.bucket, spec)(plan_key(layout), json.dumps(plan.to_dict()).encode())
+
+
+def read_plan(control, layout: ArchiveLayout) -> SegmentPlan | None:
+    try:
+        body = control.get_object(Bucket=layout.bucket, Key=plan_key(layout))["Body"].read()
+    except Exception as exc:  # noqa: BLE001
+        if status_of(exc) == 404:
+            return None
+        raise translate(exc, f"read the segment plan s3://{layout.bucket}/{plan_key(layout)}") from exc
+    return SegmentPlan.from_dict(json.loads(body))
+
+
+def produce_planned_segment(spec: ArchiveSpec, clients: S3Clients, k: int, progress: Progress | None = None,
+                            abort: threading.Event | None = None) -> dict:
+    """Segment ``k`` of the plan in progress for ``spec``'s prefix (an Airflow segment task):
+    nothing to do if it was produced already or the plan has fewer segments."""
+    from .manifest import layout_for
+
+    layout = layout_for(spec.source, spec.destination)
+    plan = read_plan(clients.control, layout)
+    if plan is None:
+        raise errors.ObjectMissing(
+            f"no segmented run of {spec.source} is waiting for segments (s3://{layout.bucket}/{plan_key(layout)} "
+            "is missing): it was committed, or abandoned and cleaned up",
+            hint="clear this prefix's prepare task (it plans again) with downstream, or run the prefix again")
+    if k >= plan.count:
+        return {"segment": k, "objects": 0, "note": f"the plan has {plan.count} segment(s); nothing to do"}
+    return segment_done(clients.control, layout, plan, k) or produce_segment(spec, clients, layout, plan, k,
+                                                                             progress, abort)
 
 
 def _worker_spec(spec: ArchiveSpec, processes: int) -> ArchiveSpec:

@@ -370,10 +370,11 @@ def open_uploads(control, bucket: str, key: str) -> list[str]:
     return ids
 
 
-def abort_stale_uploads(control, bucket: str, key: str) -> int:
-    """Abort multipart uploads an earlier run left for exactly this key. Only called under
-    the prefix's lease, so every such upload belongs to a run that is provably gone."""
-    ids = open_uploads(control, bucket, key)
+def abort_stale_uploads(control, bucket: str, key: str, keep: str | None = None) -> int:
+    """Abort multipart uploads an earlier run left for exactly this key (but ``keep``, the
+    upload of the segmented run being assembled). Only called under the prefix's lease, so
+    every such upload belongs to a run that is provably gone."""
+    ids = [i for i in open_uploads(control, bucket, key) if i != keep]
     for upload_id in ids:
         try:
             abort_upload(control, bucket, key, upload_id)

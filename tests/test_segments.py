@@ -213,3 +213,44 @@ def test_plan_balances_segments_by_bytes_and_objects_and_covers_every_key(minio,
     # The huge object weighs like ~56 small ones: the segment holding it has fewer objects.
     weights = [r.bytes + 150_000 * r.objects for r in plan.ranges]
     assert max(weights) < 1.6 * min(weights)
+
+
+def test_segments_as_separate_tasks_plan_produce_in_any_order_retry_one_and_assemble(minio, s3, buckets, clients):
+    """The Airflow shape without Airflow: a prepare step, segment steps that could run on any
+    worker (here out of order, one failing once and retried alone), an assemble step."""
+    from tasks.archive import archive_segment, assemble_segments, prepare_segments
+    from tasks.config import ArchiveSpec, S3Url
+    from tasks.errors import SegmentMissing
+
+    src, dst = buckets
+    objects = segmented_prefix()
+    seed(s3, src, objects)
+    spec = ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, "v/"), storage_class="STANDARD", processes=1)
+    planned = prepare_segments(spec, 3, clients)
+    assert planned.status == "planned" and planned.segments == 3
+    archive_segment(spec, 2, clients)
+    with pytest.raises(SegmentMissing, match=r"segment 1/3 .* was not produced.*\[1/3\]"):
+        assemble_segments(spec, clients)  # nothing committed, the upload and segment 3 kept
+    assert len(open_uploads(s3, dst)) == 1
+    proxy = FaultProxy(minio.endpoint_url)
+    try:
+        from helpers import engine_clients
+
+        failing = proxy.add(Fault("status", status=403, code="AccessDenied",
+                                    match=lambda r: r.method == "PUT" and "partNumber" in r.query))
+        with pytest.raises(Exception):
+            archive_segment(spec, 0, engine_clients(minio, proxy.endpoint_url))
+        assert failing.injected
+    finally:
+        proxy.stop()
+    archive_segment(spec, 0, clients)  # the retry, alone
+    archive_segment(spec, 1, clients)
+    assert archive_segment(spec, 5, clients)["objects"] == 0  # a segment task beyond the plan: nothing
+    result = assemble_segments(spec, clients)
+    assert result.status == "archived" and result.segments == 3 and result.objects == len(objects)
+    assert set(result.timings) >= {"plan_s", "slowest_segment_s", "assemble_archive_s", "assemble_manifest_s"}
+    files = {k: v for k, v in objects.items() if not k.endswith("/")}
+    assert read_archive(s3, dst, f"v/{src}/{PREFIX.rstrip('/')}.tar.gz") == files
+    assert [u["Key"] for u in open_uploads(s3, dst)] == [] and [k for k in keys_in(s3, dst) if ".segments/" in k] == []
+    assert assemble_segments(spec, clients).status == "skipped"  # a retry after the commit
+    assert prepare_segments(spec, 3, clients).status == "skipped"
