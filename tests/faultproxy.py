@@ -120,6 +120,10 @@ class FaultProxy:
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
         class QuietServer(ThreadingHTTPServer):
+            # socketserver's default backlog of 5 drops the SYNs of a client that opens a
+            # hundred connections at once (the CRT client does), costing seconds of retransmits.
+            request_queue_size = 1024
+
             def handle_error(self, request, client_address):
                 pass  # clients that gave up on a stalled or broken response are expected here
 
