@@ -2,7 +2,9 @@
 
 Each run plans its prefixes (the logical date minus the job's age for scheduled runs and
 backfills; a date range or explicit prefixes from the trigger form), archives one mapped
-task per prefix, then reports. On-call re-runs one prefix by clearing its mapped task in the
+task per prefix, then reports. For a job with ``segments`` > 1, prefixes above its threshold
+are archived by a ``prepare`` task, ``segments`` mapped ``segment`` tasks named
+``<prefix> [k/N]`` that may run on any worker, and an ``assemble`` task. On-call re-runs one prefix by clearing its mapped task in the
 UI, or by triggering with ``{"prefixes": ["<prefix>"]}``; a prefix already archived is skipped
 unless ``overwrite`` is set.
 """
@@ -14,7 +16,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from airflow.sdk import DAG, AssetAlias, Param, TriggerRule, task
-from s3arch_airflow.operators import ROWS_XCOM_KEY, S3ArchivePrefixOperator
+from s3arch_airflow.operators import (ROWS_XCOM_KEY, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
+                                     S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
 from s3arch_airflow.report import job_task_args
 
 from tasks.jobs import ArchiveJob, load_jobs
@@ -74,8 +77,41 @@ def archive_dag(job: ArchiveJob) -> DAG:
 
         planned = plan_prefixes()
 
-        archived = S3ArchivePrefixOperator.partial(
-            task_id="archive",
+        @task(task_id="size", execution_timeout=timedelta(minutes=30))
+        def size_prefixes(planned: list[list[str]]) -> dict:
+            """Large prefixes go to segment tasks: each prefix is listed up to the job's
+            threshold (no listing at all for a job without segments)."""
+            from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+            from s3arch_airflow.operators import engine_clients
+
+            from tasks.jobs import split_by_size
+
+            control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id)).control if job.segments > 1 else None
+            split = split_by_size(job, planned, control)
+            for size in split["sizes"]:
+                print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} objects, "
+                      f"{size['bytes']:,} bytes ({size['requests']} LIST requests, {size['seconds']:.2f}s)")
+            if split["large"]:
+                print(f"{len(split['large'])} prefix(es) in {job.segments} segments each: {', '.join(split['large'])}")
+            return split
+
+        sized = size_prefixes(planned)
+
+        # Airflow maps only over a task's return value, so each list the split holds is one.
+        @task(task_id="small_prefixes")
+        def small_prefixes(split: dict) -> list[list[str]]:
+            return split["batches"]
+
+        @task(task_id="large_prefixes")
+        def large_prefixes(split: dict) -> list[str]:
+            return split["large"]
+
+        @task(task_id="segment_tasks")
+        def segment_tasks(split: dict) -> list[dict]:
+            return split["segments"]
+
+        small, large = small_prefixes(sized), large_prefixes(sized)
+        common = dict(
             source_bucket=job.source.bucket,
             destination=str(job.destination),
             storage_class=job.storage_class,
@@ -90,16 +126,28 @@ def archive_dag(job: ArchiveJob) -> DAG:
             allow_empty=job.allow_empty,
             execution_timeout=timedelta(minutes=job.execution_timeout_minutes),
             **job_task_args(job),
-            outlets=[AssetAlias(f"s3_archive__{job.name}")],  # one asset event per archive made
-        ).expand(prefix=planned)
+        )
+        outlets = [AssetAlias(f"s3_archive__{job.name}")]  # one asset event per archive made
+
+        archived = S3ArchivePrefixOperator.partial(task_id="archive", outlets=outlets, **common).expand(
+            prefix=small)
+        prepared = S3PrepareSegmentsOperator.partial(task_id="prepare", segments=job.segments, **common).expand(
+            prefix=large)
+        segmented = S3ArchiveSegmentOperator.partial(task_id="segment", **common).expand_kwargs(segment_tasks(sized))
+        # all_done: each assembly checks its own segments, so one prefix's failed segment
+        # does not hold back the others' assemblies.
+        assembled = S3AssembleSegmentsOperator.partial(
+            task_id="assemble", outlets=outlets, trigger_rule=TriggerRule.ALL_DONE, **common).expand(
+            prefix=large)
+        prepared >> segmented >> assembled
 
         @task(task_id="report", trigger_rule=TriggerRule.ALL_DONE, execution_timeout=timedelta(minutes=10))
         def report(ti=None) -> list[dict]:
             from s3arch_airflow.report import report_run
 
-            return report_run(ti, task_id="archive", rows_key=ROWS_XCOM_KEY)
+            return report_run(ti, task_id="archive", rows_key=ROWS_XCOM_KEY, segmented_task_id="assemble")
 
-        archived >> report()
+        [archived, assembled] >> report()
     return dag
 
 

@@ -43,6 +43,12 @@ class ArchiveJob:
     restore_poll_seconds: float | None = None  # restore DAG: seconds between HEADs (default by tier)
     prices: dict | None = None  # overrides of the cost table (docs/COST.md)
     allow_empty: bool = False
+    # Fan-out (docs/JOBS.md, "Large prefixes"): a prefix with at least segment_min_objects
+    # objects or segment_min_bytes bytes is archived as this many segment tasks plus an
+    # assemble task; 1 keeps every prefix one task.
+    segments: int = 1
+    segment_min_objects: int = 50_000
+    segment_min_bytes: int = parse_size("4GiB")
     description: str = ""
 
     def prefix_for(self, day: date) -> str:
@@ -132,8 +138,9 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
     values = dict(body)
     values["source"] = S3Url.parse(values["source"])
     values["destination"] = S3Url.parse(values["destination"])
-    if "memory_budget" in values:
-        values["memory_budget"] = parse_size(values["memory_budget"])
+    for size in ("memory_budget", "segment_min_bytes"):
+        if size in values:
+            values[size] = parse_size(values[size])
     if isinstance(values.get("start_date"), str):
         values["start_date"] = parse_date(values["start_date"], f"job {name!r}: start_date")
     if values.get("storage_class", "GLACIER") not in STORAGE_CLASSES:
@@ -141,7 +148,11 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
                           f"{', '.join(STORAGE_CLASSES)}")
     if values.get("codec", "gzip") not in CODECS:
         raise BadArgument(f"job {name!r}: codec {values['codec']!r} is not gzip or zstd")
-    for number in ("min_age_days", "execution_timeout_minutes", "retries", "retry_delay_seconds"):
+    if "segments" in values and (not isinstance(values["segments"], int) or not 1 <= values["segments"] <= 1000):
+        raise BadArgument(f"job {name!r}: segments must be a whole number from 1 to 1000",
+                          hint="1 archives every prefix in one task")
+    for number in ("min_age_days", "execution_timeout_minutes", "retries", "retry_delay_seconds",
+                   "segment_min_objects"):
         if number in values and (not isinstance(values[number], int) or values[number] < 0):
             raise BadArgument(f"job {name!r}: {number} must be a whole number >= 0")
     _check_template(name, values["prefix_template"])
@@ -209,3 +220,23 @@ def batches(prefixes: list[str], max_tasks: int) -> list[list[str]]:
         raise BadArgument("max_tasks must be at least 1")
     per_task = -(-len(prefixes) // max_tasks) if prefixes else 1
     return [prefixes[i:i + per_task] for i in range(0, len(prefixes), per_task)]
+
+
+def split_by_size(job: ArchiveJob, planned: list[list[str]], control) -> dict:
+    """The archive DAG's fan-out: with ``job.segments`` > 1, each planned prefix is sized (a
+    listing up to the job's threshold); large ones become ``job.segments`` segment tasks and
+    an assemble task, the rest stay in their batches. Returns the batches, the large prefixes,
+    one kwargs dict per segment task, and what sizing found and cost."""
+    if job.segments <= 1:
+        return {"batches": planned, "large": [], "segments": [], "sizes": []}
+    from .segments import size_prefix
+
+    sizes = [size_prefix(control, job.source.bucket, prefix, job.segment_min_objects, job.segment_min_bytes)
+             for batch in planned for prefix in batch]
+    large = [s.prefix for s in sizes if s.large(job.segment_min_objects, job.segment_min_bytes)]
+    batches = [kept for batch in planned if (kept := [p for p in batch if p not in large])]
+    return {"batches": batches, "large": large,
+            "segments": [{"prefix": p, "segment": k, "segments": job.segments} for p in large
+                         for k in range(job.segments)],
+            "sizes": [{"prefix": s.prefix, "objects": s.objects, "bytes": s.bytes, "complete": s.complete,
+                       "seconds": round(s.seconds, 3), "requests": s.requests} for s in sizes]}

@@ -106,6 +106,35 @@ class SegmentPlan:
         return cls(**{**d, "ranges": tuple(SegmentRange(**r) for r in d["ranges"])})
 
 
+@dataclass(frozen=True)
+class PrefixSize:
+    """What listing a prefix up to a threshold showed: enough to decide one task or segments."""
+
+    prefix: str
+    objects: int
+    bytes: int
+    complete: bool  # the listing ended (else it stopped at the threshold: at least this much)
+    seconds: float
+    requests: int
+
+    def large(self, min_objects: int, min_bytes: int) -> bool:
+        return self.objects >= min_objects or self.bytes >= min_bytes
+
+
+def size_prefix(control, bucket: str, prefix: str, min_objects: int, min_bytes: int) -> PrefixSize:
+    """List ``prefix`` until it proves large or ends: at most ``min_objects / 1,000`` LISTs,
+    so sizing a small prefix costs what listing it costs, and a large one no more."""
+    started = time.monotonic()
+    objects = size = requests = 0
+    for page in iter_pages(control, bucket, prefix):
+        requests += 1
+        objects += len(page)
+        size += sum(o.size for o in page)
+        if objects >= min_objects or size >= min_bytes:
+            return PrefixSize(prefix, objects, size, False, time.monotonic() - started, requests)
+    return PrefixSize(prefix, objects, size, True, time.monotonic() - started, max(1, requests))
+
+
 @dataclass
 class _Page:
     after: str | None  # the key before the page

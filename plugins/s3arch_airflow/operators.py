@@ -92,6 +92,8 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
             return prefixes[0]
         return f"{prefixes[0]} .. {prefixes[-1]} ({len(prefixes)} prefixes)"
 
+    action = "archiving"
+
     def _clients(self):
         return engine_clients(self.hook)
 
@@ -164,39 +166,48 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
         Stats.incr("s3arch.bytes_out", row["bytes_out"], tags=tags)
         Stats.timing("s3arch.seconds", row["seconds"] * 1000.0, tags=tags)
 
-    def _archive_one(self, clients, prefix: str, context: Context) -> dict:
-        from tasks.archive import archive_prefix
+    def _spec(self, prefix: str):
         from tasks.config import ArchiveSpec, S3Url, parse_size
-        from tasks.errors import EmptyPrefix
-        from tasks.progress import Progress
 
-        spec = ArchiveSpec(source=S3Url(self.source_bucket, prefix),
-                           destination=S3Url.parse(self.destination),
+        return ArchiveSpec(source=S3Url(self.source_bucket, prefix), destination=S3Url.parse(self.destination),
                            storage_class=self.storage_class, codec=self.codec, level=self.level,
                            memory_budget=parse_size(self.memory_budget),
                            overwrite=as_bool(self.overwrite), dry_run=as_bool(self.dry_run),
                            delete_source=self.delete_source and not as_bool(self.dry_run),
                            delete_versions=self.delete_versions and self.delete_source, prices=self.prices)
-        self.log.info("archiving %s -> %s (%s, %s)", spec.source, spec.destination,
+
+    def _run(self, spec, clients, progress):
+        """The engine call this operator makes for one prefix; an ArchiveResult."""
+        from tasks.archive import archive_prefix
+
+        return archive_prefix(spec, clients, progress, cancel=self._cancel)
+
+    def _archive_one(self, clients, prefix: str, context: Context) -> dict:
+        from tasks.errors import EmptyPrefix
+        from tasks.progress import Progress
+
+        spec = self._spec(prefix)
+        self.log.info("%s %s -> %s (%s, %s)", self.action, spec.source, spec.destination,
                       spec.storage_class, spec.codec)
-        progress = Progress(lambda snap: self.log.info("%s: %s", prefix, snap.line()),
+        progress = Progress(lambda snap: self.log.info("%s: %s", self.label, snap.line()),
                             interval=self.progress_interval)
         try:
-            result = archive_prefix(spec, clients, progress, cancel=self._cancel)
+            result = self._run(spec, clients, progress)
         except EmptyPrefix as exc:
             if not self.allow_empty:
                 raise
             self.log.warning("%s", exc)
             return result_row(prefix, "empty")
-        self.log.info("%s: %s, %d objects, %d -> %d bytes in %.1fs: %s", prefix, result.status,
+        self.log.info("%s: %s, %d objects, %d -> %d bytes in %.1fs: %s", self.label, result.status,
                       result.objects, result.bytes_in, result.bytes_out, result.seconds, result.archive)
         for note in result.notes:
             self.log.warning("%s: %s", prefix, note)
         row = result_row(prefix, result.status, objects=result.objects, bytes_in=result.bytes_in,
-                   bytes_out=result.bytes_out or result.estimated_bytes_out or 0,
-                   seconds=round(result.seconds, 2), archive=result.archive,
-                   manifest=result.manifest, deleted=result.deleted,
-                   deletion="finished" if result.deletion else None, cost=result.cost)
+                         bytes_out=result.bytes_out or result.estimated_bytes_out or 0,
+                         seconds=round(result.seconds, 2), archive=result.archive,
+                         manifest=result.manifest, deleted=result.deleted,
+                         deletion="finished" if result.deletion else None, cost=result.cost,
+                         segments=result.segments, timings=result.timings or None)
         row["ratio"] = round(row["bytes_in"] / row["bytes_out"], 2) if row["bytes_out"] else 0.0
         if result.status == "archived":
             self._emit_asset_event(context, row)
@@ -239,6 +250,64 @@ def result_row(prefix: str, status: str, **values) -> dict:
     """One prefix's line in the task result and the report."""
     row = {"prefix": prefix, "status": status, "objects": 0, "bytes_in": 0, "bytes_out": 0,
            "ratio": 0.0, "seconds": 0.0, "archive": None, "manifest": None, "deleted": 0,
-           "deletion": None, "cost": None, "error": None, "retryable": None}
+           "deletion": None, "cost": None, "error": None, "retryable": None, "segments": 1, "timings": None}
     row.update(values)
     return row
+
+
+class S3PrepareSegmentsOperator(S3ArchivePrefixOperator):
+    """A large prefix's first step (the archive DAG's ``prepare`` task): under the prefix's
+    lease, plan ``segments`` segments, open the archive's upload and record the plan in S3.
+    A committed prefix is skipped. Its row's status is ``planned``."""
+
+    action = "planning segments of"
+
+    def __init__(self, *, segments: int, **kwargs):
+        super().__init__(**kwargs)
+        self.segments = segments
+
+    def _run(self, spec, clients, progress):
+        from tasks.archive import prepare_segments
+
+        return prepare_segments(spec, self.segments, clients)
+
+
+class S3ArchiveSegmentOperator(S3ArchivePrefixOperator):
+    """Segment ``segment`` (0-based) of ``segments`` of a prepared prefix, on any worker: its
+    parts go into the archive's upload, what the assembler needs into S3 temporaries. A
+    segment already produced is not produced again; a failed one retries alone. Named
+    ``<prefix> [k/N]`` in the UI."""
+
+    template_fields: Sequence[str] = (*S3ArchivePrefixOperator.template_fields, "segment", "segments")
+    action = "producing a segment of"
+
+    def __init__(self, *, segment: int, segments: int, **kwargs):
+        super().__init__(**kwargs)
+        self.segment = segment
+        self.segments = segments
+
+    @property
+    def label(self) -> str:
+        return f"{self.prefix} [{int(self.segment) + 1}/{self.segments}]"
+
+    def _run(self, spec, clients, progress):
+        from tasks.archive import archive_segment
+        from tasks.commit import ArchiveResult
+
+        produced = archive_segment(spec, int(self.segment), clients, progress, self._cancel)
+        return ArchiveResult("segment", str(spec.source), None, None, objects=produced["objects"],
+                             bytes_in=produced.get("bytes_in", 0), bytes_out=produced.get("size", 0),
+                             seconds=produced.get("seconds", 0.0), notes=[produced["note"]] if "note" in produced else [])
+
+
+class S3AssembleSegmentsOperator(S3ArchivePrefixOperator):
+    """A large prefix's last step: assemble its produced segments into the archive and commit
+    (skip, lease, conditional completion, manifest last, source deletion as configured). A
+    missing segment fails it with the name of the segment task to clear."""
+
+    action = "assembling the segments of"
+
+    def _run(self, spec, clients, progress):
+        from tasks.archive import assemble_segments
+
+        return assemble_segments(spec, clients, progress, cancel=self._cancel)

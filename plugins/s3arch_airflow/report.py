@@ -8,6 +8,8 @@ from tasks.progress import human_bytes
 
 COLUMNS = ("prefix", "status", "objects", "bytes_in", "bytes_out", "ratio", "seconds", "$/month archive",
            "$/month separate", "archive")
+# Shown when a prefix was archived as segments: how many, and where its time went.
+SEGMENT_COLUMNS = ("segments", "plan s", "slowest segment s", "assembly s")
 RESTORE_COLUMNS = ("prefix", "status", "objects", "bytes_in", "skipped", "seconds", "target")
 
 
@@ -38,6 +40,12 @@ def format_table(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> str:
             return usd(cost[column.split()[-1] + "_monthly"]) if cost else ""
         if column in ("archive", "target") and row.get("status") == "failed":
             return row.get("error") or ""
+        if column in SEGMENT_COLUMNS[1:]:
+            timings = row.get("timings") or {}
+            seconds = {"plan s": timings.get("plan_s"), "slowest segment s": timings.get("slowest_segment_s"),
+                       "assembly s": (timings.get("assemble_archive_s") or 0) + (timings.get("assemble_manifest_s") or 0)
+                       if timings else None}[column]
+            return "" if seconds is None else f"{seconds:.1f}"
         return "" if value is None else str(value)
 
     table = [columns] + [tuple(cell(row, c) for c in columns) for row in rows]
@@ -54,18 +62,29 @@ def format_table(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> str:
     return "\n".join(lines)
 
 
-def report_run(ti, *, task_id: str, rows_key: str, columns: tuple[str, ...] = COLUMNS) -> list[dict]:
+def report_run(ti, *, task_id: str, rows_key: str, columns: tuple[str, ...] = COLUMNS,
+               segmented_task_id: str | None = None) -> list[dict]:
     """The report task of both DAGs: a table of every planned prefix, failing the run if any
-    prefix failed. The plan task returned batches of prefixes (archive) or prefixes (restore)."""
+    prefix failed. The plan task returned batches of prefixes (archive) or prefixes (restore);
+    with ``segmented_task_id``, the size task's split says which prefixes went to ``task_id``
+    in batches and which to segment tasks ending in ``segmented_task_id``."""
     from airflow.sdk.exceptions import AirflowFailException
 
     planned = ti.xcom_pull(task_ids="plan")
     if not planned:
         raise AirflowFailException("the plan task produced nothing (bad parameters?); see its log")
     batches = [p if isinstance(p, list) else [p] for p in planned]
-    pushed = ti.xcom_pull(task_ids=task_id, key=rows_key, map_indexes=list(range(len(batches))))
-    rows = collect_rows(batches, [p for p in pushed or [] if p], task=task_id)
-    print(format_table(rows, columns))
+    mapped = {task_id: len(batches)}
+    if segmented_task_id:
+        split = ti.xcom_pull(task_ids="size") or {}
+        mapped = {task_id: len(split.get("batches") or []), segmented_task_id: len(split.get("large") or [])}
+    pushed = []
+    for task, count in mapped.items():
+        if count:
+            pushed += ti.xcom_pull(task_ids=task, key=rows_key, map_indexes=list(range(count))) or []
+    rows = collect_rows(batches, [p for p in pushed if p], task=" or ".join(mapped))
+    segmented = [row for row in rows if (row.get("segments") or 1) > 1]
+    print(format_table(rows, columns + (SEGMENT_COLUMNS if segmented else ())))
     failed = [row["prefix"] for row in rows if row["status"] == "failed"]
     if failed:
         raise AirflowFailException(f"{len(failed)} of {len(rows)} prefix(es) failed: {', '.join(failed)}")

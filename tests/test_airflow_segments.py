@@ -1,0 +1,88 @@
+"""A job with segments, run with dag.test() against MinIO: a large day fans out into a
+prepare task, segment tasks named `<prefix> [k/N]` and an assemble task; a small day stays one
+archive task; one segment fails once and is retried alone; the report shows it all."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+
+import pytest
+
+from devtools.sample_data import seed_day
+from helpers import LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job, keys_in, open_uploads, read_archive
+
+DAG_ID = "s3_archive__seg"
+LARGE, SMALL = date(2026, 8, 1), date(2026, 8, 2)
+
+
+@pytest.fixture(scope="module")
+def af(minio, tmp_path_factory):
+    airflow, s3, src, dst = airflow_with_log_job(minio, tmp_path_factory.mktemp("airflow-seg"), "seg",
+                                                 segments=3, segment_min_objects=30, memory_budget="256MiB")
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in airflow.env.items():
+            mp.setenv(name, value)
+        airflow.s3, airflow.src, airflow.dst = s3, src, dst
+        yield airflow
+
+
+def run_dag(conf: dict):
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models import TaskInstance
+    from airflow.utils.session import create_session
+
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    run = bag.dags[DAG_ID].test(logical_date=datetime(2026, 10, 1, tzinfo=timezone.utc), run_conf=conf)
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run.run_id).all()
+        session.expunge_all()
+    return run, {(ti.task_id if ti.map_index < 0 else (ti.task_id, ti.map_index)): ti for ti in tis}
+
+
+def test_large_day_fans_out_into_segment_tasks_one_fails_once_and_retries_alone(af, monkeypatch):
+    import tasks.segments
+
+    large = seed_day(af.s3, af.src, TEMPLATE, LARGE, files_per_hour=2, lines_per_file=20)  # 48 objects
+    small = seed_day(af.s3, af.src, TEMPLATE, SMALL, files_per_hour=1, lines_per_file=20)  # 24 objects
+    produce, failed = tasks.segments.produce_segment, []
+
+    def fail_segment_2_once(spec, clients, layout, plan, k, *args, **kwargs):
+        if k == 1 and not failed:
+            failed.append(k)
+            raise tasks.segments.errors.TransientError("injected: segment 2's worker lost its network")
+        return produce(spec, clients, layout, plan, k, *args, **kwargs)
+
+    monkeypatch.setattr(tasks.segments, "produce_segment", fail_segment_2_once)
+    run, tis = run_dag({"date_from": str(LARGE), "date_to": str(SMALL)})
+    assert run.state == "success"
+    assert failed == [1]
+    day = f"{LARGE:logs/%Y/%m/%d}/"
+    assert {tis[("segment", k)].rendered_map_index for k in range(3)} == {f"{day} [{k}/3]" for k in (1, 2, 3)}
+    assert [tis[("segment", k)].try_number for k in range(3)] == [1, 2, 1]  # only the failed one again
+    assert tis[("prepare", 0)].rendered_map_index == day and tis[("assemble", 0)].rendered_map_index == day
+    assert tis[("archive", 0)].rendered_map_index == f"{SMALL:logs/%Y/%m/%d}/"
+    assert ("archive", 1) not in tis
+
+    for when, seeded in ((LARGE, large), (SMALL, small)):
+        assert read_archive(af.s3, af.dst, f"archive/{af.src}/{when:logs/%Y/%m/%d}.tar.gz") == seeded
+    assert open_uploads(af.s3, af.dst) == []
+    assert [k for k in keys_in(af.s3, af.dst) if ".segments/" in k or k.endswith(".lease.json")] == []
+
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(XComModel.value).filter_by(dag_id=DAG_ID, run_id=run.run_id, task_id="report",
+                                                        key="return_value").scalar()
+    rows = __import__("json").loads(rows) if isinstance(rows, str) else rows
+    by_prefix = {row["prefix"]: row for row in rows}
+    assert by_prefix[day]["status"] == "archived" and by_prefix[day]["segments"] == 3
+    assert by_prefix[day]["objects"] == len(large)
+    assert {"plan_s", "slowest_segment_s", "assemble_archive_s"} <= set(by_prefix[day]["timings"])
+    assert by_prefix[f"{SMALL:logs/%Y/%m/%d}/"]["segments"] == 1
+
+    # A re-run finds both days committed: the large one's prepare and assemble say skipped.
+    run, tis = run_dag({"date_from": str(LARGE), "date_to": str(SMALL)})
+    assert run.state == "success"
+    assert tis[("assemble", 0)].state == "success"
