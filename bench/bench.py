@@ -3,7 +3,7 @@
 Reference (what a strong engineer would run today):
     s5cmd cp 's3://SRC/PREFIX*' /dev/shm/dir && tar -C /dev/shm/dir -cf - . | pigz -p 2 -6 | s5cmd pipe s3://DEST/KEY
 Ours:
-    python -m tasks archive s3://SRC/PREFIX/ s3://DEST/ours/ --storage-class STANDARD --overwrite
+    python -m tasks archive s3://SRC/PREFIX/ s3://DEST/ours/ --storage-class STANDARD  (previous archive removed, untimed)
 
 For every run: wall time, client CPU (user+sys of the whole process tree, from wait4),
 peak RSS (sampled from /proc every 20 ms, summed over the process tree; for ours also the
@@ -129,10 +129,21 @@ def measure(argv: list[str], env: dict, minio_pid: int) -> dict:
 
 def _ours_argv(prefix: str, extra: tuple = ()) -> list[str]:
     return [sys.executable, "-m", "tasks", "archive", f"s3://{SOURCE_BUCKET}/{prefix}",
-            f"s3://{DEST_BUCKET}/ours/", "--storage-class", "STANDARD", "--overwrite", "--json", "--quiet", *extra]
+            f"s3://{DEST_BUCKET}/ours/", "--storage-class", "STANDARD", "--json", "--quiet", *extra]
+
+
+def _clear_ours(server, ds) -> None:
+    """Remove the previous run's archive, untimed: every run is a first run, as a nightly one
+    is (an --overwrite run would also count the source once more before starting)."""
+    s3 = server.client()
+    stem = f"ours/{SOURCE_BUCKET}/{ds.name}"
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=DEST_BUCKET, Prefix=stem).get("Contents", [])]
+    if keys:
+        s3.delete_objects(Bucket=DEST_BUCKET, Delete={"Objects": [{"Key": k} for k in keys]})
 
 
 def run_ours(ds, server, env, extra: tuple = ()) -> dict:
+    _clear_ours(server, ds)
     result = measure(_ours_argv(ds.prefix, extra), env, server.pid)
     summary = json.loads(result.pop("stdout").strip().splitlines()[-1])
     if summary["objects"] != ds.objects:

@@ -33,7 +33,10 @@ def stack(minio, tmp_path_factory):
     proxy = FaultProxy(minio.endpoint_url, max_lifetime=1800)
     jobs_file = Path(airflow.env["S3ARCH_JOBS_FILE"])
     jobs = yaml.safe_load(jobs_file.read_text())["jobs"]
-    write_jobs_file(jobs_file, {**jobs, "e2e_slow": {**jobs["e2e"], "aws_conn_id": "s3_slow", "retries": 0}})
+    write_jobs_file(jobs_file, {**jobs, "e2e_slow": {**jobs["e2e"], "aws_conn_id": "s3_slow", "retries": 0},
+                                "e2e_seg": {**jobs["e2e"], "segments": 2,
+                                            "segment_min_objects": 100, "memory_budget": "256MiB"}})
+    airflow.env["AIRFLOW__CORE__PARALLELISM"] = "2"  # two task processes at once, as on a small worker
     airflow.env["AIRFLOW_CONN_S3_SLOW"] = json.dumps({
         "conn_type": "aws", "login": minio.access_key, "password": minio.secret_key,
         "extra": {"endpoint_url": proxy.endpoint_url, "region_name": minio.region}})
@@ -77,6 +80,17 @@ def wait_for(condition, timeout, what, airflow):
         time.sleep(1)
     logs = "\n".join(f"--- {name}\n{airflow.log_tail(name)}" for name in ("scheduler", "dag-processor"))
     pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
+
+
+def _trigger(airflow, dag_id, conf):
+    """POST a run; None on SQLite's "database is locked" (HTTP 500) while the dag-processor
+    writes, so the caller can try again."""
+    try:
+        return airflow.api("POST", f"dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
+    except RuntimeError as exc:
+        if "HTTP 500" in str(exc):
+            return None
+        raise
 
 
 def run_state(airflow, run_id, dag_id=DAG_ID):
@@ -211,3 +225,31 @@ def test_task_marked_failed_through_the_rest_api_cancels_cleanly(stack, reliabil
     reliability.record("archive task marked failed through the REST API mid-upload", "1 task, uploads held",
                        f"on_kill cancelled the engine; uploads aborted {took:.0f} s after the kill, nothing committed")
 
+
+
+def test_segment_tasks_of_one_day_on_the_local_executor_make_one_archive_and_the_report(stack):
+    """A job with segments on the LocalExecutor with parallelism 2: a large day is prepared,
+    archived by two segment task processes, assembled once, and reported. (Whether the two
+    overlap depends on what else holds the two slots; the engine-level test with SIGKILL and
+    the process pool prove segments running at once.)"""
+    airflow, s3, src, dst = stack
+    dag_id, day = "s3_archive__e2e_seg", date(2026, 6, 1)
+    seeded = seed_day(s3, src, TEMPLATE, day, files_per_hour=10, lines_per_file=200)  # 240 objects
+    wait_for(lambda: _dag_parsed(airflow, dag_id), 120, "the dag-processor to parse the segments DAG", airflow)
+    run = wait_for(lambda: _trigger(airflow, dag_id, {"date_from": f"{day}", "date_to": f"{day}"}), 60,
+                   "the API to accept the trigger", airflow)
+    assert wait_run(airflow, run["dag_run_id"], dag_id=dag_id) == "success"
+    tis = airflow.api("GET", f"dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances")["task_instances"]
+    segments = {ti["rendered_map_index"]: ti for ti in tis if ti["task_id"] == "segment"}
+    prefix = f"{day:logs/%Y/%m/%d}/"
+    assert sorted(segments) == [f"{prefix} [1/2]", f"{prefix} [2/2]"]
+    assert all(ti["state"] == "success" for ti in segments.values())
+    assert len({ti["pid"] for ti in segments.values()}) == 2  # each in its own task process
+    assert [ti["state"] for ti in tis if ti["task_id"] == "assemble"] == ["success"]
+    assert_archived_once(s3, src, dst, day, seeded)
+    assert open_uploads(s3, dst) == []
+    report = airflow.api("GET", f"dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/report/xcomEntries/"
+                                "return_value")["value"]
+    rows = json.loads(report) if isinstance(report, str) else report
+    assert [(r["prefix"], r["status"], r["segments"], r["objects"]) for r in rows] == [
+        (prefix, "archived", 2, len(seeded))]
