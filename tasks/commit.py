@@ -35,7 +35,7 @@ from .pipeline import StreamedArchive, stream_archive
 from .progress import Progress
 from .s3 import S3Clients
 from .segments import (SegmentPlan, assemble, delete_temporaries, open_upload, plan_segments, read_plan,
-                       stream_segmented, write_plan)
+                       sized_for_segments, stream_segmented, write_plan)
 from .upload import abort_stale_uploads, open_uploads
 
 
@@ -140,19 +140,22 @@ class CommitProtocol:
             #    or, for a large prefix and --processes N, N segments assembled into them.
             lost = _LeaseWatch(lease, self.cancel)
             try:
-                streamed = None
+                streamed, listed = None, None
                 if planned:
                     streamed = assemble(spec, self.clients, self.layout, planned, lost.event, keep_open=True)
                     self.result.segments, self.result.timings = streamed.segments, streamed.timings
-                elif spec.processes > 1 or spec.segments:
-                    streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key,
-                                                self.progress, abort=lost.event)
-                    if streamed:
+                else:
+                    size = sized_for_segments(spec, self.control)
+                    if size is not None and (spec.segments or size.large(spec.segment_min_objects,
+                                                                         spec.segment_min_bytes)):
+                        streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key,
+                                                    self.progress, abort=lost.event)
                         self.result.segments, self.result.timings = streamed.segments, streamed.timings
                         self.result.notes += streamed.notes
+                    listed = size.pages if size is not None else None
                 if streamed is None:
                     streamed = stream_archive(spec, self.clients, self.layout, self.archive_key,
-                                              self.progress, abort=lost.event)
+                                              self.progress, abort=lost.event, listed=listed)
             except BaseException as exc:
                 lost.stop()
                 lost.raise_if_stopped(exc)

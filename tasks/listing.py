@@ -59,7 +59,8 @@ class ListingFeed:
     _END = object()
 
     def __init__(self, control, bucket: str, prefix: str, pages_ahead: int = 8,
-                 start_after: str | None = None, last_key: str | None = None):
+                 start_after: str | None = None, last_key: str | None = None, pages=None):
+        """``pages``: a listing made already (iterated instead of listing again)."""
         self.objects_listed = 0
         self.bytes_listed = 0
         self.tar_bytes_bound = 0
@@ -67,16 +68,18 @@ class ListingFeed:
         self.finished = False
         self._queue: queue.Queue = queue.Queue(pages_ahead)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(control, bucket, prefix, start_after, last_key),
+        if pages is None:
+            pages = iter_pages(control, bucket, prefix, start_after, last_key)
+        self._thread = threading.Thread(target=self._run, args=(pages,),
                                         name="s3arch-list", daemon=True)
         self._thread.start()
 
-    def _run(self, control, bucket, prefix, start_after, last_key):
+    def _run(self, pages):
         from .cost import short_of_minimum
         from .tarwriter import member_size_bound
 
         try:
-            for page in iter_pages(control, bucket, prefix, start_after, last_key):
+            for page in pages:
                 for o in page:
                     self.tar_bytes_bound += member_size_bound(o.key, o.size)
                     self.short_of_min_billable += short_of_minimum(o.size)

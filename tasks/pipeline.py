@@ -114,7 +114,7 @@ class _Entry:
 
 def stream_archive(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, archive_key: str,
                    progress: Progress | None = None, abort: threading.Event | None = None,
-                   segment=None) -> StreamedArchive:
+                   segment=None, listed: tuple | None = None) -> StreamedArchive:
     """Stream the prefix into the archive and manifest uploads. Setting ``abort`` (the lease
     was lost, the task was killed) stops every stage; on any failure both uploads are aborted
     and the error is raised.
@@ -122,7 +122,8 @@ def stream_archive(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout,
     With ``segment`` (tasks/segments.py, ``SegmentJob``) only that segment's key range is
     streamed, from its place in the tar stream, into its own part numbers of the archive's
     upload and a file of segment records; no gzip header or trailer (the assembler adds them)
-    and, unless it is the last segment, no end of archive."""
+    and, unless it is the last segment, no end of archive. ``listed``: the prefix's pages,
+    when an earlier step listed it already."""
     control = clients.control
     abort = abort or threading.Event()
     failure: list[BaseException] = []
@@ -134,7 +135,7 @@ def stream_archive(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout,
     plan = MemoryPlan.for_spec(spec)
     feed = ListingFeed(control, spec.source.bucket, spec.source.key,
                        start_after=segment.start_after if segment else None,
-                       last_key=segment.last_key if segment else None)
+                       last_key=segment.last_key if segment else None, pages=listed)
     objects = iter(feed)
     try:
         first = next(objects)

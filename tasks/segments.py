@@ -116,6 +116,7 @@ class PrefixSize:
     complete: bool  # the listing ended (else it stopped at the threshold: at least this much)
     seconds: float
     requests: int
+    pages: tuple = ()  # a complete listing's pages, for the one pipeline to use instead of listing again
 
     def large(self, min_objects: int, min_bytes: int) -> bool:
         return self.objects >= min_objects or self.bytes >= min_bytes
@@ -125,14 +126,25 @@ def size_prefix(control, bucket: str, prefix: str, min_objects: int, min_bytes: 
     """List ``prefix`` until it proves large or ends: at most ``min_objects / 1,000`` LISTs,
     so sizing a small prefix costs what listing it costs, and a large one no more."""
     started = time.monotonic()
-    objects = size = requests = 0
+    objects = size = 0
+    pages = []
     for page in iter_pages(control, bucket, prefix):
-        requests += 1
+        pages.append(page)
         objects += len(page)
         size += sum(o.size for o in page)
         if objects >= min_objects or size >= min_bytes:
-            return PrefixSize(prefix, objects, size, False, time.monotonic() - started, requests)
-    return PrefixSize(prefix, objects, size, True, time.monotonic() - started, max(1, requests))
+            return PrefixSize(prefix, objects, size, False, time.monotonic() - started, len(pages))
+    return PrefixSize(prefix, objects, size, True, time.monotonic() - started, max(1, len(pages)), tuple(pages))
+
+
+def sized_for_segments(spec: ArchiveSpec, control) -> PrefixSize | None:
+    """Whether ``spec``'s run could use segments at all (None: one process, or a budget that
+    holds one pipeline), and if so the prefix's size up to the threshold: a small prefix's
+    pages then feed the one pipeline, so deciding costs no second listing."""
+    if min(spec.processes, processes_within(spec.memory_budget)) < 2 and not spec.segments:
+        return None
+    return size_prefix(control, spec.source.bucket, spec.source.key, spec.segment_min_objects,
+                       spec.segment_min_bytes)
 
 
 @dataclass
@@ -488,19 +500,14 @@ def delete_temporaries(control, layout: ArchiveLayout, keep: SegmentPlan | None 
 
 
 def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, archive_key: str,
-                     progress: Progress | None = None, abort: threading.Event | None = None) -> StreamedArchive | None:
+                     progress: Progress | None = None, abort: threading.Event | None = None) -> StreamedArchive:
     """The commit protocol's step 5 on worker processes: plan ``spec.segments`` segments (one
     per process by default), produce each in its own process, at most ``spec.processes`` at
-    once (a segment whose process fails or dies is run again, alone), assemble. Returns None
-    when the prefix is below the segmenting threshold: one pipeline does it better."""
+    once (a segment whose process fails or dies is run again, alone), assemble."""
     control = clients.control
     abort = abort or threading.Event()
     processes = min(spec.processes, processes_within(spec.memory_budget))
-    if processes < 2 and not spec.segments:
-        return None
     plan = plan_segments(spec, control, archive_key, spec.segments or processes)
-    if plan.objects < spec.segment_min_objects and plan.bytes < spec.segment_min_bytes:
-        return None
     notes = []
     if processes < min(spec.processes, plan.count):
         notes.append(f"{plan.count} segments ran on {processes} process(es), not {min(spec.processes, plan.count)}: "
