@@ -430,6 +430,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sets", default="small,medium,large,many,latency,size",
                         help=f"data sets ({', '.join(SETS)}) and lines ({', '.join(LINES)}) to run")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--segments-on", default="small,many", help="the data sets the segments line runs on")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.sets.split(",") if n.strip()]
     unknown = set(names) - SETS.keys() - LINES.keys()
@@ -462,9 +463,11 @@ def main(argv=None) -> int:
                 extra[name] = latency_line(ds, server, env, repeat)
                 continue
             if name == "segments":
-                if seed(SETS["many"], s3, s5cmd_seed, env):
-                    print("seeded many", flush=True)
-                extra[name] = segments_line(["small", "many"], server, env, args.repeat)
+                on = [n.strip() for n in args.segments_on.split(",") if n.strip()]
+                for set_name in on:
+                    if seed(SETS[set_name], s3, s5cmd_seed, env):
+                        print(f"seeded {set_name}", flush=True)
+                extra[name] = segments_line(on, server, env, args.repeat)
                 continue
             if name == "plan":
                 extra[name] = plan_line(server)

@@ -43,6 +43,9 @@ def member_name(key: str, size: int) -> tuple[str, bool]:
 def member_size(key: str, size: int) -> int:
     """A member's exact bytes in the tar stream (headers, data, padding): what lets a
     segment know from the listing alone where in the tar stream its first member starts."""
+    if size <= _OCTAL_SIZE_MAX and len(key) <= _USTAR_NAME_MAX and key.isascii() and not (
+            key.startswith(("/", ".")) or "//" in key or "/." in key or key.endswith("/")):
+        return BLOCK + _padded(size)  # the common case: one ustar header, the name as it is
     name, is_dir = member_name(key, size)
     return len(member_header(name, size, 0, is_dir)) + _padded(size)
 

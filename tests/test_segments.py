@@ -23,8 +23,7 @@ PREFIX = "events/2026/11/21/"
 
 def segmented_prefix() -> dict[str, bytes]:
     """Small logs, a zero-byte object, a folder marker, a non-ASCII key, and an object larger
-    than a part: with 7 segments one of them holds that object alone and most of the others
-    produce well under 5 MiB."""
+    than a part: with 7 segments (of 31 to 100 objects) six produce well under 5 MiB."""
     rng = random.Random(21)
     objects = {f"{PREFIX}{i % 12:02d}/event-{i:04d}.log": (f"id={i} ok\n" * rng.randrange(1, 400)).encode()
                for i in range(600)}
@@ -101,6 +100,26 @@ def test_segmented_archive_passes_verify_and_cat_returns_sampled_keys(archives, 
         f"{PREFIX}05/event-0300-big.bin", f"{PREFIX}07/empty"]
     for key in sample:
         assert run_cli(env, "cat", url, key).stdout == objects[key], key
+
+
+def test_segments_of_one_object_each_an_empty_one_and_one_larger_than_a_part(cli_env, s3, buckets):
+    src, dst = buckets
+    objects = {f"{PREFIX}a-empty": b"", f"{PREFIX}b-big.bin": random.Random(3).randbytes(7 << 20),
+               f"{PREFIX}c.log": b"one line\n"}
+    seed(s3, src, objects)
+    results = {}
+    for n in (1, 3):
+        results[n] = run_json(cli_env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/n{n}/", "--storage-class",
+                              "STANDARD", "--segments", str(n), "--segment-min-objects", "1")
+    assert results[3]["segments"] == 3 and results[3]["objects"] == 3
+    bodies = {n: s3.get_object(Bucket=dst, Key=f"n{n}/{src}/{PREFIX.rstrip('/')}.tar.gz")["Body"].read()
+              for n in (1, 3)}
+    assert gzip.decompress(bodies[3]) == gzip.decompress(bodies[1])
+    assert read_archive(s3, dst, f"n3/{src}/{PREFIX.rstrip('/')}.tar.gz") == objects
+    for key, body in objects.items():
+        assert run_cli(cli_env, "cat", f"s3://{dst}/n3/{src}/{PREFIX.rstrip('/')}.tar.gz", key).stdout == body
+    assert run_cli(cli_env, "verify", f"s3://{dst}/n3/{src}/{PREFIX.rstrip('/')}.tar.gz").returncode == 0
+    assert open_uploads(s3, dst) == []
 
 
 def test_segmented_run_leaves_no_upload_and_no_temporaries(archives):
