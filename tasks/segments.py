@@ -182,14 +182,17 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int) -> S
     ends: list[tuple[str, int, int, int]] = []  # (last key, objects, bytes, tar end) per segment
     weight = n = nbytes = tar = 0
     for p in pages:
-        if not cuts or weight + p.tar + OBJECT_WEIGHT * p.objects < cuts[0]:
+        # Every segment gets at least one object: a cut is forced where only as many objects
+        # are left as segments still to fill (one huge object would otherwise take two cuts).
+        if not cuts or (weight + p.tar + OBJECT_WEIGHT * p.objects < cuts[0]
+                        and objects - n - p.objects > len(cuts)):
             weight += p.tar + OBJECT_WEIGHT * p.objects
             n, nbytes, tar = n + p.objects, nbytes + p.bytes, tar + p.tar
             continue
         for o in _page_objects(control, spec, p):
             weight += member_size(o.key, o.size) + OBJECT_WEIGHT
             n, nbytes, tar = n + 1, nbytes + o.size, tar + member_size(o.key, o.size)
-            if cuts and weight >= cuts[0] and n > (ends[-1][1] if ends else 0):
+            if cuts and (weight >= cuts[0] or objects - n == len(cuts)) and n > (ends[-1][1] if ends else 0):
                 ends.append((o.key, n, nbytes, tar))
                 cuts.pop(0)
     ends.append((pages[-1].last, n, nbytes, tar))
