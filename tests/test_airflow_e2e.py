@@ -36,7 +36,6 @@ def stack(minio, tmp_path_factory):
     write_jobs_file(jobs_file, {**jobs, "e2e_slow": {**jobs["e2e"], "aws_conn_id": "s3_slow", "retries": 0},
                                 "e2e_seg": {**jobs["e2e"], "segments": 2,
                                             "segment_min_objects": 100, "memory_budget": "256MiB"}})
-    airflow.env["AIRFLOW__CORE__PARALLELISM"] = "2"  # two task processes at once, as on a small worker
     airflow.env["AIRFLOW_CONN_S3_SLOW"] = json.dumps({
         "conn_type": "aws", "login": minio.access_key, "password": minio.secret_key,
         "extra": {"endpoint_url": proxy.endpoint_url, "region_name": minio.region}})
@@ -228,10 +227,10 @@ def test_task_marked_failed_through_the_rest_api_cancels_cleanly(stack, reliabil
 
 
 def test_segment_tasks_of_one_day_on_the_local_executor_make_one_archive_and_the_report(stack):
-    """A job with segments on the LocalExecutor with parallelism 2: a large day is prepared,
-    archived by two segment task processes, assembled once, and reported. (Whether the two
-    overlap depends on what else holds the two slots; the engine-level test with SIGKILL and
-    the process pool prove segments running at once.)"""
+    """A job with segments on the LocalExecutor, its tasks in a pool of 2 slots (at most two
+    segment task processes at once): a large day is prepared, archived by two segment task
+    processes, assembled once, and reported. (Whether the two overlap depends on what else
+    holds the slots; the engine-level tests prove segments running at once.)"""
     airflow, s3, src, dst = stack
     dag_id, day = "s3_archive__e2e_seg", date(2026, 6, 1)
     seeded = seed_day(s3, src, TEMPLATE, day, files_per_hour=10, lines_per_file=200)  # 240 objects
