@@ -11,7 +11,7 @@ TOXIPROXY := .cache/bin/toxiproxy-server
 RCLONE_VERSION := v1.72.0
 RCLONE := .cache/bin/rclone
 
-.PHONY: demo airflow test bench venv minio s5cmd bench-tools lock clean
+.PHONY: demo airflow airflow-celery test bench venv minio s5cmd bench-tools lock clean
 
 $(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ demo: venv minio
 # The Airflow UI on http://127.0.0.1:8080 against an embedded MinIO with sample logs (Ctrl-C stops).
 airflow: venv minio
 	$(PY) -m devtools.airflow_ui
+
+# The production topology, natively: PostgreSQL and Redis from Debian, the CeleryExecutor with
+# two workers, the same UI and sample data (one day large enough for segment tasks).
+airflow-celery: venv minio
+	$(PY) -m devtools.airflow_ui --celery
 
 test: venv minio
 	$(PY) -m pytest

@@ -15,7 +15,7 @@ import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from airflow.sdk import DAG, AssetAlias, Param, TriggerRule, task
+from airflow.sdk import DAG, AssetAlias, Param, TaskGroup, TriggerRule, task
 from s3arch_airflow.operators import (ROWS_XCOM_KEY, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
                                      S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
 from s3arch_airflow.report import job_task_args
@@ -47,7 +47,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
                                        f"{job.prefix_template} into {job.destination}",
         schedule=job.schedule,
         start_date=datetime.combine(job.start_date, datetime.min.time(), tzinfo=timezone.utc),
-        catchup=False,
+        catchup=job.catchup,
         max_active_runs=4,
         params=PARAMS,
         render_template_as_native_obj=True,
@@ -77,40 +77,46 @@ def archive_dag(job: ArchiveJob) -> DAG:
 
         planned = plan_prefixes()
 
-        @task(task_id="size", execution_timeout=timedelta(minutes=30))
-        def size_prefixes(planned: list[list[str]]) -> dict:
-            """Large prefixes go to segment tasks: each prefix is listed up to the job's
-            threshold (no listing at all for a job without segments)."""
-            from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-            from s3arch_airflow.operators import engine_clients
+        # The graph shows plan -> size -> archive | prepare -> segment -> assemble -> report:
+        # Airflow maps only over a task's whole return value, so the three lists the sizing
+        # makes are handed out by three one-line tasks folded into the size group.
+        with TaskGroup("size", tooltip="Which prefixes are large enough for segment tasks"):
+            @task(task_id="measure", execution_timeout=timedelta(minutes=30))
+            def size_prefixes(planned: list[list[str]]) -> dict:
+                """Large prefixes go to segment tasks: each prefix is listed up to the job's
+                threshold (no listing at all for a job without segments)."""
+                from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+                from s3arch_airflow.operators import engine_clients
 
-            from tasks.jobs import split_by_size
+                from tasks.jobs import split_by_size
 
-            control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id)).control if job.segments > 1 else None
-            split = split_by_size(job, planned, control)
-            for size in split["sizes"]:
-                print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} objects, "
-                      f"{size['bytes']:,} bytes ({size['requests']} LIST requests, {size['seconds']:.2f}s)")
-            if split["large"]:
-                print(f"{len(split['large'])} prefix(es) in {job.segments} segments each: {', '.join(split['large'])}")
-            return split
+                control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id)).control if job.segments > 1 else None
+                split = split_by_size(job, planned, control)
+                for size in split["sizes"]:
+                    print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} "
+                          f"objects, {size['bytes']:,} bytes ({size['requests']} LIST requests, "
+                          f"{size['seconds']:.2f}s)")
+                if split["large"]:
+                    print(f"{len(split['large'])} prefix(es) in {job.segments} segments each: "
+                          f"{', '.join(split['large'])}")
+                return split
 
-        sized = size_prefixes(planned)
+            sized = size_prefixes(planned)
 
-        # Airflow maps only over a task's return value, so each list the split holds is one.
-        @task(task_id="small_prefixes")
-        def small_prefixes(split: dict) -> list[list[str]]:
-            return split["batches"]
+            @task(task_id="small")
+            def small_prefixes(split: dict) -> list[list[str]]:
+                return split["batches"]
 
-        @task(task_id="large_prefixes")
-        def large_prefixes(split: dict) -> list[str]:
-            return split["large"]
+            @task(task_id="large")
+            def large_prefixes(split: dict) -> list[str]:
+                return split["large"]
 
-        @task(task_id="segment_tasks")
-        def segment_tasks(split: dict) -> list[dict]:
-            return split["segments"]
+            @task(task_id="segments")
+            def segment_tasks(split: dict) -> list[dict]:
+                return split["segments"]
 
-        small, large = small_prefixes(sized), large_prefixes(sized)
+            small, large, segment_kwargs = small_prefixes(sized), large_prefixes(sized), segment_tasks(sized)
+
         common = dict(
             source_bucket=job.source.bucket,
             destination=str(job.destination),
@@ -123,6 +129,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
             delete_source=job.delete_source,
             delete_versions=job.delete_versions,
             prices=job.prices,
+            lease_ttl=job.lease_ttl_seconds,
             allow_empty=job.allow_empty,
             execution_timeout=timedelta(minutes=job.execution_timeout_minutes),
             **job_task_args(job),
@@ -133,11 +140,11 @@ def archive_dag(job: ArchiveJob) -> DAG:
             prefix=small)
         prepared = S3PrepareSegmentsOperator.partial(task_id="prepare", segments=job.segments, **common).expand(
             prefix=large)
-        segmented = S3ArchiveSegmentOperator.partial(task_id="segment", **common).expand_kwargs(segment_tasks(sized))
+        segmented = S3ArchiveSegmentOperator.partial(task_id="segment", **common).expand_kwargs(segment_kwargs)
         # all_done: each assembly checks its own segments, so one prefix's failed segment
         # does not hold back the others' assemblies.
         assembled = S3AssembleSegmentsOperator.partial(
-            task_id="assemble", outlets=outlets, trigger_rule=TriggerRule.ALL_DONE, **common).expand(
+            task_id="assemble", outlets=outlets, segments=job.segments, trigger_rule=TriggerRule.ALL_DONE, **common).expand(
             prefix=large)
         prepared >> segmented >> assembled
 

@@ -78,14 +78,23 @@ class LocalAirflow:
             raise RuntimeError(f"airflow {' '.join(args)} failed ({result.returncode}):\n{result.stdout[-3000:]}")
         return result
 
+    def commands(self) -> dict[str, tuple[list[str], dict[str, str]]]:
+        """Each process this Airflow runs: its name, argv and environment."""
+        return {name: ([AIRFLOW, name], self.env) for name in COMPONENTS}
+
+    def start_process(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+        """One process in its own process group (so a stop or a kill reaches its children),
+        logging to ``HOME/NAME.log``."""
+        with open(self.home / f"{name}.log", "ab") as log:
+            self.processes[name] = subprocess.Popen(argv, env=env, cwd=self.home, stdout=log,
+                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                    start_new_session=True)
+        return self.processes[name]
+
     def start(self, timeout: float = 180.0) -> None:
-        """Start api-server, scheduler, dag-processor and triggerer; return once the API answers."""
-        for name in COMPONENTS:
-            log = open(self.home / f"{name}.log", "wb")
-            self.processes[name] = subprocess.Popen(
-                [AIRFLOW, name], env=self.env, cwd=self.home, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
-            log.close()
+        """Start every process of ``commands``; return once the API answers."""
+        for name, (argv, env) in self.commands().items():
+            self.start_process(name, argv, env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for name, process in self.processes.items():

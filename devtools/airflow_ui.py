@@ -1,13 +1,20 @@
-"""`make airflow`: the Airflow UI on this machine, against an embedded MinIO with sample logs.
+"""`make airflow` and `make airflow-celery`: the Airflow UI on this machine, against an
+embedded MinIO with sample logs.
 
 Starts MinIO (with its console), seeds the last ten days of sample logs into app-logs,
-prepares an Airflow home in .cache/airflow-ui (SQLite, LocalExecutor, the s3_archive pool
-and connection) and runs the api-server, scheduler, dag-processor and triggerer until Ctrl-C, then
-stops everything by PID. Try a backfill or a date-range trigger of s3_archive__app_logs.
+prepares an Airflow home in .cache/ (the s3_archive pool and connection) and runs the
+api-server, scheduler, dag-processor and triggerer until Ctrl-C or SIGTERM, then stops
+everything by PID. Try a backfill or a date-range trigger of s3_archive__app_logs.
+
+``--celery`` runs the production topology instead of SQLite and the LocalExecutor:
+PostgreSQL, Redis and two Celery workers with distinct hostnames (devtools/airflow_celery.py),
+and one of the sample days holds enough objects for the shipped job to archive it as
+segment tasks spread over both workers.
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import signal
 import sys
@@ -31,31 +38,65 @@ def _port(preferred: int) -> int:
             return free_loopback_port()
 
 
-def main() -> int:
+def _large_day_files_per_hour() -> int:
+    """Files per hour that make one sample day large enough for the shipped job's segments."""
+    from tasks.jobs import load_jobs
+
+    job = load_jobs(JOBS_FILE)["app_logs"]
+    return -(-job.segment_min_objects // 24)
+
+
+def _stop_like_ctrl_c(signum, frame):
+    """SIGTERM stops everything as Ctrl-C does (main's finally), wherever it arrives."""
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devtools.airflow_ui", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--celery", action="store_true",
+                        help="PostgreSQL, Redis and two Celery workers instead of SQLite and the LocalExecutor")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
     server = start_minio(console=True)
-    home = ROOT / ".cache" / "airflow-ui"
+    home = ROOT / ".cache" / ("airflow-celery" if args.celery else "airflow-ui")
     shutil.rmtree(home, ignore_errors=True)
     airflow = None
     try:
-        s3 = server.client()
+        s3 = server.client(max_pool_connections=64)
         for bucket in (SOURCE_BUCKET, ARCHIVE_BUCKET):
             s3.create_bucket(Bucket=bucket)
         last = date.today() - timedelta(days=1)
+        large = last - timedelta(days=5)
         for day in days(last - timedelta(days=9), last):
-            seed_day(s3, SOURCE_BUCKET, TEMPLATE, day, files_per_hour=10, lines_per_file=60)
-        airflow = prepare_airflow(home, server, JOBS_FILE, api_port=_port(8080))
-        print("starting the Airflow api-server, scheduler, dag-processor and triggerer ...", flush=True)
+            if args.celery and day == large:
+                per_hour = _large_day_files_per_hour()
+                print(f"seeding {per_hour * 24:,} objects for {day} (archived as segment tasks) ...", flush=True)
+                seed_day(s3, SOURCE_BUCKET, TEMPLATE, day, files_per_hour=per_hour, lines_per_file=2)
+            else:
+                seed_day(s3, SOURCE_BUCKET, TEMPLATE, day, files_per_hour=10, lines_per_file=60)
+        if args.celery:
+            from devtools.airflow_celery import WORKERS, prepare_celery_airflow
+
+            print("starting PostgreSQL and Redis, migrating the metadata DB ...", flush=True)
+            airflow = prepare_celery_airflow(home, server, JOBS_FILE, api_port=_port(8080))
+            topology = (f"PostgreSQL :{airflow.postgres.port}, Redis :{airflow.redis.port}, "
+                        f"Celery workers {', '.join(f's3arch-{w}' for w in WORKERS)}")
+        else:
+            airflow = prepare_airflow(home, server, JOBS_FILE, api_port=_port(8080))
+            topology = "SQLite, LocalExecutor"
+        print(f"starting {', '.join(airflow.commands())} ...", flush=True)
         airflow.start()
+        sample = f"{last - timedelta(days=9)} .. {last}" + (f"; {large} is large: segment tasks" if args.celery else "")
         print(f"""
 Airflow UI:      {airflow.api_url}   (every visitor is admin: local use only)
-  DAG:           s3_archive__app_logs  (sample logs for {last - timedelta(days=9)} .. {last})
+  stack:         {topology}
+  DAG:           s3_archive__app_logs  (sample logs for {sample})
   try:           Trigger with a date range, or a Backfill over logical dates; clear one
                  mapped 'archive' task to re-run a single prefix
 MinIO console:   {server.console_url}   user {server.access_key}  password {server.secret_key}
 Airflow home:    {home}  (logs of the processes: *.log)
 
 Ctrl-C stops everything.""", flush=True)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         while all(p.poll() is None for p in airflow.processes.values()):
             time.sleep(1)
         print("an Airflow process exited; see the logs in", home)

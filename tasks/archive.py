@@ -36,27 +36,46 @@ def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
 
 def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = None) -> ArchiveResult:
     """A segmented run spread over tasks, step one: plan ``count`` segments and open the
-    archive's upload (``result.status`` "planned"), or skip a committed prefix."""
+    archive's upload (``result.status`` "planned"), or skip a committed prefix. A dry run
+    plans nothing and writes nothing: the assemble step's dry run lists and estimates."""
     clients = clients or S3Clients.from_session()
     protocol = _checked(spec, clients, None)
+    if spec.dry_run:
+        result = _dry_run_state(protocol) or protocol.result
+        if result.status != "skipped":
+            result.status, result.segments = "dry_run", count
+            result.notes.append(f"dry run: {count} segments would be planned and the archive's upload "
+                                "opened; nothing was written (the assemble task estimates the archive)")
+        return result
     protocol.prepare_segments(count)
     return protocol.result
 
 
 def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
                     progress: Progress | None = None, cancel: threading.Event | None = None) -> dict:
-    """Step two, one task per segment, anywhere: produce segment ``k`` of the plan in progress."""
+    """Step two, one task per segment, anywhere: produce segment ``k`` of the plan in progress.
+    The result's ``status`` is produced, skipped (the prefix is committed and not to be
+    overwritten: there is nothing to produce) or dry_run (nothing read or written)."""
     from .segments import produce_planned_segment
 
+    if spec.dry_run:
+        return {"segment": k, "objects": 0, "status": "dry_run",
+                "note": f"dry run: segment {k + 1} would be produced here; nothing was read or written"}
     clients = clients or S3Clients.from_session()
     clients.check_bucket(spec.source.bucket, "source")
     return produce_planned_segment(spec, clients, k, progress, cancel)
 
 
-def assemble_segments(spec: ArchiveSpec, clients: S3Clients | None = None,
-                      progress: Progress | None = None, cancel: threading.Event | None = None) -> ArchiveResult:
-    """Step three: assemble the produced segments and commit, as ``archive_prefix`` commits."""
+def assemble_segments(spec: ArchiveSpec, clients: S3Clients | None = None, progress: Progress | None = None,
+                      cancel: threading.Event | None = None, segments: int = 1) -> ArchiveResult:
+    """Step three: assemble the produced segments and commit, as ``archive_prefix`` commits.
+    A dry run estimates the prefix as ``archive_prefix`` does, for ``segments`` segments."""
     clients = clients or S3Clients.from_session()
+    if spec.dry_run:
+        result = archive_prefix(spec, clients, progress, cancel)
+        if result.status == "dry_run":
+            result.segments = segments
+        return result
     return _checked(spec, clients, progress, cancel).run(assemble_planned=True)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .errors import BadArgument
 
@@ -150,6 +150,11 @@ class ArchiveSpec:
         from .cost import prices_with
 
         prices_with(self.prices)  # a mistake in the overrides is reported now, not after the run
+
+    def previewed(self) -> "ArchiveSpec":
+        """This spec as a dry run: it lists and estimates, and deletes nothing. The one place
+        that rule lives, for every caller that turns a configured job into a dry run."""
+        return replace(self, dry_run=True, delete_source=False, delete_versions=False)
 
     @property
     def encryption_args(self) -> dict:

@@ -33,6 +33,10 @@ class ArchiveJob:
     aws_conn_id: str = "aws_default"
     schedule: str = "@daily"
     start_date: date = date(2026, 1, 1)
+    # Whether the scheduler creates the runs it missed (scheduler down for two nights: two
+    # runs, each archiving its own day). Off by default: turning it on for a job whose
+    # start_date is far back creates one run per day since then.
+    catchup: bool = False
     pool: str = "s3_archive"
     memory_budget: int = parse_size("256MiB")
     execution_timeout_minutes: int = 360
@@ -43,6 +47,9 @@ class ArchiveJob:
     restore_poll_seconds: float | None = None  # restore DAG: seconds between HEADs (default by tier)
     prices: dict | None = None  # overrides of the cost table (docs/COST.md)
     allow_empty: bool = False
+    # Seconds a lease outlives its last renewal: how long a retry on another host waits for
+    # the prefix of a worker that died mid-run (tasks/lease.py).
+    lease_ttl_seconds: int = 180
     # Fan-out (docs/JOBS.md, "Large prefixes"): a prefix with at least segment_min_objects
     # objects or segment_min_bytes bytes is archived as this many segment tasks plus an
     # assemble task; 1 keeps every prefix one task.
@@ -69,12 +76,13 @@ class ArchiveJob:
                           hint=f"pass it exactly as the job makes it, e.g. {self.prefix_for(date(2026, 1, 31))!r}")
 
     def spec_for(self, prefix: str, *, overwrite: bool = False, dry_run: bool = False) -> ArchiveSpec:
-        return ArchiveSpec(source=S3Url(self.source.bucket, prefix), destination=self.destination,
+        spec = ArchiveSpec(source=S3Url(self.source.bucket, prefix), destination=self.destination,
                            storage_class=self.storage_class, codec=self.codec, level=self.level,
-                           memory_budget=self.memory_budget, overwrite=overwrite, dry_run=dry_run,
-                           delete_source=self.delete_source and not dry_run,
-                           delete_versions=self.delete_versions and self.delete_source and not dry_run,
-                           prices=self.prices)
+                           memory_budget=self.memory_budget, overwrite=overwrite,
+                           delete_source=self.delete_source,
+                           delete_versions=self.delete_versions and self.delete_source,
+                           lease_ttl=self.lease_ttl_seconds, prices=self.prices)
+        return spec.previewed() if dry_run else spec
 
     @property
     def newest_allowed(self) -> date:
@@ -152,9 +160,12 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
         raise BadArgument(f"job {name!r}: segments must be a whole number from 1 to 1000",
                           hint="1 archives every prefix in one task")
     for number in ("min_age_days", "execution_timeout_minutes", "retries", "retry_delay_seconds",
-                   "segment_min_objects"):
+                   "segment_min_objects", "lease_ttl_seconds"):
         if number in values and (not isinstance(values[number], int) or values[number] < 0):
             raise BadArgument(f"job {name!r}: {number} must be a whole number >= 0")
+    if values.get("lease_ttl_seconds", 180) < 10:
+        raise BadArgument(f"job {name!r}: lease_ttl_seconds must be at least 10",
+                          hint="the lease is renewed every sixth of it; 180 (the default) suits most jobs")
     _check_template(name, values["prefix_template"])
     job = ArchiveJob(name=name, **values)
     job.spec_for(job.prefix_for(date(2026, 1, 31)))  # the engine's own checks, at load time

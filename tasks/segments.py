@@ -578,17 +578,26 @@ def produce_planned_segment(spec: ArchiveSpec, clients: S3Clients, k: int, progr
     nothing to do if it was produced already or the plan has fewer segments."""
     from .manifest import layout_for
 
+    from .commit import read_committed
+
     layout = layout_for(spec.source, spec.destination)
+    # A committed prefix that is not to be overwritten has nothing to produce, whatever plan
+    # a dead run left: the re-run of an archived day is a success that says so.
+    if not spec.overwrite and read_committed(clients.control, layout, spec.source) is not None:
+        return {"segment": k, "objects": 0, "status": "skipped",
+                "note": f"{spec.source} is already archived; nothing to produce"}
     plan = read_plan(clients.control, layout)
     if plan is None:
         raise errors.ObjectMissing(
             f"no segmented run of {spec.source} is waiting for segments (s3://{layout.bucket}/{plan_key(layout)} "
-            "is missing): it was committed, or abandoned and cleaned up",
+            "is missing): it was abandoned and cleaned up, or committed since",
             hint="clear this prefix's prepare task (it plans again) with downstream, or run the prefix again")
     if k >= plan.count:
-        return {"segment": k, "objects": 0, "note": f"the plan has {plan.count} segment(s); nothing to do"}
-    return segment_done(clients.control, layout, plan, k) or produce_segment(spec, clients, layout, plan, k,
-                                                                             progress, abort)
+        return {"segment": k, "objects": 0, "status": "skipped",
+                "note": f"the plan has {plan.count} segment(s); nothing to do"}
+    produced = segment_done(clients.control, layout, plan, k) or produce_segment(spec, clients, layout, plan, k,
+                                                                                 progress, abort)
+    return {**produced, "status": "produced"}
 
 
 def _worker_spec(spec: ArchiveSpec, processes: int) -> ArchiveSpec:
@@ -607,7 +616,6 @@ def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, p
     process dies is run again, alone, up to three times; the others are not repeated.
     Returns each segment's seconds (its successful attempt)."""
     context = multiprocessing.get_context("spawn")
-    connection = _connection_of(clients)
     todo = list(range(plan.count))
     attempts = dict.fromkeys(todo, 0)
     running: dict[int, tuple] = {}
@@ -618,8 +626,10 @@ def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, p
                 k = todo.pop(0)
                 attempts[k] += 1
                 receive, send = context.Pipe(duplex=False)
+                # Credentials as they are now, per start: a segment run again after
+                # CredentialsExpired gets the session's refreshed ones, not the expired copy.
                 proc = context.Process(target=_segment_worker, name=f"s3arch-segment-{k + 1}",
-                                       args=(spec, connection, layout, plan.to_dict(), k, send), daemon=True)
+                                       args=(spec, _connection_of(clients), layout, plan.to_dict(), k, send), daemon=True)
                 proc.start()
                 send.close()
                 running[k] = (proc, receive, time.monotonic())

@@ -11,6 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "plugins"))  # as Airflow puts it, for tests of the operators themselves
 
 from devtools.servers import ServerStartError, start_minio, start_moto  # noqa: E402
 

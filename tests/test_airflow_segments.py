@@ -4,6 +4,7 @@ archive task; one segment fails once and is retried alone; the report shows it a
 
 from __future__ import annotations
 
+import json
 from datetime import date, datetime, timezone
 
 import pytest
@@ -13,6 +14,8 @@ from helpers import LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job, keys_i
 
 DAG_ID = "s3_archive__seg"
 LARGE, SMALL = date(2026, 8, 1), date(2026, 8, 2)
+DRY_LARGE, DRY_SMALL = date(2026, 8, 5), date(2026, 8, 6)
+BROKEN = date(2026, 8, 9)
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +41,31 @@ def run_dag(conf: dict):
         tis = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run.run_id).all()
         session.expunge_all()
     return run, {(ti.task_id if ti.map_index < 0 else (ti.task_id, ti.map_index)): ti for ti in tis}
+
+
+def report_rows(run) -> dict[str, dict]:
+    import json
+
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(XComModel.value).filter_by(dag_id=DAG_ID, run_id=run.run_id, task_id="report",
+                                                        key="return_value").scalar()
+    rows = json.loads(rows) if isinstance(rows, str) else rows
+    return {row["prefix"]: row for row in rows}
+
+
+def xcom_rows(run, task_id: str) -> list[dict]:
+    import json
+
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        values = session.query(XComModel.value).filter_by(dag_id=DAG_ID, run_id=run.run_id, task_id=task_id,
+                                                          key="archive_rows").all()
+    return [row for (value,) in values for row in (json.loads(value) if isinstance(value, str) else value)]
 
 
 def test_large_day_fans_out_into_segment_tasks_one_fails_once_and_retries_alone(af, monkeypatch):
@@ -82,7 +110,55 @@ def test_large_day_fans_out_into_segment_tasks_one_fails_once_and_retries_alone(
     assert {"plan_s", "slowest_segment_s", "assemble_archive_s"} <= set(by_prefix[day]["timings"])
     assert by_prefix[f"{SMALL:logs/%Y/%m/%d}/"]["segments"] == 1
 
-    # A re-run finds both days committed: the large one's prepare and assemble say skipped.
+    # A re-run finds both days committed: every task is green and every row says skipped,
+    # the segment tasks' included (their plan is gone with the commit; nothing to produce).
+    before = sorted(keys_in(af.s3, af.dst))
     run, tis = run_dag({"date_from": str(LARGE), "date_to": str(SMALL)})
     assert run.state == "success"
-    assert tis[("assemble", 0)].state == "success"
+    assert {name: ti.state for name, ti in tis.items() if ti.state != "success"} == {}
+    assert {row["status"] for row in xcom_rows(run, "segment")} == {"skipped"}
+    assert {p: row["status"] for p, row in report_rows(run).items()} == {day: "skipped",
+                                                                         f"{SMALL:logs/%Y/%m/%d}/": "skipped"}
+    assert sorted(keys_in(af.s3, af.dst)) == before
+
+
+def test_segmented_dry_run_writes_nothing_and_estimates_every_day(af):
+    seed_day(af.s3, af.src, TEMPLATE, DRY_LARGE, files_per_hour=2, lines_per_file=20)  # 48 objects: segmented
+    seed_day(af.s3, af.src, TEMPLATE, DRY_SMALL, files_per_hour=1, lines_per_file=20)
+    before = sorted(keys_in(af.s3, af.dst))
+
+    run, tis = run_dag({"date_from": str(DRY_LARGE), "date_to": str(DRY_SMALL), "dry_run": True})
+
+    assert run.state == "success"
+    assert {name: ti.state for name, ti in tis.items() if ti.state != "success"} == {}
+    assert [k for k in range(3) if ("segment", k) in tis] == [0, 1, 2]  # the fan-out is shown, not run
+    assert sorted(keys_in(af.s3, af.dst)) == before  # no lease, no plan, no temporaries, no archive
+    assert open_uploads(af.s3, af.dst) == []
+    rows = report_rows(run)
+    large, small = rows[f"{DRY_LARGE:logs/%Y/%m/%d}/"], rows[f"{DRY_SMALL:logs/%Y/%m/%d}/"]
+    assert (large["status"], large["segments"], large["objects"]) == ("dry_run", 3, 48)
+    assert (small["status"], small["segments"], small["objects"]) == ("dry_run", 1, 24)
+    assert large["bytes_out"] > 0  # the estimate
+    assert {row["status"] for row in xcom_rows(run, "segment")} == {"dry_run"}
+
+
+def test_a_failed_segment_task_fails_the_run_even_when_its_day_reports_skipped(af, monkeypatch):
+    """The report's rows can all be fine while a task failed (here: the segment tasks of a day
+    already archived, made to fail): the run must still be red."""
+    import tasks.archive
+    from tasks.errors import BadArgument
+    from tasks.jobs import load_jobs
+
+    seed_day(af.s3, af.src, TEMPLATE, BROKEN, files_per_hour=2, lines_per_file=20)
+    job = load_jobs(af.env["S3ARCH_JOBS_FILE"])["seg"]
+    assert tasks.archive.archive_prefix(job.spec_for(job.prefix_for(BROKEN))).status == "archived"
+
+    def broken(*args, **kwargs):
+        raise BadArgument("injected: this segment task is broken")
+
+    monkeypatch.setattr(tasks.archive, "archive_segment", broken)
+    run, tis = run_dag({"date_from": str(BROKEN), "date_to": str(BROKEN)})
+    assert {tis[("segment", k)].state for k in range(3)} == {"failed"}
+    assert tis[("prepare", 0)].state == tis[("assemble", 0)].state == "success"  # both: skipped
+    assert tis["report"].state == "failed"
+    assert run.state == "failed"

@@ -68,3 +68,13 @@ def test_shipped_jobs_file_uses_the_connection_pool_and_buckets_compose_creates(
         assert {job.source.bucket, job.destination.bucket} <= buckets
         assert job.storage_class == "STANDARD"  # the only class MinIO accepts
     assert "./dags:/opt/airflow/dags:ro" in compose["services"]["airflow-scheduler"]["volumes"]
+
+
+def test_compose_runs_the_executor_settings_of_the_native_celery_stack():
+    """`make airflow-celery` and the Celery tests run what docker-compose.yml deploys."""
+    from devtools.airflow_celery import CELERY_SETTINGS
+
+    airflow = {n: s for n, s in _compose()["services"].items() if n.startswith("airflow-")}
+    for name, service in airflow.items():
+        env = {k: str(v) for k, v in service["environment"].items()}
+        assert {k: env.get(k) for k in CELERY_SETTINGS} == CELERY_SETTINGS, name

@@ -62,8 +62,9 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
                  memory_budget: str | int = "256MiB", overwrite: bool | str = False,
                  dry_run: bool | str = False, delete_source: bool = False,
                  delete_versions: bool = False, allow_empty: bool = False, progress_interval: float = 10.0,
-                 prices: dict | None = None, **kwargs):
+                 prices: dict | None = None, lease_ttl: float = 180.0, **kwargs):
         super().__init__(**kwargs)
+        self.lease_ttl = lease_ttl
         self.source_bucket = source_bucket
         self.prefix = prefix
         self.destination = destination
@@ -169,12 +170,13 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
     def _spec(self, prefix: str):
         from tasks.config import ArchiveSpec, S3Url, parse_size
 
-        return ArchiveSpec(source=S3Url(self.source_bucket, prefix), destination=S3Url.parse(self.destination),
+        spec = ArchiveSpec(source=S3Url(self.source_bucket, prefix), destination=S3Url.parse(self.destination),
                            storage_class=self.storage_class, codec=self.codec, level=self.level,
-                           memory_budget=parse_size(self.memory_budget),
-                           overwrite=as_bool(self.overwrite), dry_run=as_bool(self.dry_run),
-                           delete_source=self.delete_source and not as_bool(self.dry_run),
-                           delete_versions=self.delete_versions and self.delete_source, prices=self.prices)
+                           memory_budget=parse_size(self.memory_budget), overwrite=as_bool(self.overwrite),
+                           delete_source=self.delete_source,
+                           delete_versions=self.delete_versions and self.delete_source,
+                           lease_ttl=self.lease_ttl, prices=self.prices)
+        return spec.previewed() if as_bool(self.dry_run) else spec
 
     def _run(self, spec, clients, progress):
         """The engine call this operator makes for one prefix; an ArchiveResult."""
@@ -295,7 +297,7 @@ class S3ArchiveSegmentOperator(S3ArchivePrefixOperator):
         from tasks.commit import ArchiveResult
 
         produced = archive_segment(spec, int(self.segment), clients, progress, self._cancel)
-        return ArchiveResult("segment", str(spec.source), None, None, objects=produced["objects"],
+        return ArchiveResult(produced["status"], str(spec.source), None, None, objects=produced["objects"],
                              bytes_in=produced.get("bytes_in", 0), bytes_out=produced.get("size", 0),
                              seconds=produced.get("seconds", 0.0), notes=[produced["note"]] if "note" in produced else [])
 
@@ -307,7 +309,11 @@ class S3AssembleSegmentsOperator(S3ArchivePrefixOperator):
 
     action = "assembling the segments of"
 
+    def __init__(self, *, segments: int, **kwargs):
+        super().__init__(**kwargs)
+        self.segments = segments
+
     def _run(self, spec, clients, progress):
         from tasks.archive import assemble_segments
 
-        return assemble_segments(spec, clients, progress, cancel=self._cancel)
+        return assemble_segments(spec, clients, progress, cancel=self._cancel, segments=self.segments)

@@ -10,6 +10,9 @@ COLUMNS = ("prefix", "status", "objects", "bytes_in", "bytes_out", "ratio", "sec
            "$/month separate", "archive")
 # Shown when a prefix was archived as segments: how many, and where its time went.
 SEGMENT_COLUMNS = ("segments", "plan s", "slowest segment s", "assembly s")
+# The archive DAG's sizing task (inside its "size" group), whose split says which prefixes
+# went to archive tasks and which to segment tasks.
+SIZE_TASK_ID = "size.measure"
 RESTORE_COLUMNS = ("prefix", "status", "objects", "bytes_in", "skipped", "seconds", "target")
 
 
@@ -76,7 +79,7 @@ def report_run(ti, *, task_id: str, rows_key: str, columns: tuple[str, ...] = CO
     batches = [p if isinstance(p, list) else [p] for p in planned]
     mapped = {task_id: len(batches)}
     if segmented_task_id:
-        split = ti.xcom_pull(task_ids="size") or {}
+        split = ti.xcom_pull(task_ids=SIZE_TASK_ID) or {}
         mapped = {task_id: len(split.get("batches") or []), segmented_task_id: len(split.get("large") or [])}
     pushed = []
     for task, count in mapped.items():
@@ -88,7 +91,21 @@ def report_run(ti, *, task_id: str, rows_key: str, columns: tuple[str, ...] = CO
     failed = [row["prefix"] for row in rows if row["status"] == "failed"]
     if failed:
         raise AirflowFailException(f"{len(failed)} of {len(rows)} prefix(es) failed: {', '.join(failed)}")
+    # The rows say what happened to each prefix; a run is green only if every task in it is
+    # (a segment task that failed under an assembly that skipped must not hide in a green run).
+    broken = failed_task_instances(ti)
+    if broken:
+        raise AirflowFailException(f"{len(broken)} task instance(s) of this run failed: {', '.join(broken)}; "
+                                   "see their logs")
     return rows
+
+
+def failed_task_instances(ti) -> list[str]:
+    """The run's task instances, other than ``ti``, that ended failed or upstream_failed
+    (mapped ones as ``task_id_mapindex``), asked of Airflow's execution API."""
+    states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id]).get(ti.run_id, {})
+    return sorted(name for name, state in states.items()
+                  if state in ("failed", "upstream_failed") and name != ti.task_id)
 
 
 def job_task_args(job) -> dict:
