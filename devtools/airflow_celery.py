@@ -22,11 +22,12 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from devtools.airflow_local import AIRFLOW, COMPONENTS, POOL, LocalAirflow, airflow_env
-from devtools.servers import S3Server, ServerStartError, free_loopback_port
+from devtools.servers import ROOT, S3Server, ServerStartError, free_loopback_port
 
 PG_BIN = Path(os.environ.get("S3ARCH_PG_BIN", "/usr/lib/postgresql/15/bin"))
 REDIS_SERVER = os.environ.get("S3ARCH_REDIS_SERVER", "redis-server")
@@ -66,9 +67,12 @@ def _as_postgres() -> dict:
 
 @dataclass
 class Postgres:
-    """A throwaway PostgreSQL cluster on loopback with a trusted ``airflow`` superuser."""
+    """A throwaway PostgreSQL cluster on loopback with a trusted ``airflow`` superuser. Its
+    data directory lives under ``.cache/postgres/`` (the postgres user must reach it: a
+    private temporary directory of root's would not do) and is removed on stop."""
 
-    datadir: Path
+    log_path: Path
+    datadir: Path = field(default_factory=lambda: ROOT / ".cache" / "postgres" / uuid.uuid4().hex[:12])
     port: int = field(default_factory=free_loopback_port)
     process: subprocess.Popen | None = None
 
@@ -87,14 +91,14 @@ class Postgres:
                                        "(apt-get install postgresql) or set S3ARCH_PG_BIN")
         owner = _as_postgres()
         shutil.rmtree(self.datadir, ignore_errors=True)
-        self.datadir.mkdir(parents=True)
+        self.datadir.mkdir(parents=True, mode=0o700)
         if owner:
             shutil.chown(self.datadir, owner["user"], owner["group"])
         init = subprocess.run([str(PG_BIN / "initdb"), "-D", str(self.datadir), "-A", "trust", "-U", "airflow",
                                "-E", "UTF8", "--no-sync"], capture_output=True, text=True, **owner)
         if init.returncode:
             raise ServerStartError(f"initdb failed ({init.returncode}): {init.stderr[-2000:]}")
-        with open(self.datadir.parent / "postgres.log", "ab") as log:
+        with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [str(PG_BIN / "postgres"), "-D", str(self.datadir), "-k", str(self.datadir), "-p", str(self.port),
                  "-h", "127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"],
@@ -105,7 +109,7 @@ class Postgres:
         while True:
             if self.process.poll() is not None:
                 raise ServerStartError(f"postgres exited with {self.process.returncode}: "
-                                       f"{(self.datadir.parent / 'postgres.log').read_text()[-2000:]}")
+                                       f"{self.log_path.read_text()[-2000:]}")
             try:
                 connection = psycopg2.connect(host="127.0.0.1", port=self.port, user="airflow", dbname="postgres")
                 break
@@ -129,6 +133,7 @@ class Postgres:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+        shutil.rmtree(self.datadir, ignore_errors=True)
 
 
 @dataclass
@@ -191,10 +196,21 @@ class CeleryAirflow(LocalAirflow):
     def commands(self) -> dict[str, tuple[list[str], dict[str, str]]]:
         return {**super().commands(), **{name: self.worker_command(name) for name in WORKERS}}
 
-    def kill_worker(self, name: str) -> None:
-        """SIGKILL a worker's whole process group: the worker, its pool and the tasks it runs."""
+    def kill_worker(self, name: str, *, host_lost: bool = False) -> None:
+        """SIGKILL a worker's process group: the worker and its pool. Airflow runs each task
+        in a process group of its own, so its task processes live on, orphaned, as they do
+        when a worker is OOM-killed. With ``host_lost``, every process the worker started
+        dies with it, as when its host goes away."""
+        import psutil
+
         process = self.processes[name]
+        tasks = psutil.Process(process.pid).children(recursive=True) if host_lost else []
         os.killpg(process.pid, signal.SIGKILL)
+        for task in tasks:
+            try:
+                task.kill()
+            except psutil.NoSuchProcess:
+                pass
         process.wait()
 
     def start_worker(self, name: str) -> None:
@@ -213,7 +229,7 @@ def prepare_celery_airflow(home: Path, s3: S3Server, jobs_file: Path, *, pool_sl
     """Start PostgreSQL and Redis under ``home``, migrate the metadata DB and create the pool.
     ``overrides`` are Airflow settings for this stack only (the tests shorten timeouts)."""
     home.mkdir(parents=True, exist_ok=True)
-    postgres = Postgres(home / "pgdata").start()
+    postgres = Postgres(home / "postgres.log").start()
     try:
         redis = Redis().start(home / "redis.log")
     except BaseException:

@@ -141,16 +141,17 @@ def stall_gets_of(airflow, day: date, count: int, seconds: float) -> Fault:
     return fault
 
 
-def kill_worker_running(airflow, run_id, task_id) -> tuple[str, dict, float]:
+def kill_worker_running(airflow, run_id, task_id, host_lost=False) -> tuple[str, dict, float]:
     """Wait until a ``task_id`` instance of the run is running, SIGKILL the process group of
-    the worker it runs on; (worker, that task instance, when)."""
+    the worker it runs on (``host_lost``: and its task processes); (worker, that task
+    instance, when)."""
     def running():
         return next((ti for ti in task_instances(airflow, run_id)
                      if ti["task_id"] == task_id and ti["state"] == "running" and ti["hostname"] in HOSTS), None)
     ti = wait_for(running, 180, f"a {task_id} task to run", airflow)
     time.sleep(2)  # inside its stalled GETs
     worker = HOSTS[ti["hostname"]]
-    airflow.kill_worker(worker)
+    airflow.kill_worker(worker, host_lost=host_lost)
     return worker, ti, time.monotonic()
 
 
@@ -169,8 +170,10 @@ def test_backfill_spreads_a_large_days_segments_over_both_workers(celery_stack):
         "dag_id": DAG_ID, "from_date": f"{logical[0]}T00:00:00Z", "to_date": f"{logical[-1]}T00:00:00Z",
         "run_backwards": False, "dag_run_conf": {}, "reprocess_behavior": "none", "max_active_runs": 3})
 
+    assert backfill["dag_id"] == DAG_ID
+
     def ended():
-        runs = [r for r in runs_of(airflow, DAG_ID, "backfill") if r.get("backfill_id") == backfill["id"]]
+        runs = [r for r in runs_of(airflow, DAG_ID, "backfill") if r["logical_date"][:10] in map(str, logical)]
         return runs if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs) else None
 
     runs = wait_for(ended, 420, "the backfill's three runs", airflow)
@@ -194,6 +197,9 @@ def test_backfill_spreads_a_large_days_segments_over_both_workers(celery_stack):
 
 
 def test_worker_killed_mid_segment_its_segment_runs_again_on_the_other_worker(celery_stack):
+    """The worker's process group is SIGKILLed; its segment task process, orphaned, cancels
+    itself (it would otherwise write temporaries after the commit), and Airflow's retry on the
+    other worker produces the segment."""
     airflow = celery_stack
     day = date(2026, 5, 20)
     seeded = seed_day(airflow.s3, airflow.src, TEMPLATE, day, files_per_hour=12, lines_per_file=20)  # 288: segmented
@@ -216,13 +222,15 @@ def test_worker_killed_mid_segment_its_segment_runs_again_on_the_other_worker(ce
           f"segment retried on {other}")
 
 
-def test_worker_killed_mid_archive_the_retry_on_the_other_worker_commits_once(celery_stack):
+def test_worker_lost_mid_archive_the_retry_on_the_other_worker_commits_once(celery_stack):
+    """The worker and its task processes die as with a lost host: the task's lease is left
+    behind; the retry takes the prefix over (its holder is provably gone) and commits once."""
     airflow = celery_stack
     day = date(2026, 5, 25)
     seeded = seed_day(airflow.s3, airflow.src, TEMPLATE, day, files_per_hour=2, lines_per_file=20)  # 48: one task
     stall_gets_of(airflow, day, count=2, seconds=30)
     run_id = trigger(airflow, {"date_from": f"{day}", "date_to": f"{day}"})
-    worker, killed, when = kill_worker_running(airflow, run_id, "archive")
+    worker, killed, when = kill_worker_running(airflow, run_id, "archive", host_lost=True)
     lease = f"archive/{airflow.src}/{day:logs/%Y/%m/%d}.lease.json"
     assert lease in keys_in(airflow.s3, airflow.dst)  # the dead worker's lease is left behind
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
@@ -327,3 +328,38 @@ def test_openlineage_sees_the_prefix_as_input_and_archive_and_manifest_as_output
     assert [(d.namespace, d.name) for d in lineage.outputs] == [
         (f"s3://{af.dst}", f"archive/{af.src}/logs/2026/10/06.tar.gz"),
         (f"s3://{af.dst}", f"archive/{af.src}/logs/2026/10/06.manifest.jsonl.gz")]
+
+
+def test_a_task_process_whose_supervisor_dies_cancels_itself(tmp_path):
+    """An orphaned task process (its Celery worker SIGKILLed) sets its cancel event within
+    about a second; one whose supervisor lives never does."""
+    import subprocess
+    import sys
+    import textwrap
+
+    child = textwrap.dedent("""
+        import logging, sys, threading
+        sys.path.insert(0, sys.argv[1])
+        from s3arch_airflow.operators import cancel_if_orphaned
+        cancel = threading.Event()
+        cancel_if_orphaned(cancel, logging.getLogger("t"), interval=0.1)
+        print("watching", flush=True)
+        outcome = "cancelled" if cancel.wait(float(sys.argv[3])) else "not cancelled"
+        open(sys.argv[2], "w").write(outcome)
+    """)
+    parent = textwrap.dedent("""
+        import os, subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", *sys.argv[1:]], stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline() == "watching\\n"
+        if sys.argv[-1] == "4":
+            os._exit(0)  # the supervisor dies; the task process lives on
+        child.wait()
+    """)
+    for wait, expected in (("4", "cancelled"), ("3", "not cancelled")):
+        outcome = tmp_path / f"outcome-{wait}"
+        subprocess.run([sys.executable, "-c", parent, child, str(ROOT / "plugins"), str(outcome), wait],
+                       check=True, timeout=60)
+        deadline = time.monotonic() + 30
+        while not outcome.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert outcome.read_text() == expected

@@ -107,6 +107,7 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
         from tasks.errors import ArchiverError
 
         self._cancel = threading.Event()  # a fresh one per try
+        orphan_watch = cancel_if_orphaned(self._cancel, self.log)
         rows: list[dict] = []
         failed: list[tuple[str, ArchiverError]] = []
         clients = None
@@ -126,6 +127,7 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
                                            retryable=True))
                     raise
         finally:
+            orphan_watch.set()
             context["ti"].xcom_push(key=ROWS_XCOM_KEY, value=rows)
             for row in rows:
                 self._emit_metrics(row)
@@ -222,6 +224,32 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
         for outlet in self.outlets or []:
             if isinstance(outlet, AssetAlias):
                 context["outlet_events"][outlet].add(Asset(uri=row["archive"], name=row["archive"]), extra=extra)
+
+
+def cancel_if_orphaned(cancel: threading.Event, log, interval: float = 1.0) -> threading.Event:
+    """Set ``cancel`` if this task process loses its supervisor.
+
+    Airflow runs each task in its own process group under a supervisor process that
+    heartbeats for it. If the supervisor dies (its Celery worker was SIGKILLed or OOM-killed),
+    the task process lives on, reparented, with nobody heartbeating: Airflow soon fails the try
+    and retries it elsewhere, while this orphan would go on writing (a segment's temporaries
+    after the prefix was committed, a lease the retry has to wait out). So an orphan cancels
+    itself: its uploads are aborted, its lease released, and nothing is committed. Returns
+    the event that ends the watch (set it when the task's work is over)."""
+    import os
+
+    parent, done = os.getppid(), threading.Event()
+
+    def watch() -> None:
+        while not done.wait(interval) and not cancel.is_set():
+            if os.getppid() != parent:
+                log.error("this task's supervisor (pid %d) is gone: cancelling, so that the retry Airflow "
+                          "schedules elsewhere is the only run of this work", parent)
+                cancel.set()
+                return
+
+    threading.Thread(target=watch, name="s3arch-orphan-watch", daemon=True).start()
+    return done
 
 
 def engine_clients(hook: S3Hook):
