@@ -23,7 +23,7 @@ from datetime import date, timedelta
 
 from devtools.airflow_local import prepare_airflow
 from devtools.demo import ARCHIVE_BUCKET, JOBS_FILE, SOURCE_BUCKET, TEMPLATE
-from devtools.sample_data import days, seed_day
+from devtools.sample_data import days, seed_day, seed_large_day
 from devtools.servers import ROOT, free_loopback_port, start_minio
 
 
@@ -38,12 +38,11 @@ def _port(preferred: int) -> int:
             return free_loopback_port()
 
 
-def _large_day_files_per_hour() -> int:
-    """Files per hour that make one sample day large enough for the shipped job's segments."""
+def _large_day_objects() -> int:
+    """Objects that make one sample day large enough for the shipped job's segments."""
     from tasks.jobs import load_jobs
 
-    job = load_jobs(JOBS_FILE)["app_logs"]
-    return -(-job.segment_min_objects // 24)
+    return load_jobs(JOBS_FILE)["app_logs"].segment_min_objects
 
 
 def _stop_like_ctrl_c(signum, frame):
@@ -69,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         large = last - timedelta(days=5)
         for day in days(last - timedelta(days=9), last):
             if args.celery and day == large:
-                per_hour = _large_day_files_per_hour()
-                print(f"seeding {per_hour * 24:,} objects for {day} (archived as segment tasks) ...", flush=True)
-                seed_day(s3, SOURCE_BUCKET, TEMPLATE, day, files_per_hour=per_hour, lines_per_file=2)
+                count = _large_day_objects()
+                print(f"seeding {count:,} objects for {day} (archived as segment tasks; about two minutes) ...",
+                      flush=True)
+                seed_large_day(s3, SOURCE_BUCKET, TEMPLATE, day, count)
             else:
                 seed_day(s3, SOURCE_BUCKET, TEMPLATE, day, files_per_hour=10, lines_per_file=60)
         if args.celery:
