@@ -14,7 +14,7 @@ from .commit import ArchiveResult, CommitProtocol, cost_of
 from .cost import short_of_minimum
 from .compression import codec_for
 from .config import ArchiveSpec, MiB
-from .errors import BadArgument, EmptyPrefix
+from .errors import IO_ERRORS, BadArgument, EmptyPrefix, translate
 from .listing import iter_pages
 from .manifest import layout_for
 from .progress import Progress
@@ -99,7 +99,7 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None,
 
 def _dry_run_state(protocol: CommitProtocol) -> ArchiveResult | None:
     """A dry run of a committed prefix says it would be skipped, as the real run would."""
-    from .commit import read_committed
+    from .manifest import read_committed
 
     if protocol.spec.overwrite:
         return None
@@ -107,28 +107,53 @@ def _dry_run_state(protocol: CommitProtocol) -> ArchiveResult | None:
     return protocol._skipped(committed) if committed else None
 
 
+# A dry run estimates the ratio from a sample: at most this many bytes, from at most this many
+# objects of at most 4 MiB each, fetched in parallel once the listing is done.
+_SAMPLE_BYTES, _SAMPLE_OBJECTS, _SAMPLE_THREADS = 8 * MiB, 256, 16
+
+
 def _dry_run(spec, clients, result, started) -> ArchiveResult:
-    """Count what would be archived and estimate the archive from a compressed sample."""
+    """Count what would be archived (one listing) and estimate the archive from a compressed
+    sample fetched in parallel: the cost is the listing plus a bounded number of GETs in a
+    few round trips, whatever the prefix's size."""
     result.status = "dry_run"
     tar_bound = short = 0
-    sample_in = sample_out = 0
-    codec = codec_for(spec.codec, spec.effective_level)
+    sample: list = []
+    sample_bytes = 0
     for page in iter_pages(clients.control, spec.source.bucket, spec.source.key):
         for o in page:
             result.objects += 1
             result.bytes_in += o.size
             tar_bound += member_size_bound(o.key, o.size)
             short += short_of_minimum(o.size)
-            if sample_in < 8 * MiB and 0 < o.size <= 4 * MiB:
-                body = clients.control.get_object(Bucket=spec.source.bucket, Key=o.key,
-                                                  IfMatch=o.etag)["Body"].read()
-                sample_in += len(body)
-                sample_out += len(codec.compress(body, True)[0])
+            if sample_bytes < _SAMPLE_BYTES and len(sample) < _SAMPLE_OBJECTS and 0 < o.size <= 4 * MiB:
+                sample.append(o)
+                sample_bytes += o.size
     if result.objects == 0:
         raise EmptyPrefix(f"{spec.source} holds no objects; nothing would be archived")
+    sample_in, sample_out = _compressed_sample(spec, clients, sample)
     ratio = sample_out / sample_in if sample_in else 1.0
     result.tar_bytes = tar_bound
     result.estimated_bytes_out = int(tar_bound * ratio)
     result.cost = cost_of(spec, result.objects, result.bytes_in, short, result.estimated_bytes_out)
+    result.notes.append(f"estimated from a sample of {len(sample):,} objects ({sample_in:,} bytes), "
+                        f"compressed {spec.codec} level {spec.effective_level}")
     result.seconds = time.monotonic() - started
     return result
+
+
+def _compressed_sample(spec: ArchiveSpec, clients: S3Clients, sample: list) -> tuple[int, int]:
+    """(bytes in, bytes out) of the sample objects fetched in parallel and compressed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    codec = codec_for(spec.codec, spec.effective_level)
+
+    def fetch(o) -> bytes:
+        try:
+            return clients.control.get_object(Bucket=spec.source.bucket, Key=o.key, IfMatch=o.etag)["Body"].read()
+        except IO_ERRORS as exc:
+            raise translate(exc, f"sample s3://{spec.source.bucket}/{o.key}", "source") from exc
+
+    with ThreadPoolExecutor(_SAMPLE_THREADS, thread_name_prefix="s3arch-sample") as pool:
+        bodies = list(pool.map(fetch, sample))
+    return sum(map(len, bodies)), sum(len(codec.compress(body, True)[0]) for body in bodies)

@@ -230,7 +230,7 @@ def _archive(args) -> int:
 
 
 def _restore(args, clients, layout) -> int:
-    from .commit import read_committed
+    from .manifest import read_committed
     from .restore import POLL_SECONDS, request_restore, wait_restored
 
     committed = read_committed(clients.control, layout)
@@ -293,7 +293,7 @@ def _deletion_line(result) -> str:
 
 def _delete_sources(args, clients, layout) -> int:
     from .archive import delete_sources
-    from .commit import read_committed
+    from .manifest import read_committed
 
     committed = read_committed(clients.control, layout)
     if committed is None:

@@ -27,16 +27,16 @@ from enum import Enum
 
 from .config import ArchiveSpec, S3Url
 from .deletion import DeletionResult, delete_archived_sources
-from .errors import (AccessDenied, ArchiveDamaged, ArchiverError, BadArgument, Cancelled, ConcurrentRun,
-                     DestinationConflict, IntegrityError, ObjectMissing, status_of, translate)
+from .errors import (IO_ERRORS, AccessDenied, ArchiveDamaged, ArchiverError, BadArgument, Cancelled,
+                     ConcurrentRun, DestinationConflict, IntegrityError, ObjectMissing, status_of, translate)
 from .lease import PrefixLease
-from .manifest import ArchiveLayout, layout_for, manifest_exists, read_header_and_summary
-from .pipeline import StreamedArchive, stream_archive
+from .manifest import ArchiveLayout, Committed, layout_for, read_committed
+from .pipeline import StreamedArchive, WholeArchive, stream_archive
 from .progress import Progress
 from .s3 import S3Clients
 from .segments import (SegmentPlan, assemble, delete_temporaries, open_upload, plan_segments, read_plan,
                        sized_for_segments, stream_segmented, write_plan)
-from .upload import abort_stale_uploads, open_uploads
+from .upload import abort_uploads, open_uploads
 
 
 class State(str, Enum):
@@ -77,18 +77,6 @@ class ArchiveResult:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "ratio": round(self.ratio, 3)}
-
-
-@dataclass(frozen=True)
-class Committed:
-    """What a manifest records about its archive."""
-
-    header: dict
-    summary: dict
-
-    @property
-    def archive_key(self) -> str:
-        return self.header["archive"]["key"]
 
 
 class CommitProtocol:
@@ -136,26 +124,10 @@ class CommitProtocol:
             #    So do the segment temporaries of such runs.
             self._clean_stale(keep=planned)
             archive_etag = self._current_etag(self.archive_key)
-            # 5. Stream the archive and manifest as two open multipart uploads: one pipeline,
-            #    or, for a large prefix and --processes N, N segments assembled into them.
+            # 5. Stream the archive and manifest as two open multipart uploads.
             lost = _LeaseWatch(lease, self.cancel)
             try:
-                streamed, listed = None, None
-                if planned:
-                    streamed = assemble(spec, self.clients, self.layout, planned, lost.event, keep_open=True)
-                    self.result.segments, self.result.timings = streamed.segments, streamed.timings
-                else:
-                    size = sized_for_segments(spec, self.control)
-                    if size is not None and (spec.segments or size.large(spec.segment_min_objects,
-                                                                         spec.segment_min_bytes)):
-                        streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key,
-                                                    self.progress, abort=lost.event)
-                        self.result.segments, self.result.timings = streamed.segments, streamed.timings
-                        self.result.notes += streamed.notes
-                    listed = size.pages if size is not None else None
-                if streamed is None:
-                    streamed = stream_archive(spec, self.clients, self.layout, self.archive_key,
-                                              self.progress, abort=lost.event, listed=listed)
+                streamed = self._produce(planned, lost.event)
             except BaseException as exc:
                 lost.stop()
                 lost.raise_if_stopped(exc)
@@ -169,6 +141,24 @@ class CommitProtocol:
             # 8. Only now, and only if asked, delete the archived sources.
             self._delete_sources()
         return self._done()
+
+    def _produce(self, planned: SegmentPlan | None, abort: threading.Event) -> StreamedArchive:
+        """Step 5: the archive and manifest as two open uploads, made by one of three
+        producers: the assembly of a plan whose segments other tasks produced, N segments on
+        worker processes (a large prefix, more than one process), or one pipeline."""
+        spec = self.spec
+        if planned:
+            streamed = assemble(spec, self.clients, self.layout, planned, abort, keep_open=True)
+        else:
+            size = sized_for_segments(spec, self.control)
+            if size is None or not (spec.segments or size.large(spec.segment_min_objects, spec.segment_min_bytes)):
+                # A small prefix's pages, listed to decide, feed the pipeline: no second listing.
+                return stream_archive(spec, self.clients, WholeArchive(spec, self.layout, self.archive_key),
+                                      self.progress, abort=abort, listed=size.pages if size else None)
+            streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key, self.progress, abort=abort)
+            self.result.notes += streamed.notes
+        self.result.segments, self.result.timings = streamed.segments, streamed.timings
+        return streamed
 
     def prepare_segments(self, count: int) -> SegmentPlan | None:
         """Steps 1-4 of a segmented run whose segments are produced elsewhere (Airflow segment
@@ -208,11 +198,18 @@ class CommitProtocol:
 
     def _clean_stale(self, keep: SegmentPlan | None = None) -> None:
         """Step 4: abort the uploads and delete the segment temporaries of runs that are gone
-        (all but ``keep``'s, the plan this run assembles)."""
-        for key in (self.archive_key, self.layout.manifest_key):
-            self.result.stale_uploads_aborted += abort_stale_uploads(
-                self.control, self.layout.bucket, key, keep=keep.upload_id if keep else None)
-        delete_temporaries(self.control, self.layout, keep=keep)
+        (all but ``keep``'s, the plan this run assembles), a large segment's records upload
+        still open included."""
+        self.result.stale_uploads_aborted += abort_uploads(self.control, self.layout.bucket, [
+            (key, upload_id) for key, upload_id in self._open_uploads()
+            if upload_id != (keep.upload_id if keep else None)])
+        self.result.stale_uploads_aborted += delete_temporaries(self.control, self.layout, keep=keep).uploads
+
+    def _open_uploads(self) -> list[tuple[str, str]]:
+        """(key, upload id) of the uploads open for this prefix's archive and manifest (listed
+        per key: MinIO lists a key's uploads only for that exact key)."""
+        return [(key, upload_id) for key in (self.archive_key, self.layout.manifest_key)
+                for upload_id in open_uploads(self.control, self.layout.bucket, key)]
 
     def delete_sources_only(self) -> ArchiveResult:
         """Finish (or repeat) the deletion of a committed prefix's sources, nothing else."""
@@ -229,10 +226,9 @@ class CommitProtocol:
     def _abort_uploads_of_dead_runs(self) -> None:
         """A skip stays read-only unless a dead run left uploads: then, only if the lease is
         free (no run is alive on this prefix), abort them so nothing is left to bill."""
-        keys = (self.archive_key, self.layout.manifest_key)
         try:
             # A segmented run in progress has its archive upload open too, so this finds it.
-            if not any(open_uploads(self.control, self.layout.bucket, key) for key in keys):
+            if not self._open_uploads():
                 return
         except AccessDenied:
             return  # a read-only caller may still be told the prefix is done
@@ -276,7 +272,7 @@ class CommitProtocol:
     def _current_etag(self, key: str) -> str | None:
         try:
             return self.control.head_object(Bucket=self.layout.bucket, Key=key)["ETag"]
-        except Exception as exc:  # noqa: BLE001
+        except IO_ERRORS as exc:
             if status_of(exc) == 404:
                 return None
             raise translate(exc, f"check s3://{self.layout.bucket}/{key}") from exc
@@ -294,8 +290,10 @@ class CommitProtocol:
             lease.renew()  # still ours, right before anything becomes visible
             if previous:
                 # The old commit record goes first: from here until the new manifest exists,
-                # the prefix reads as ABSENT, never as the old manifest over a new archive.
-                self.control.delete_object(Bucket=self.layout.bucket, Key=self.layout.manifest_key)
+                # the prefix reads as ABSENT, never as the old manifest over a new archive. Its
+                # index goes with it: the new one is written only after the new manifest.
+                for key in (self.layout.manifest_key, self.layout.index_key):
+                    self.control.delete_object(Bucket=self.layout.bucket, Key=key)
             # Conditional on what this run saw under its lease: a run that lost its lease
             # while stalled cannot replace an archive another run has since written.
             uploaded = streamed.uploader.complete(if_none_match=archive_etag is None, if_match=archive_etag)
@@ -367,18 +365,6 @@ class _LeaseWatch:
             raise Cancelled("cancelled: the uploads were aborted and nothing was committed") from cause
 
 
-def read_committed(control, layout: ArchiveLayout, source: S3Url | None = None) -> Committed | None:
-    """The manifest's header and summary, or None if the prefix is not committed."""
-    if not manifest_exists(control, layout):
-        return None
-    header, summary = read_header_and_summary(control, layout)
-    if source is not None and header["source"] != {"bucket": source.bucket, "prefix": source.key}:
-        raise DestinationConflict(
-            f"{layout.manifest_url} archives {header['source']}, not {source}",
-            hint="two prefixes map to the same archive; archive one into another destination")
-    return Committed(header, summary)
-
-
 def check_archive_intact(control, layout: ArchiveLayout, committed: Committed) -> None:
     """One HEAD: the archive a manifest commits must still be the object it describes."""
     key, summary = committed.archive_key, committed.summary
@@ -388,7 +374,7 @@ def check_archive_intact(control, layout: ArchiveLayout, committed: Committed) -
            "shows the details")
     try:
         head = control.head_object(Bucket=layout.bucket, Key=key, ChecksumMode="ENABLED")
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         if status_of(exc) == 404:
             raise ArchiveDamaged(f"{layout.manifest_url} commits {url}, but that object is missing",
                                  hint=fix) from exc

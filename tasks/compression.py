@@ -123,9 +123,14 @@ class ParallelCompressor:
         self._collector.start()
 
     def submit(self, index: int, block: bytes, final: bool, abort: threading.Event) -> None:
+        """Queue a block, or raise InterruptedError once ``abort`` is set: a block is never
+        dropped quietly (the stream would end short and read as corrupt, not cancelled)."""
+        if abort.is_set():
+            raise InterruptedError("compression aborted")
         while not self._slots.acquire(timeout=0.2):
             if abort.is_set():
-                return
+                # Never drop a block quietly: the stream would end short and read as corrupt.
+                raise InterruptedError("compression aborted")
         fut = self._pool.submit(self._compress, index, block, final)
         with self._cond:
             self._pending.append(fut)

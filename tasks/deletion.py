@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .config import S3Url
-from .errors import ArchiverError, SourceDeletionFailed, error_for, status_of, translate
+from .errors import IO_ERRORS, ArchiverError, error_for, SourceDeletionFailed, status_of, translate
 from .manifest import ArchiveLayout, iter_manifest
 
 BATCH = 1000
@@ -112,7 +112,7 @@ def _still_unchanged(control, bucket: str, batch: list[tuple[str, str]]) -> list
         try:
             control.head_object(Bucket=bucket, Key=key, IfMatch=etag)
             return True
-        except Exception as exc:  # noqa: BLE001
+        except IO_ERRORS as exc:
             if status_of(exc) in (404, 412):
                 return False  # gone, or rewritten since it was archived: keep (or nothing to do)
             raise translate(exc, f"re-check s3://{bucket}/{key} before deleting it", "source") from exc
@@ -125,7 +125,7 @@ def _still_unchanged(control, bucket: str, batch: list[tuple[str, str]]) -> list
 def _send(control, bucket: str, objects: list[dict], result: DeletionResult) -> None:
     try:
         response = control.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         raise translate(exc, f"delete archived sources in s3://{bucket}", "bucket") from exc
     failed = 0
     first: ArchiverError | None = None
@@ -162,7 +162,7 @@ def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: Dele
                     batch = []
     except ArchiverError:
         raise
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         raise translate(exc, f"list versions under {source}", "bucket") from exc
     if batch:
         _send(control, source.bucket, batch, result)
@@ -171,7 +171,7 @@ def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: Dele
 def _is_versioned(control, bucket: str) -> bool:
     try:
         return control.get_bucket_versioning(Bucket=bucket).get("Status") in ("Enabled", "Suspended")
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         if status_of(exc) == 403:
             return False  # may not ask; deletion still works, the note cannot be given
         raise translate(exc, f"read the versioning state of s3://{bucket}", "bucket") from exc
@@ -187,12 +187,12 @@ def _endpoint_honours_etag(control, layout: ArchiveLayout) -> bool:
         try:
             control.head_object(Bucket=bucket, Key=key)
             survived = True
-        except Exception as exc:  # noqa: BLE001
+        except IO_ERRORS as exc:
             if status_of(exc) != 404:
                 raise
             survived = False
         if survived:
             control.delete_object(Bucket=bucket, Key=key)
         return survived
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         raise translate(exc, f"probe conditional deletes with s3://{bucket}/{key}", "bucket") from exc

@@ -10,7 +10,9 @@ person to change something, and the message says what. The exit code follows fro
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Callable, Literal, TypeVar
+
+T = TypeVar("T")
 
 
 class ArchiverError(Exception):
@@ -237,10 +239,24 @@ def error_for(code: str, status: int | None, message: str, *, what: str,
     return cls(f"{what}: {text}", hint=hint)
 
 
+def _io_errors() -> tuple[type[BaseException], ...]:
+    from awscrt.exceptions import AwsCrtError
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return (ClientError, BotoCoreError, AwsCrtError, OSError)
+
+
+# What I/O raises: S3's answers (botocore), the clients' own faults (botocore, the CRT) and the
+# network (OSError). Only these are translated into typed errors, at the call that made them;
+# anything else is a bug in this code, and propagates as itself: permanent, with its traceback.
+IO_ERRORS: tuple[type[BaseException], ...] = _io_errors()
+
+
 def translate(exc: BaseException, what: str, subject: Subject = "object") -> ArchiverError:
-    """Any exception from boto3/botocore (or the engine) as a typed error."""
-    from botocore.exceptions import (BotoCoreError, ClientError, ConnectionError as BotoConnectionError,
-                                     NoCredentialsError)
+    """An exception from S3 or the network (``IO_ERRORS``) as a typed error. Anything else
+    is re-raised as it is: a KeyError in the engine must never read as "try again"."""
+    from awscrt.exceptions import AwsCrtError
+    from botocore.exceptions import ClientError, NoCredentialsError
 
     if isinstance(exc, ArchiverError):
         return exc
@@ -254,12 +270,24 @@ def translate(exc: BaseException, what: str, subject: Subject = "object") -> Arc
     if isinstance(exc, NoCredentialsError):
         return BadCredentials(f"{what}: no AWS credentials found",
                               hint="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or the Airflow connection")
-    if isinstance(exc, (BotoConnectionError, BotoCoreError, OSError)):
-        return TransientError(f"{what}: {exc}", hint=_RETRY_LATER)
-    return TransientError(f"{what}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, IO_ERRORS):
+        name = exc.name if isinstance(exc, AwsCrtError) else type(exc).__name__
+        return TransientError(f"{what}: {name}: {exc}", hint=_RETRY_LATER)
+    raise exc
 
 
 def status_of(exc: BaseException) -> int | None:
     """The HTTP status of a botocore ClientError, else None."""
     response = getattr(exc, "response", None) or {}
     return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+
+
+def none_if_missing(call: Callable[[], T], what: str, subject: Subject = "object") -> T | None:
+    """``call()``'s answer, or None if S3 answers 404 (a HEAD or GET of something that may not
+    exist); any other I/O failure as a typed error (``translate``)."""
+    try:
+        return call()
+    except IO_ERRORS as exc:
+        if status_of(exc) == 404:
+            return None
+        raise translate(exc, what, subject) from exc

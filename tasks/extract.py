@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .config import MiB, S3Url
-from .errors import BadArgument, DestinationConflict, IntegrityError, status_of, translate
+from .errors import IO_ERRORS, BadArgument, DestinationConflict, IntegrityError, status_of, translate
 from .manifest import ArchiveLayout, find_records, iter_manifest
 from .reading import _decompressor
 from .restore import require_readable
@@ -138,7 +138,7 @@ def _extract_run(control, bucket: str, key: str, header: dict, run: list[dict], 
     end = max(r["range"][1] for r in run)
     try:
         body = control.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"]
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         raise translate(exc, f"read s3://{bucket}/{key}") from exc
     result.gets += 1
     result.bytes_fetched += end - start
@@ -228,7 +228,7 @@ class _S3Writer:
     def _existing(self, key: str) -> dict | None:
         try:
             return self.control.head_object(Bucket=self.bucket, Key=key)
-        except Exception as exc:  # noqa: BLE001
+        except IO_ERRORS as exc:
             if status_of(exc) == 404:
                 return None
             raise translate(exc, f"check s3://{self.bucket}/{key}") from exc
@@ -298,7 +298,7 @@ class _S3Object:
         try:
             self.w.control.put_object(Bucket=self.w.bucket, Key=self.key, Body=body, Metadata=self.meta,
                                       ChecksumSHA256=base64.b64encode(bytes.fromhex(self.record["sha256"])).decode())
-        except Exception as exc:  # noqa: BLE001
+        except IO_ERRORS as exc:
             raise translate(exc, f"write s3://{self.w.bucket}/{self.key}") from exc
 
 

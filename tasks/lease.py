@@ -21,13 +21,14 @@ import json
 import os
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Callable
 
-from .errors import ArchiverError, ConcurrentRun, status_of, translate
+from .errors import IO_ERRORS, ArchiverError, ConcurrentRun, TransientError, status_of, translate
 from .s3 import parse_s3_time
 
 DEFAULT_TTL = 180.0
@@ -105,7 +106,7 @@ class PrefixLease:
             try:
                 self._etag = self._put(IfNoneMatch="*")
                 return
-            except Exception as exc:  # noqa: BLE001
+            except IO_ERRORS as exc:
                 if status_of(exc) not in (409, 412):
                     raise translate(exc, f"take the lease {self.url}") from exc
             current = self._read()
@@ -120,7 +121,7 @@ class PrefixLease:
             try:
                 self._etag = self._put(IfMatch=etag)  # take over the dead lease, atomically
                 return
-            except Exception as exc:  # noqa: BLE001
+            except IO_ERRORS as exc:
                 if status_of(exc) not in (404, 409, 412):
                     raise translate(exc, f"take over the lease {self.url}") from exc
         raise ConcurrentRun(f"the lease {self.url} changed hands repeatedly while this run tried to take it",
@@ -129,7 +130,7 @@ class PrefixLease:
     def _read(self) -> tuple[Holder | None, str, float] | None:
         try:
             response = self.control.get_object(Bucket=self.bucket, Key=self.key)
-        except Exception as exc:  # noqa: BLE001
+        except IO_ERRORS as exc:
             if status_of(exc) == 404:
                 return None
             raise translate(exc, f"read the lease {self.url}") from exc
@@ -150,7 +151,7 @@ class PrefixLease:
         with self._lock:
             try:
                 self._etag = self._put(IfMatch=self._etag)
-            except Exception as exc:  # noqa: BLE001
+            except IO_ERRORS as exc:
                 if status_of(exc) in (404, 409, 412):
                     raise ConcurrentRun(f"this run's lease {self.url} was taken over by another run; "
                                         "nothing was committed",
@@ -158,25 +159,36 @@ class PrefixLease:
                 raise translate(exc, f"renew the lease {self.url}") from exc
 
     def keep_alive(self, on_lost: Callable[[ArchiverError], None]) -> None:
-        """Renew in the background every ttl/6; after a failed renewal the run is told to stop
-        once a whole ttl passed without a successful one."""
+        """Renew in the background every ttl/6, and tell the run to stop (``on_lost``) once
+        5/6 of a ttl passed on the monotonic clock since the last renewal that succeeded was
+        sent: however slow or failing the renewals are, a holder never runs past its TTL
+        believing it still holds the prefix."""
+        from concurrent.futures import ThreadPoolExecutor, TimeoutError as Pending
+
+        interval, grace = self.ttl / 6, self.ttl * 5 / 6
 
         def loop():
-            last_ok = 0.0
-            waited = 0.0
-            interval = self.ttl / 6
-            while not self._stop.wait(interval):
-                waited += interval
-                try:
-                    self.renew()
-                    last_ok = waited
-                except ConcurrentRun as exc:
-                    on_lost(exc)
-                    return
-                except ArchiverError as exc:
-                    if waited - last_ok >= self.ttl * 5 / 6:
+            renewing = ThreadPoolExecutor(1, thread_name_prefix="s3arch-lease-renew")
+            renewed_at = next_at = time.monotonic()  # acquire() just wrote it
+            next_at += interval
+            try:
+                while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+                    sent = time.monotonic()
+                    try:
+                        renewing.submit(self.renew).result(timeout=max(0.0, renewed_at + grace - sent))
+                        renewed_at, next_at = sent, sent + interval
+                    except ConcurrentRun as exc:
                         on_lost(exc)
                         return
+                    except (ArchiverError, Pending) as exc:
+                        if time.monotonic() - renewed_at >= grace:
+                            on_lost(exc if isinstance(exc, ArchiverError) else TransientError(
+                                f"the lease {self.url} could not be renewed for {grace:.0f}s; nothing was "
+                                "committed", hint="S3 did not answer in time; the next try starts over"))
+                            return
+                        next_at = min(time.monotonic() + interval, renewed_at + grace)
+            finally:
+                renewing.shutdown(wait=False)
 
         self._thread = threading.Thread(target=loop, name="s3arch-lease", daemon=True)
         self._thread.start()

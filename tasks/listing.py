@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterator
 
-from .errors import translate
+from .errors import IO_ERRORS, translate
 from .s3 import parse_s3_time
 
 
@@ -40,7 +40,7 @@ def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None
                         yield listed
                     return
                 yield listed
-    except Exception as exc:  # noqa: BLE001 - every failure leaves as a typed error
+    except IO_ERRORS as exc:
         raise translate(exc, f"list s3://{bucket}/{prefix}") from exc
 
 

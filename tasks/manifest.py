@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .config import S3Url
-from .errors import ArchiverError, BadArgument, IntegrityError, status_of, translate
+from .errors import IO_ERRORS, ArchiverError, BadArgument, DestinationConflict, IntegrityError, status_of, translate
 from .listing import key_order
 from .upload import PartSizer, PartUploader, UploadResult, upload_memory
 
@@ -97,13 +97,50 @@ MANIFEST_PART_SIZE = 5 << 20
 MANIFEST_MEMORY = upload_memory(MANIFEST_PART_SIZE, MANIFEST_PART_SIZE)
 
 
+class JsonLinesUpload:
+    """Records as gzip JSON Lines streamed into a multipart upload, compressed in batches of
+    about 1 MiB: the manifest's body, and a segment's records (tasks/segments/produce.py)."""
+
+    def __init__(self, uploader: PartUploader):
+        self.uploader = uploader
+        self.compressed = 0  # bytes of gzip written so far
+        self._z = zlib.compressobj(6, zlib.DEFLATED, 31)
+        self._pending = bytearray()
+
+    def write(self, record: dict) -> None:
+        self._pending += _dumps(record)
+        if len(self._pending) >= 1 << 20:
+            self._emit(self._z.compress(self._pending))
+            self._pending.clear()
+
+    def flush_point(self) -> int:
+        """A full flush (byte aligned, no back-references across it, so a raw inflater can
+        start here); its compressed offset."""
+        self._emit(self._z.compress(self._pending) + self._z.flush(zlib.Z_FULL_FLUSH))
+        self._pending.clear()
+        return self.compressed
+
+    def close(self) -> None:
+        """The gzip trailer; the upload is left to complete."""
+        self._emit(self._z.compress(self._pending) + self._z.flush())
+        self._pending.clear()
+
+    def abort(self) -> ArchiverError | None:
+        return self.uploader.abort()
+
+    def _emit(self, data: bytes) -> None:
+        if data:
+            self.uploader.write(data)
+            self.compressed += len(data)
+
+
 class ManifestWriter:
     """Streams records into a gzip JSON Lines object by multipart upload, and writes its index.
 
     Every ``RECORDS_PER_CHUNK`` object records the deflate stream is fully flushed (byte
     aligned, no back-references across the flush), so a raw inflater can start there; the
-    first key and compressed offset of each chunk go into a small index object, written just
-    before the manifest is completed (docs/FORMAT.md, "Manifest index").
+    first key and compressed offset of each chunk go into a small index object, written once
+    the manifest is completed (docs/FORMAT.md, "Manifest index").
     """
 
     def __init__(self, control, layout: ArchiveLayout, header: dict, abort_event=None,
@@ -115,65 +152,45 @@ class ManifestWriter:
                                       storage_class="STANDARD", sizer=PartSizer(MANIFEST_PART_SIZE),
                                       memory=MANIFEST_PART_SIZE, threads=1, extra_args=extra_args,
                                       abort_event=abort_event)
-        self._z = zlib.compressobj(6, zlib.DEFLATED, 31)
-        self._pending = bytearray()
-        self._compressed = 0
+        self._lines = JsonLinesUpload(self._uploader)
         self._chunks: list[list] = []  # [first key, compressed offset, ordinal of its first record]
-        self._index_written = False
         self.header = {"type": "header", "format": FORMAT_NAME, "version": FORMAT_VERSION, **header}
         self.objects = 0
-        self.write(self.header)
-
-    def _emit(self, data: bytes) -> None:
-        if data:
-            self._uploader.write(data)
-            self._compressed += len(data)
-
-    def write(self, record: dict) -> None:
-        self._pending += _dumps(record)
-        if len(self._pending) >= 1 << 20:
-            self._emit(self._z.compress(self._pending))
-            self._pending.clear()
+        self._lines.write(self.header)
 
     def add_object(self, record: dict) -> None:
         if self.objects % RECORDS_PER_CHUNK == 0:
-            self._emit(self._z.compress(self._pending) + self._z.flush(zlib.Z_FULL_FLUSH))
-            self._pending.clear()
-            self._chunks.append([record["key"], self._compressed, self.objects])
+            self._chunks.append([record["key"], self._lines.flush_point(), self.objects])
         self.objects += 1
-        self.write(record)
+        self._lines.write(record)
 
     def complete(self, summary: dict) -> UploadResult:
-        """Write the summary, the index, and complete the manifest, only if no manifest exists:
-        of two runs that both got this far, one commits and the other fails as ConcurrentRun."""
-        self.write({"type": "summary", **summary})
-        self._emit(self._z.compress(self._pending) + self._z.flush())
-        self._pending.clear()
+        """Write the summary, complete the manifest only if no manifest exists (of two runs
+        that both got this far, one commits and the other fails as ConcurrentRun), then the
+        index."""
+        self._lines.write({"type": "summary", **summary})
+        self._lines.close()
         index = {"format": INDEX_FORMAT, "version": FORMAT_VERSION, "header": self.header,
                  "summary": {"type": "summary", **summary},
-                 "archive_etag": summary.get("archive_etag"), "manifest_size": self._compressed,
+                 "archive_etag": summary.get("archive_etag"), "manifest_size": self._lines.compressed,
                  "objects": self.objects, "chunks": self._chunks}
+        # The conditional completion first: only the run whose manifest became the commit
+        # writes the index, so no run can ever overwrite (or clean up) the winner's index. A
+        # run that dies in between leaves a committed prefix without an index, which every
+        # reader handles by reading the manifest itself (read_header_and_summary).
+        result = self._uploader.complete(if_none_match=True)
         try:
-            self._index_written = True
             self._control.put_object(Bucket=self._layout.bucket, Key=self._layout.index_key,
                                      Body=gzip.compress(_dumps(index), 6), ContentType="application/gzip",
                                      **self._extra_args)
-        except Exception as exc:  # noqa: BLE001
-            raise translate(exc, f"write the manifest index s3://{self._layout.bucket}/{self._layout.index_key}") from exc
-        result = self._uploader.complete(if_none_match=True)
-        self._index_written = False  # it belongs to a committed manifest now
+        except IO_ERRORS as exc:
+            raise translate(exc, f"write the manifest index s3://{self._layout.bucket}/{self._layout.index_key} "
+                                 "(the prefix is committed; readers fall back to the manifest)") from exc
         return result
 
     def abort(self) -> ArchiverError | None:
-        """Abort the upload, and remove an index written for a manifest that never came."""
-        error = self._uploader.abort()
-        if self._index_written:
-            try:
-                self._control.delete_object(Bucket=self._layout.bucket, Key=self._layout.index_key)
-            except Exception as exc:  # noqa: BLE001
-                error = error or translate(exc, f"remove the manifest index s3://{self._layout.bucket}/"
-                                                f"{self._layout.index_key}")
-        return error
+        """Abort the manifest's upload (never raises; returns the error of a failed abort)."""
+        return self._uploader.abort()
 
     @property
     def url(self) -> str:
@@ -185,7 +202,7 @@ def iter_manifest(control, layout: ArchiveLayout) -> Iterator[dict]:
     what = f"read manifest {layout.manifest_url}"
     try:
         body = control.get_object(Bucket=layout.bucket, Key=layout.manifest_key)["Body"]
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         raise translate(exc, what) from exc
     z = zlib.decompressobj(31)
     tail = b""
@@ -215,7 +232,7 @@ def manifest_exists(control, layout: ArchiveLayout) -> bool:
     try:
         control.head_object(Bucket=layout.bucket, Key=layout.manifest_key)
         return True
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         if status_of(exc) == 404:
             return False
         raise translate(exc, f"check manifest {layout.manifest_url}") from exc
@@ -246,7 +263,7 @@ def read_index(control, layout: ArchiveLayout) -> dict | None:
     """The manifest's index, or None for manifests written before indexes existed."""
     try:
         body = control.get_object(Bucket=layout.bucket, Key=layout.index_key)["Body"].read()
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         if status_of(exc) == 404:
             return None
         raise translate(exc, f"read the manifest index s3://{layout.bucket}/{layout.index_key}") from exc
@@ -274,7 +291,7 @@ def read_chunk(control, layout: ArchiveLayout, index: dict, i: int) -> list[dict
     try:
         body = control.get_object(Bucket=layout.bucket, Key=layout.manifest_key,
                                   Range=f"bytes={start}-{end - 1}")["Body"].read()
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         raise translate(exc, f"read the manifest {layout.manifest_url}") from exc
     try:
         data = zlib.decompressobj(-15).decompress(body)
@@ -308,3 +325,27 @@ def find_records(control, layout: ArchiveLayout, keys: list[str]) -> tuple[dict,
         records = {r["key"]: r for r in read_chunk(control, layout, index, i)}
         found.update({k: records[k] for k in chunk_keys if k in records})
     return index["header"], found
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a manifest records about its archive."""
+
+    header: dict
+    summary: dict
+
+    @property
+    def archive_key(self) -> str:
+        return self.header["archive"]["key"]
+
+
+def read_committed(control, layout: ArchiveLayout, source: S3Url | None = None) -> Committed | None:
+    """The manifest's header and summary, or None if the prefix is not committed."""
+    if not manifest_exists(control, layout):
+        return None
+    header, summary = read_header_and_summary(control, layout)
+    if source is not None and header["source"] != {"bucket": source.bucket, "prefix": source.key}:
+        raise DestinationConflict(
+            f"{layout.manifest_url} archives {header['source']}, not {source}",
+            hint="two prefixes map to the same archive; archive one into another destination")
+    return Committed(header, summary)

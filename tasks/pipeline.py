@@ -9,17 +9,19 @@ business (tasks/commit.py), and so is aborting them if the commit does not happe
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Protocol
 
 from . import __version__
 from isal import isal_zlib
 
 from .compression import CompressedBlock, ParallelCompressor, codec_for
 from .config import ArchiveSpec, MiB
-from .errors import ArchiverError, BadArgument, EmptyPrefix, IntegrityError, translate
+from .errors import ArchiverError, BadArgument, Cancelled, EmptyPrefix, IntegrityError
 from .fetching import ByteBudget, Fetcher
 from .listing import ListingFeed
 from .manifest import MANIFEST_MEMORY, ArchiveLayout, ManifestWriter
@@ -112,139 +114,223 @@ class _Entry:
     last_block: int
 
 
-def stream_archive(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, archive_key: str,
-                   progress: Progress | None = None, abort: threading.Event | None = None,
-                   segment=None, listed: tuple | None = None) -> StreamedArchive:
-    """Stream the prefix into the archive and manifest uploads. Setting ``abort`` (the lease
-    was lost, the task was killed) stops every stage; on any failure both uploads are aborted
-    and the error is raised.
+class StreamTarget(Protocol):
+    """Where a stream of members goes: a whole archive (``WholeArchive``) or one segment of a
+    segmented run (tasks/segments/produce.py, ``SegmentTarget``). The member loop is the same
+    for both; the target supplies the key range, the uploader, the record writer, the place in
+    the tar stream and the framing, and checks what was produced."""
 
-    With ``segment`` (tasks/segments.py, ``SegmentJob``) only that segment's key range is
-    streamed, from its place in the tar stream, into its own part numbers of the archive's
-    upload and a file of segment records; no gzip header or trailer (the assembler adds them)
-    and, unless it is the last segment, no end of archive. ``listed``: the prefix's pages,
+    start_after: str | None  # keys (start_after, last_key] of the prefix; None: from the start / to the end
+    last_key: str | None
+    tar_start: int  # tar offset of the first member (the global block grid starts at 0)
+    framed: bool  # writes the codec's header and trailer
+    end_of_archive: bool  # writes tar's two zero blocks at the end
+    keeps_tail: bool  # keeps a rest shorter than a part (for an assembler) instead of uploading it
+
+    def nothing_listed(self) -> ArchiverError: ...
+
+    def sizer(self, plan: MemoryPlan, feed: ListingFeed) -> PartSizer: ...
+
+    def uploader(self, control, sizer: PartSizer, memory: int, abort: threading.Event) -> PartUploader: ...
+
+    def records(self, control, abort: threading.Event) -> RecordWriter: ...
+
+    def check_produced(self, objects: int, tar_end: int) -> None: ...
+
+
+class RecordWriter(Protocol):
+    def add_object(self, record: dict) -> None: ...
+
+    def abort(self) -> ArchiverError | None: ...
+
+
+class WholeArchive:
+    """The target of a one-process run: the whole archive and its manifest."""
+
+    start_after = last_key = None
+    tar_start = 0
+    framed = end_of_archive = True
+    keeps_tail = False
+
+    def __init__(self, spec: ArchiveSpec, layout: ArchiveLayout, archive_key: str):
+        self.spec, self.layout, self.archive_key = spec, layout, archive_key
+
+    def __str__(self) -> str:
+        return str(self.spec.source)
+
+    def nothing_listed(self) -> EmptyPrefix:
+        return EmptyPrefix(f"{self.spec.source} holds no objects; nothing was written",
+                           hint="check the prefix (it must match the keys exactly, trailing / included)")
+
+    def sizer(self, plan: MemoryPlan, feed: ListingFeed) -> PartSizer:
+        # The total is known once the listing ended; until then sizes follow a schedule.
+        return PartSizer(self.spec.min_part_size, lambda: (feed.tar_bytes_bound + MiB) if feed.finished else None,
+                         max_part=plan.max_part, growth_every=self.spec.part_growth_every)
+
+    def uploader(self, control, sizer: PartSizer, memory: int, abort: threading.Event) -> PartUploader:
+        return PartUploader(control, self.layout.bucket, self.archive_key, storage_class=self.spec.storage_class,
+                            sizer=sizer, memory=memory, extra_args=self.spec.encryption_args, abort_event=abort)
+
+    def records(self, control, abort: threading.Event) -> ManifestWriter:
+        return open_manifest(self.spec, control, self.layout, self.archive_key, abort)
+
+    def check_produced(self, objects: int, tar_end: int) -> None:
+        pass  # the listing check below covers a whole archive
+
+
+def stream_archive(spec: ArchiveSpec, clients: S3Clients, target: StreamTarget, progress: Progress | None = None,
+                   abort: threading.Event | None = None, listed: tuple | None = None) -> StreamedArchive:
+    """Stream ``target``'s objects into its uploads. Setting ``abort`` (the lease was lost,
+    the task was killed) stops every stage; on any failure the uploads are aborted and the
+    error is raised (``Cancelled`` when stopped from outside). ``listed``: the prefix's pages,
     when an earlier step listed it already."""
-    control = clients.control
-    abort = abort or threading.Event()
-    failure: list[BaseException] = []
+    return _Stream(spec, clients, target, progress or Progress(), abort or threading.Event(), listed).run()
 
-    def fail(exc: BaseException) -> None:
-        failure.append(exc)
-        abort.set()
 
-    plan = MemoryPlan.for_spec(spec)
-    feed = ListingFeed(control, spec.source.bucket, spec.source.key,
-                       start_after=segment.start_after if segment else None,
-                       last_key=segment.last_key if segment else None, pages=listed)
-    objects = iter(feed)
-    try:
-        first = next(objects)
-    except StopIteration:
-        if segment:
-            raise IntegrityError(f"{segment} lists no objects: the source changed since the plan")
-        raise EmptyPrefix(f"{spec.source} holds no objects; nothing was written",
-                          hint="check the prefix (it must match the keys exactly, trailing / included)")
+class _Stream:
+    """One run of the member loop: list -> fetch -> tar -> compress -> upload, and records."""
 
-    def chain():
-        yield first
-        yield from objects
+    def __init__(self, spec: ArchiveSpec, clients: S3Clients, target: StreamTarget, progress: Progress,
+                 abort: threading.Event, listed: tuple | None):
+        self.spec, self.clients, self.target, self.progress, self.abort = spec, clients, target, progress, abort
+        self.failure: list[BaseException] = []
+        self.plan = MemoryPlan.for_spec(spec)
+        self.feed = ListingFeed(clients.control, spec.source.bucket, spec.source.key,
+                                start_after=target.start_after, last_key=target.last_key, pages=listed)
 
-    progress = progress or Progress()
-    progress.start(feed)
-    budget = ByteBudget(plan.fetch)
-    fetcher = Fetcher(clients.data_for(spec.source.bucket, plan.gets), spec.source.bucket, budget=budget,
-                      concurrency=plan.gets, chunk=min(spec.large_object_chunk, plan.fetch // 8), abort=abort,
-                      stall_timeout=spec.stall_timeout)
-    extra = spec.encryption_args
-    if segment:
-        sizer = PartSizer(spec.min_part_size, lambda: segment.tar_bytes + (1 << 20), max_part=plan.max_part,
-                          parts=segment.parts)
-        uploader = segment.uploader(control, sizer, plan.upload_inflight, abort)
-        manifest = segment.records(control, abort)
-    else:
-        sizer = PartSizer(spec.min_part_size,
-                          lambda: (feed.tar_bytes_bound + (1 << 20)) if feed.finished else None,
-                          max_part=plan.max_part, growth_every=spec.part_growth_every)
-        uploader = PartUploader(control, layout.bucket, archive_key, storage_class=spec.storage_class,
-                                sizer=sizer, memory=plan.upload_inflight, extra_args=extra,
-                                abort_event=abort)
-        manifest = open_manifest(spec, control, layout, archive_key, abort)
-    codec = codec_for(spec.codec, spec.effective_level)
-    out = _ArchiveOutput(uploader, manifest, codec, progress)
+    def _fail(self, exc: BaseException) -> None:
+        self.failure.append(exc)
+        self.abort.set()
 
-    compressor = ParallelCompressor(codec, plan.threads, plan.pending_blocks, out.deliver, fail)
-    tar_start = segment.tar_start if segment else 0
-    sink = BlockSink(spec.block_size, lambda i, b, final: compressor.submit(i, b, final, abort), start=tar_start)
-    tar = TarStream(sink)
-    try:
-        if segment is None:
+    def run(self) -> StreamedArchive:
+        objects = self._first_listed()
+        self._open()
+        try:
+            self._members(objects)
+            self._finish()
+        except BaseException as exc:
+            self._stop(exc)
+        finally:
+            self.feed.close()
+            self.progress.stop()
+        return self._streamed()
+
+    def _first_listed(self):
+        """The listed objects, once at least one is known: an empty range opens nothing."""
+        objects = iter(self.feed)
+        try:
+            first = next(objects)
+        except StopIteration:
+            raise self.target.nothing_listed() from None
+        return itertools.chain((first,), objects)
+
+    def _open(self) -> None:
+        spec, plan, control = self.spec, self.plan, self.clients.control
+        self.progress.start(self.feed)
+        self.budget = ByteBudget(plan.fetch)
+        self.fetcher = Fetcher(self.clients.data_for(spec.source.bucket, plan.gets), spec.source.bucket,
+                               budget=self.budget, concurrency=plan.gets,
+                               chunk=min(spec.large_object_chunk, plan.fetch // 8), abort=self.abort,
+                               stall_timeout=spec.stall_timeout)
+        self.sizer = self.target.sizer(plan, self.feed)
+        self.uploader = self.target.uploader(control, self.sizer, plan.upload_inflight, self.abort)
+        self.records = self.target.records(control, self.abort)
+        self.codec = codec_for(spec.codec, spec.effective_level)
+        self.out = _ArchiveOutput(self.uploader, self.records, self.codec, self.progress)
+        self.compressor = ParallelCompressor(self.codec, plan.threads, plan.pending_blocks, self.out.deliver,
+                                             self._fail)
+        self.sink = BlockSink(spec.block_size,
+                              lambda i, b, final: self.compressor.submit(i, b, final, self.abort),
+                              start=self.target.tar_start)
+        self.tar = TarStream(self.sink)
+
+    def _members(self, objects) -> None:
+        block_size, progress, out, tar, sink = self.spec.block_size, self.progress, self.out, self.tar, self.sink
+        if self.target.framed:
             out.write_header()
         hasher = None
-        for piece in fetcher.pieces(chain()):
+        for piece in self.fetcher.pieces(objects):
             obj = piece.obj
             if piece.index == 0:
                 hasher = hashlib.sha256()
-                mtime = int(obj.last_modified.timestamp())
-                out.open_block = sink.offset // spec.block_size
-                header_offset, data_offset = tar.begin(obj.key, obj.size, mtime)
+                out.open_block = sink.offset // block_size
+                header_offset, data_offset = tar.begin(obj.key, obj.size, int(obj.last_modified.timestamp()))
             for chunk in piece.chunks:
                 hasher.update(chunk)
             if piece.last:
-                end = data_offset + obj.size
-                record = {"type": "object", "key": obj.key, "size": obj.size, "etag": obj.etag,
-                          "last_modified": obj.last_modified.astimezone(timezone.utc).isoformat(),
-                          "sha256": hasher.hexdigest(), "header_offset": header_offset,
-                          "data_offset": data_offset}
-                name = member_name(obj.key, obj.size)[0]
-                if name != obj.key:
-                    record["name"] = name
-                out.expect(_Entry(record, header_offset // spec.block_size,
-                                  (max(end, data_offset) - 1) // spec.block_size))
+                out.expect(_Entry(_record(obj, hasher.hexdigest(), header_offset, data_offset),
+                                  header_offset // block_size,
+                                  (max(data_offset + obj.size, data_offset) - 1) // block_size))
             for chunk in piece.chunks:
                 tar.write(chunk)
             if piece.last:
                 tar.end(obj.size)
                 progress.objects_done += 1
                 if progress.objects_done % 1000 == 0:  # fail as soon as the listing shows it
-                    sizer.check_capacity(feed.tar_bytes_bound)
+                    self.sizer.check_capacity(self.feed.tar_bytes_bound)
             progress.bytes_done += piece.size
             sink.emit_ready()
-            if failure:
-                raise failure[0]
-        tar.close(end_of_archive=segment is None or segment.is_last)
-        compressor.close(wait=True)
-        if failure:
-            raise failure[0]
-        out.finish(sink.offset - tar_start, trailer=segment is None)
-        uploader.finish_parts()
-        if segment:
-            segment.check_produced(progress.objects_done, tar_start, sink.offset)
-        if not feed.finished or feed.objects_listed != progress.objects_done:
-            raise IntegrityError(f"listed {feed.objects_listed} objects but archived "
-                                 f"{progress.objects_done}; nothing was committed")
-    except BaseException as exc:
-        abort.set()
-        compressor.close(wait=False)
-        streamed_failure = exc
-        if isinstance(exc, InterruptedError) and failure:
-            exc = failure[0]
-        cleanup = [e for e in (uploader.abort(), manifest.abort()) if e is not None]
-        error = exc if isinstance(exc, ArchiverError) or not isinstance(exc, Exception) \
-            else translate(exc, f"archive {spec.source}")
-        for problem in cleanup:
-            error.add_note(f"cleanup also failed: {problem}")
-        if error is streamed_failure:
-            raise
-        raise error
-    finally:
-        feed.close()
-        progress.stop()
-    return StreamedArchive(uploader=uploader, manifest=manifest, objects=progress.objects_done,
-                           bytes_in=progress.bytes_done, bytes_out=out.size, tar_bytes=sink.offset - tar_start,
-                           blocks=sink.blocks, archive_crc32=out.crc32, gets=fetcher.gets,
-                           peak_buffered=budget.peak, short_of_min_billable=feed.short_of_min_billable,
-                           raw_crc32=out.raw_crc32, last_block=sink.blocks - 1,
-                           last_block_start=out.last_block_start)
+            if self.failure:
+                raise self.failure[0]
+
+    def _finish(self) -> None:
+        self.tar.close(end_of_archive=self.target.end_of_archive)
+        self.compressor.close(wait=True)
+        if self.failure:
+            raise self.failure[0]
+        if self.abort.is_set():
+            raise InterruptedError("aborted")  # blocks may have been refused: cancelled, not corrupt
+        self.out.finish(self.sink.offset - self.target.tar_start, trailer=self.target.framed)
+        self.uploader.finish_parts(keep_short_tail=self.target.keeps_tail)
+        self.target.check_produced(self.progress.objects_done, self.sink.offset)
+        if not self.feed.finished or self.feed.objects_listed != self.progress.objects_done:
+            raise IntegrityError(f"listed {self.feed.objects_listed} objects but archived "
+                                 f"{self.progress.objects_done}; nothing was committed")
+
+    def _stop(self, exc: BaseException) -> None:
+        self.abort.set()
+        # Join the collector first: once it is gone nothing can write to (or lazily create)
+        # an upload, so the aborts below are the last word on both.
+        self.compressor.close(wait=True)
+        error = _stream_error(exc, self.failure, self.spec)
+        for problem in (self.uploader.abort(), self.records.abort()):
+            if problem is not None:
+                error.add_note(f"cleanup also failed: {problem}")
+        if error is exc:
+            raise exc
+        raise error from exc
+
+    def _streamed(self) -> StreamedArchive:
+        out, sink = self.out, self.sink
+        return StreamedArchive(uploader=self.uploader, manifest=self.records, objects=self.progress.objects_done,
+                               bytes_in=self.progress.bytes_done, bytes_out=out.size,
+                               tar_bytes=sink.offset - self.target.tar_start, blocks=sink.blocks,
+                               archive_crc32=out.crc32, gets=self.fetcher.gets, peak_buffered=self.budget.peak,
+                               short_of_min_billable=self.feed.short_of_min_billable, raw_crc32=out.raw_crc32,
+                               last_block=sink.blocks - 1, last_block_start=out.last_block_start)
+
+
+def _record(obj, sha256: str, header_offset: int, data_offset: int) -> dict:
+    """An object's manifest record, but for where its compressed bytes lie (added later)."""
+    record = {"type": "object", "key": obj.key, "size": obj.size, "etag": obj.etag,
+              "last_modified": obj.last_modified.astimezone(timezone.utc).isoformat(),
+              "sha256": sha256, "header_offset": header_offset, "data_offset": data_offset}
+    name = member_name(obj.key, obj.size)[0]
+    if name != obj.key:
+        record["name"] = name
+    return record
+
+
+def _stream_error(exc: BaseException, failure: list[BaseException], spec: ArchiveSpec) -> BaseException:
+    """What a stopped stream raises: the stage failure that stopped it; ``Cancelled`` if it
+    was stopped from outside (the abort event: a cancel, a lost lease, which the caller
+    names); else the exception itself (a bug propagates as itself, permanent)."""
+    if failure and (isinstance(exc, InterruptedError) or exc is failure[0]):
+        return failure[0]
+    if isinstance(exc, InterruptedError):
+        return Cancelled(f"the archive of {spec.source} was stopped: its uploads were aborted and nothing "
+                         "was committed")
+    return exc
 
 
 def open_manifest(spec: ArchiveSpec, control, layout: ArchiveLayout, archive_key: str,

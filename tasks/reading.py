@@ -14,7 +14,7 @@ from typing import BinaryIO, Iterator
 
 from isal import isal_zlib
 
-from .errors import BadArgument, IntegrityError, translate
+from .errors import IO_ERRORS, BadArgument, IntegrityError, translate
 from .manifest import ArchiveLayout, find_records, iter_manifest
 from .restore import require_readable
 from .tarwriter import member_name
@@ -53,7 +53,7 @@ class _ZstdFrames:
 def _object(control, layout: ArchiveLayout, archive_key: str, what: str, **kwargs):
     try:
         return control.get_object(Bucket=layout.bucket, Key=archive_key, **kwargs)["Body"]
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         raise translate(exc, f"{what} s3://{layout.bucket}/{archive_key}") from exc
 
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from .errors import ArchivedObjectNotReadable, BadArgument, TransientError, status_of, translate
+from .errors import IO_ERRORS, ArchivedObjectNotReadable, BadArgument, status_of, TransientError, translate
 
 NEEDS_RESTORE = ("GLACIER", "DEEP_ARCHIVE")
 TIERS = ("Expedited", "Standard", "Bulk")
@@ -53,7 +53,7 @@ def archive_state(control, bucket: str, key: str) -> RestoreState:
     url = f"s3://{bucket}/{key}"
     try:
         head = control.head_object(Bucket=bucket, Key=key)
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         raise translate(exc, f"check the archive {url}") from exc
     storage_class = head.get("StorageClass") or "STANDARD"
     if storage_class not in NEEDS_RESTORE:
@@ -88,7 +88,7 @@ def request_restore(control, bucket: str, key: str, *, tier: str = "Standard", d
     try:
         response = (restore_control or control).restore_object(Bucket=bucket, Key=key, RestoreRequest={
             "Days": days, "GlacierJobParameters": {"Tier": tier}})
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         code = getattr(exc, "response", {}).get("Error", {}).get("Code")
         if code == "RestoreAlreadyInProgress" or status_of(exc) == 409:
             state = archive_state(control, bucket, key)

@@ -21,7 +21,7 @@ from typing import Callable
 import boto3
 from botocore.config import Config
 
-from .errors import AccessDenied, ArchiverError, BadCredentials, error_for, translate
+from .errors import IO_ERRORS, AccessDenied, ArchiverError, BadCredentials, error_for, translate
 
 
 @dataclass(frozen=True)
@@ -100,14 +100,14 @@ class S3Clients:
         self.control.meta.events.register("before-send.s3.HeadBucket", capture)
         try:
             response = self.control.head_bucket(Bucket=bucket)
-        except Exception as exc:  # noqa: BLE001
+        except IO_ERRORS as exc:
             error = translate(exc, what, "bucket")
             if isinstance(error, AccessDenied):
                 # A HEAD answer has no body, so a wrong secret looks like a missing permission;
                 # a GET on the bucket returns the real code (SignatureDoesNotMatch, ...).
                 try:
                     self.control.list_objects_v2(Bucket=bucket, MaxKeys=0)
-                except Exception as probe:  # noqa: BLE001
+                except IO_ERRORS as probe:
                     error = translate(probe, what, "bucket")
             raise error from exc
         finally:

@@ -20,7 +20,7 @@ from typing import Callable
 
 from awscrt import checksums
 
-from .errors import ArchiverError, BadArgument, IntegrityError, translate
+from .errors import IO_ERRORS, ArchiverError, BadArgument, IntegrityError, translate
 
 MAX_PARTS = 10_000
 MIN_PART = 5 << 20
@@ -99,9 +99,13 @@ class PartUploader:
     def __init__(self, control, bucket: str, key: str, *, storage_class: str = "STANDARD",
                  sizer: PartSizer | None = None, memory: int = 32 << 20, threads: int = 4,
                  extra_args: dict | None = None, abort_event: threading.Event | None = None,
-                 upload_id: str | None = None, first_part: int = 1, max_parts: int = MAX_PARTS):
+                 upload_id: str | None = None, first_part: int = 1, max_parts: int = MAX_PARTS,
+                 head_size: int = 0, owns_upload: bool = True):
         """``upload_id``, ``first_part`` and ``max_parts`` attach the stream to an upload that
-        already exists, using only its own range of part numbers (a segment's)."""
+        already exists, using only its own range of part numbers (a segment's). ``head_size``
+        bytes at the start of the stream are held back (``head``), not uploaded. An uploader
+        that does not ``own_upload`` never aborts it: ``abort`` only stops its own parts (the
+        upload is shared by segments, or kept for a retry of the assembly)."""
         self.control = control
         self.bucket = bucket
         self.key = key
@@ -122,15 +126,27 @@ class PartUploader:
         self._cond = threading.Condition()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="s3arch-upload")
         self._done = False
-        self._crc_full = 0
+        self._lifecycle = threading.Lock()  # creation against abort
+        self._crc_full: int | None = 0  # of every byte written; None once parts come from elsewhere
+        self.owns_upload = owns_upload
+        self.head = bytearray()
+        self._head_size = head_size
+        self.tail = b""
 
     @property
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
 
     def write(self, data: bytes) -> None:
+        if len(self.head) < self._head_size:
+            take = self._head_size - len(self.head)
+            self.head += data[:take]
+            data = data[take:]
+            if not data:
+                return
         self.bytes_written += len(data)
-        self._crc_full = checksums.crc32c(data, self._crc_full)
+        if self._crc_full is not None:
+            self._crc_full = checksums.crc32c(data, self._crc_full)
         self._buf.append(data)
         self._buffered += len(data)
         while self._buffered >= self._part_size:
@@ -171,13 +187,13 @@ class PartUploader:
         self._parts.append(self._pool.submit(self._upload_part, number, part))
 
     def _create(self) -> None:
-        try:
-            resp = self.control.create_multipart_upload(
-                Bucket=self.bucket, Key=self.key, StorageClass=self.storage_class,
-                ChecksumAlgorithm="CRC32C", **self.extra_args)
-        except Exception as exc:  # noqa: BLE001
-            raise translate(exc, f"start upload to {self.url}", "upload") from exc
-        self.upload_id = resp["UploadId"]
+        # Under the lock abort() takes: an upload is either created before an abort (which
+        # then aborts it) or refused after it, never created unseen.
+        with self._lifecycle:
+            if self._done:
+                raise InterruptedError("upload aborted")
+            self.upload_id = create_upload(self.control, self.bucket, self.key, storage_class=self.storage_class,
+                                           extra_args=self.extra_args)
 
     def _upload_part(self, number: int, data: "PartBody") -> UploadedPart:
         try:
@@ -204,14 +220,27 @@ class PartUploader:
                 raise IntegrityError(f"part {number} of {self.url}: S3 stored CRC32C "
                                      f"{resp['ChecksumCRC32C']}, sent {b64}")
             return UploadedPart(number, resp["ETag"], crc, len(data))
-        except Exception as exc:  # noqa: BLE001
+        except IO_ERRORS as exc:
             raise translate(exc, f"upload part {number} of {self.url}", "upload") from exc
 
-    def finish_parts(self) -> list[UploadedPart]:
-        """Upload what is buffered and wait for every part; the upload stays open."""
-        if self._buffered or not self._parts:
+    def finish_parts(self, keep_short_tail: bool = False) -> list[UploadedPart]:
+        """Upload what is buffered and wait for every part; the upload stays open. With
+        ``keep_short_tail``, a rest shorter than a part is kept as ``tail`` instead (a
+        segment's: S3 wants every part but the last to be 5 MiB or more)."""
+        if keep_short_tail and 0 < self._buffered < self.sizer.min_part:
+            self.tail = self._cut(self._buffered).tobytes()
+        elif self._buffered or (not self._parts and not keep_short_tail):
             self._submit(self._cut(self._buffered))
         return [f.result() for f in self._parts]
+
+    def include(self, parts: list[UploadedPart]) -> None:
+        """Parts uploaded elsewhere (by segments, or ``put_part``) that this upload is to be
+        completed with, in order. Not to be mixed with ``write``."""
+        for part in parts:
+            done: Future = Future()
+            done.set_result(part)
+            self._parts.append(done)
+        self._crc_full = None  # the whole object's CRC is no longer known here
 
     def complete(self, *, if_none_match: bool = False, if_match: str | None = None) -> UploadResult:
         """Complete the upload and check what S3 reports. With a condition, a destination
@@ -228,10 +257,14 @@ class PartUploader:
         """Give up: stop pending parts and abort the upload. Safe to call more than once.
         Returns (never raises) the error of a failed abort, so it cannot hide the failure
         that made the caller give up."""
-        if self._done:
-            return None
-        self._done = True
+        with self._lifecycle:
+            if self._done:
+                return None
+            self._done = True
         self._abort.set()
+        if not self.owns_upload:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            return None
         # Not waiting for parts in flight (one may hang on a dead connection for minutes): the
         # upload is aborted now, and again as each of them ends, since S3 may keep a part that
         # was in flight during the abort.
@@ -240,7 +273,7 @@ class PartUploader:
             return None
         try:
             abort_upload(self.control, self.bucket, self.key, self.upload_id)
-        except Exception as exc:  # noqa: BLE001
+        except IO_ERRORS as exc:
             return translate(exc, f"abort the upload to {self.url} (left for the next run or a "
                                   "lifecycle rule to remove)", "upload")
         for part in self._parts:
@@ -255,6 +288,15 @@ class PartUploader:
             pass
 
 
+def create_upload(control, bucket: str, key: str, *, storage_class: str, extra_args: dict) -> str:
+    """CreateMultipartUpload with a CRC32C per part; the upload id."""
+    try:
+        return control.create_multipart_upload(Bucket=bucket, Key=key, StorageClass=storage_class,
+                                               ChecksumAlgorithm="CRC32C", **extra_args)["UploadId"]
+    except IO_ERRORS as exc:
+        raise translate(exc, f"start upload to s3://{bucket}/{key}", "upload") from exc
+
+
 def complete_upload(control, bucket: str, key: str, upload_id: str, parts: list[UploadedPart], *,
                     if_none_match: bool = False, if_match: str | None = None, extra_args: dict | None = None,
                     full_crc32c: int | None = None) -> UploadResult:
@@ -267,7 +309,7 @@ def complete_upload(control, bucket: str, key: str, upload_id: str, parts: list[
             Bucket=bucket, Key=key, UploadId=upload_id,
             MultipartUpload={"Parts": [{"PartNumber": p.number, "ETag": p.etag, "ChecksumCRC32C": _b64_crc(p.crc32c)}
                                        for p in parts]}, **condition)
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         raise translate(exc, f"complete upload of {url}", "commit") from exc
     composite = _b64_crc(checksums.crc32c(b"".join(struct.pack(">I", p.crc32c) for p in parts)))
     # S3 reports the composite ("-N" suffixed) for multipart uploads; some servers
@@ -278,7 +320,7 @@ def complete_upload(control, bucket: str, key: str, upload_id: str, parts: list[
     try:
         head = control.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED",
                                    **_sse_customer_args(extra_args or {}))
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         raise translate(exc, f"check uploaded object {url}") from exc
     size = sum(p.size for p in parts)
     if head["ContentLength"] != size:
@@ -308,6 +350,9 @@ class PartBody(io.RawIOBase):
 
     def __len__(self) -> int:
         return self._size
+
+    def tobytes(self) -> bytes:
+        return b"".join(self._pieces)
 
     def crc32c(self) -> int:
         crc = 0
@@ -365,19 +410,22 @@ def open_uploads(control, bucket: str, key: str) -> list[str]:
         paginator = control.get_paginator("list_multipart_uploads")
         for page in paginator.paginate(Bucket=bucket, Prefix=key):
             ids += [u["UploadId"] for u in page.get("Uploads", []) if u["Key"] == key]
-    except Exception as exc:  # noqa: BLE001
+    except IO_ERRORS as exc:
         raise translate(exc, f"list earlier uploads to s3://{bucket}/{key}", "bucket") from exc
     return ids
 
 
 def abort_stale_uploads(control, bucket: str, key: str, keep: str | None = None) -> int:
-    """Abort multipart uploads an earlier run left for exactly this key (but ``keep``, the
-    upload of the segmented run being assembled). Only called under the prefix's lease, so
-    every such upload belongs to a run that is provably gone."""
-    ids = [i for i in open_uploads(control, bucket, key) if i != keep]
-    for upload_id in ids:
+    """Abort multipart uploads an earlier run left for exactly this key (but ``keep``).
+    Only called under the key's lease, so every such upload belongs to a run that is gone."""
+    return abort_uploads(control, bucket, [(key, i) for i in open_uploads(control, bucket, key) if i != keep])
+
+
+def abort_uploads(control, bucket: str, uploads: list[tuple[str, str]]) -> int:
+    """Abort these (key, upload id) uploads; how many."""
+    for key, upload_id in uploads:
         try:
             abort_upload(control, bucket, key, upload_id)
-        except Exception as exc:  # noqa: BLE001
+        except IO_ERRORS as exc:
             raise translate(exc, f"abort an earlier upload to s3://{bucket}/{key}", "upload") from exc
-    return len(ids)
+    return len(uploads)

@@ -69,19 +69,20 @@ def xcom_rows(run, task_id: str) -> list[dict]:
 
 
 def test_large_day_fans_out_into_segment_tasks_one_fails_once_and_retries_alone(af, monkeypatch):
-    import tasks.segments
+    from tasks.errors import TransientError
+    import tasks.segments.produce
 
     large = seed_day(af.s3, af.src, TEMPLATE, LARGE, files_per_hour=2, lines_per_file=20)  # 48 objects
     small = seed_day(af.s3, af.src, TEMPLATE, SMALL, files_per_hour=1, lines_per_file=20)  # 24 objects
-    produce, failed = tasks.segments.produce_segment, []
+    produce, failed = tasks.segments.produce.produce_segment, []
 
     def fail_segment_2_once(spec, clients, layout, plan, k, *args, **kwargs):
         if k == 1 and not failed:
             failed.append(k)
-            raise tasks.segments.errors.TransientError("injected: segment 2's worker lost its network")
+            raise TransientError("injected: segment 2's worker lost its network")
         return produce(spec, clients, layout, plan, k, *args, **kwargs)
 
-    monkeypatch.setattr(tasks.segments, "produce_segment", fail_segment_2_once)
+    monkeypatch.setattr(tasks.segments.produce, "produce_segment", fail_segment_2_once)
     run, tis = run_dag({"date_from": str(LARGE), "date_to": str(SMALL)})
     assert run.state == "success"
     assert failed == [1]

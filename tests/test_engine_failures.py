@@ -6,7 +6,7 @@ import pytest
 
 import tasks.commit
 import tasks.listing
-import tasks.segments
+import tasks.segments.plan
 from tasks.archive import archive_prefix
 from tasks.config import ArchiveSpec, S3Url
 from tasks.errors import SourceChanged
@@ -29,7 +29,7 @@ def _after_listing(monkeypatch, action):
             yield page
 
     monkeypatch.setattr(tasks.listing, "iter_pages", pages)
-    monkeypatch.setattr(tasks.segments, "iter_pages", pages)  # the listing that decides on segments
+    monkeypatch.setattr(tasks.segments.plan, "iter_pages", pages)  # the listing that decides on segments
 
 
 @pytest.mark.parametrize("change", ["rewritten", "deleted"])

@@ -64,7 +64,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
         return layout_for(S3Url(self.source_bucket, self.prefix), S3Url.parse(self.destination))
 
     def execute(self, context: Context) -> dict:
-        from tasks.commit import read_committed
+        from tasks.manifest import read_committed
         from tasks.errors import BadArgument
         from tasks.restore import POLL_SECONDS, request_restore, wait_restored
 

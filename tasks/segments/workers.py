@@ -1,0 +1,166 @@
+"""A segmented run on one machine (``s3arch archive --processes N``): every segment produced
+in a fresh worker process, at most N at once, then assembled by the parent."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from dataclasses import replace
+
+from .. import errors
+from ..config import ArchiveSpec
+from ..errors import IO_ERRORS, ArchiverError, translate
+from ..manifest import ArchiveLayout
+from ..pipeline import StreamedArchive
+from ..progress import Progress
+from ..s3 import S3Clients
+from ..upload import PartUploader
+from .assemble import assemble
+from .plan import MIN_SHARE, SegmentPlan, open_upload, plan_segments, processes_within
+from .produce import produce_segment
+
+
+def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, archive_key: str,
+                     progress: Progress | None = None, abort: threading.Event | None = None) -> StreamedArchive:
+    """The commit protocol's step 5 on worker processes: plan ``spec.segments`` segments (one
+    per process by default), produce each in its own process, at most ``spec.processes`` at
+    once (a segment whose process fails or dies is run again, alone), assemble."""
+    control = clients.control
+    abort = abort or threading.Event()
+    processes = min(spec.processes, processes_within(spec.memory_budget))
+    plan = plan_segments(spec, control, archive_key, spec.segments or processes)
+    notes = []
+    if processes < min(spec.processes, plan.count):
+        notes.append(f"{plan.count} segments ran on {processes} process(es), not {min(spec.processes, plan.count)}: "
+                     f"--memory-budget {spec.memory_budget >> 20}MiB holds {processes} pipeline(s) of "
+                     f"{MIN_SHARE >> 20} MiB besides the assembler's")
+    processes = min(processes, plan.count)
+    worker_spec = _worker_spec(spec, processes)
+    plan = open_upload(spec, control, layout, plan)
+    try:
+        durations = _run_workers(worker_spec, clients, layout, plan, processes, abort)
+        streamed = assemble(spec, clients, layout, plan, abort)
+        streamed.timings["segments_s"] = sum(durations.values())  # with process start-up
+        streamed.notes = notes
+    except BaseException as exc:
+        problem = PartUploader(control, layout.bucket, archive_key, upload_id=plan.upload_id).abort()
+        if problem is not None:
+            exc.add_note(f"cleanup also failed: {problem}")
+        raise
+    if progress is not None:
+        progress.objects_done, progress.bytes_done = streamed.objects, streamed.bytes_in
+    return streamed
+
+
+def _worker_spec(spec: ArchiveSpec, processes: int) -> ArchiveSpec:
+    """Each worker's share of ``--memory-budget`` (the parent keeps one share to assemble)."""
+    return replace(spec, memory_budget=spec.memory_budget // (processes + 1),
+                   compress_threads=max(1, spec.compress_threads // processes))
+
+
+_ATTEMPTS = 3
+
+
+def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
+                 processes: int, abort: threading.Event) -> dict[int, float]:
+    """Run every segment in a fresh interpreter (spawn: the CRT client and threads do not
+    survive fork), at most ``processes`` at once. A segment that fails retryably or whose
+    process dies is run again, alone, up to three times; the others are not repeated.
+    Returns each segment's seconds (its successful attempt)."""
+    context = multiprocessing.get_context("spawn")
+    todo = list(range(plan.count))
+    attempts = dict.fromkeys(todo, 0)
+    running: dict[int, tuple] = {}
+    durations: dict[int, float] = {}
+    try:
+        while todo or running:
+            while todo and len(running) < processes:
+                k = todo.pop(0)
+                attempts[k] += 1
+                receive, send = context.Pipe(duplex=False)
+                # Credentials as they are now, per start: a segment run again after
+                # CredentialsExpired gets the session's refreshed ones, not the expired copy.
+                proc = context.Process(target=_segment_worker, name=f"s3arch-segment-{k + 1}",
+                                       args=(spec, _connection_of(clients), layout, plan.to_dict(), k, send), daemon=True)
+                proc.start()
+                send.close()
+                running[k] = (proc, receive, time.monotonic())
+            if abort.is_set():
+                raise InterruptedError("segments aborted")
+            for k, (proc, receive, began) in list(running.items()):
+                if not receive.poll(0.05) and proc.is_alive():
+                    continue
+                outcome = _outcome(receive)
+                proc.join()
+                del running[k]
+                if outcome is not None and "bug" in outcome:
+                    raise RuntimeError(f"segment {k + 1}/{plan.count} failed with a bug in its worker process "
+                                       f"(not retried):\n{outcome['bug']}")
+                if outcome is not None and "error" not in outcome:
+                    durations[k] = time.monotonic() - began
+                    continue
+                error = _error_of(outcome, k, plan, proc.exitcode)
+                if not error.retryable or attempts[k] >= _ATTEMPTS:
+                    raise error
+                todo.insert(0, k)  # this segment alone, again
+    finally:
+        for proc, receive, _ in running.values():
+            proc.kill()
+            proc.join()
+            receive.close()
+    return durations
+
+
+def _outcome(receive) -> dict | None:
+    try:
+        return receive.recv() if receive.poll() else None
+    except (EOFError, OSError):
+        return None
+    finally:
+        receive.close()
+
+
+def _error_of(outcome: dict | None, k: int, plan: SegmentPlan, exitcode: int | None) -> ArchiverError:
+    where = f"segment {k + 1}/{plan.count}"
+    if outcome is None:
+        error = errors.TransientError(f"{where}: its process ended with exit code {exitcode} before it finished")
+    else:
+        cls = getattr(errors, outcome["error"], None)
+        cls = cls if isinstance(cls, type) and issubclass(cls, ArchiverError) else ArchiverError
+        error = cls(f"{where}: {outcome['message']}")
+    return error
+
+
+def _connection_of(clients: S3Clients) -> dict:
+    """What a worker process needs to reach S3 as the parent does: credentials as they are
+    now (a worker lives minutes, well within a session token's life), region, endpoint, TLS."""
+    creds = clients.session.get_credentials()
+    frozen = creds.get_frozen_credentials() if creds else None
+    return {"access_key": frozen.access_key if frozen else None, "secret_key": frozen.secret_key if frozen else None,
+            "token": frozen.token if frozen else None, "region": clients.region,
+            "endpoint_url": clients.endpoint_url, "verify": clients.verify}
+
+
+def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, plan: dict, k: int, send) -> None:
+    import boto3
+
+    try:
+        session = boto3.Session(aws_access_key_id=connection["access_key"],
+                                aws_secret_access_key=connection["secret_key"],
+                                aws_session_token=connection["token"], region_name=connection["region"])
+        clients = S3Clients.from_session(session, endpoint_url=connection["endpoint_url"],
+                                         verify=connection["verify"])
+        clients.check_bucket(spec.source.bucket, "source")
+        send.send(produce_segment(spec, clients, layout, SegmentPlan.from_dict(plan), k))
+    except ArchiverError as exc:
+        send.send({"error": type(exc).__name__, "message": str(exc)})
+    except IO_ERRORS as exc:
+        error = translate(exc, f"segment {k + 1}")
+        send.send({"error": type(error).__name__, "message": str(error)})
+    except Exception:  # noqa: BLE001 - a bug: its traceback goes to the parent, which stops
+        import traceback
+
+        send.send({"bug": traceback.format_exc()})
+    finally:
+        send.close()

@@ -1,0 +1,170 @@
+"""The engine never hides a bug as weather, never loses an upload to a race, and says what
+really happened: each test here names one way it used to get that wrong."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import tasks.pipeline
+from tasks.archive import archive_prefix
+from tasks.config import ArchiveSpec, S3Url
+from tasks.errors import Cancelled, ConcurrentRun, SourceChanged
+from tasks.manifest import ManifestWriter, layout_for, read_index
+
+from helpers import keys_in, open_uploads, seed
+
+
+def _spec(src, dst, **kw):
+    return ArchiveSpec(S3Url(src, "day/"), S3Url(dst, "a/"), storage_class="STANDARD", **kw)
+
+
+def test_a_bug_in_the_pipeline_propagates_as_itself_not_as_a_retryable_error(s3, buckets, clients, monkeypatch):
+    src, dst = buckets
+    seed(s3, src, {f"day/{i:03d}.log": b"x" * 100 for i in range(20)})
+
+    def broken(*args, **kwargs):
+        return {}["no such key"]  # a KeyError in our own code
+
+    monkeypatch.setattr(tasks.pipeline, "member_name", broken)
+    with pytest.raises(KeyError):
+        archive_prefix(_spec(src, dst, processes=1), clients)
+    assert open_uploads(s3, dst) == []  # and the uploads were still cleaned up
+    assert [k for k in keys_in(s3, dst) if not k.endswith(".lease.json")] == []
+
+
+def test_a_dry_run_sample_of_an_object_changed_since_listing_is_a_typed_error(s3, buckets, clients, monkeypatch):
+    import tasks.archive
+
+    src, dst = buckets
+    seed(s3, src, {f"day/{i:03d}.log": b"x" * 100 for i in range(5)})
+    real = tasks.archive.iter_pages
+
+    def listed_then_changed(*args, **kwargs):
+        for page in real(*args, **kwargs):
+            s3.put_object(Bucket=src, Key="day/002.log", Body=b"changed")
+            yield page
+
+    monkeypatch.setattr(tasks.archive, "iter_pages", listed_then_changed)
+    with pytest.raises(SourceChanged, match="day/002.log"):
+        archive_prefix(_spec(src, dst, dry_run=True), clients)
+
+
+def test_an_upload_cannot_be_created_after_it_was_aborted(s3, buckets, clients):
+    """The collector may still be inside write -> submit when the pipeline aborts: the
+    upload it would create lazily must be refused, not created unseen and left to bill."""
+    from tasks.upload import PartSizer, PartUploader
+
+    _, dst = buckets
+    uploader = PartUploader(clients.control, dst, "late.tar.gz", sizer=PartSizer(5 << 20))
+    assert uploader.abort() is None
+    with pytest.raises(InterruptedError):
+        uploader.write(b"x" * (6 << 20))
+    assert open_uploads(s3, dst) == []
+
+
+def test_compression_refuses_a_block_after_abort_instead_of_dropping_it():
+    """A dropped block made a cancelled run end in a retryable 'corrupt' IntegrityError."""
+    from tasks.compression import ParallelCompressor, codec_for
+
+    release = threading.Event()
+    delivered = []
+
+    def slow_delivery(block):
+        release.wait(10)
+        delivered.append(block.index)
+
+    compressor = ParallelCompressor(codec_for("gzip", 1), 1, 1, slow_delivery, lambda exc: None)
+    abort = threading.Event()
+    compressor.submit(0, b"a" * 1000, False, abort)  # takes the only slot until delivered
+    abort.set()
+    with pytest.raises(InterruptedError):
+        compressor.submit(1, b"b" * 1000, False, abort)
+    release.set()
+    compressor.close(wait=True)
+    assert delivered == [0]
+
+
+def test_a_cancelled_segment_says_cancelled(s3, buckets, clients, monkeypatch):
+    """A segment task killed mid-stream (on_kill sets its cancel event) reports Cancelled, not a
+    retryable integrity error."""
+    from tasks.archive import archive_segment, prepare_segments
+    import tasks.compression
+
+    src, dst = buckets
+    seed(s3, src, {f"day/{i:03d}.bin": bytes([i]) * (1 << 20) for i in range(12)})  # 12 blocks
+    spec = _spec(src, dst, segments=2, segment_min_objects=1, compress_threads=1)
+    assert prepare_segments(spec, 2, clients).status == "planned"
+    cancel = threading.Event()
+    real = tasks.compression.ParallelCompressor._compress
+
+    def cancel_at_first_block(self, *args):
+        cancel.set()
+        time.sleep(0.5)  # the tar writer runs into a full queue with the cancel set
+        return real(self, *args)
+
+    monkeypatch.setattr(tasks.compression.ParallelCompressor, "_compress", cancel_at_first_block)
+    with pytest.raises(Cancelled):
+        archive_segment(spec, 0, clients, cancel=cancel)
+
+
+def test_a_slow_lease_renewal_counts_as_time_and_stops_the_holder_before_the_ttl():
+    """Renewals that each take longer than the TTL's margin must not look like success: the
+    holder is told it lost the lease once 5/6 of the TTL passed, on the clock."""
+    from tasks.lease import PrefixLease
+
+    class SlowS3:
+        def put_object(self, **kwargs):
+            if "IfMatch" in kwargs:
+                time.sleep(4)  # each renewal answers after 4 s; the TTL is 3 s
+            return {"ETag": '"e"'}
+
+    lease = PrefixLease(SlowS3(), "b", "k.lease.json", purpose="test", ttl=3.0)
+    lease._etag = '"e"'
+    lost = threading.Event()
+    started = time.monotonic()
+    lease.keep_alive(lambda error: lost.set())
+    assert lost.wait(6), "the holder was never told"
+    assert time.monotonic() - started < 3.0  # 5/6 of the TTL, give or take the clock
+    lease._stop.set()
+
+
+def test_the_loser_of_a_manifest_race_leaves_the_winners_index(s3, buckets, clients):
+    _, dst = buckets
+    layout = layout_for(S3Url("src", "day/"), S3Url(dst, "a/"))
+
+    def writer(tag):
+        manifest = ManifestWriter(clients.control, layout, {"source": {"bucket": "src", "prefix": "day/"},
+                                                             "tag": tag})
+        manifest.add_object({"type": "object", "key": f"day/{tag}", "size": 1})
+        return manifest
+
+    winner, loser = writer("winner"), writer("loser")
+    winner.complete({"objects": 1, "bytes": 1})
+    with pytest.raises(ConcurrentRun):
+        loser.complete({"objects": 1, "bytes": 1})
+    assert loser.abort() is None
+    assert read_index(clients.control, layout)["header"]["tag"] == "winner"
+
+
+def test_step_4_aborts_the_records_upload_a_killed_large_segment_left(s3, buckets, clients):
+    """A segmented run died while a large segment streamed its records (a multipart upload of
+    its own): the next run's step 4 aborts it with the run's archive upload."""
+    from tasks.archive import prepare_segments
+    from tasks.segments import read_plan
+
+    src, dst = buckets
+    seed(s3, src, {f"day/{i:03d}.log": b"x" * 100 for i in range(20)})
+    spec = _spec(src, dst, processes=1)
+    assert prepare_segments(spec, 2, clients).status == "planned"
+    layout = layout_for(spec.source, spec.destination)
+    plan = read_plan(clients.control, layout)
+    s3.create_multipart_upload(Bucket=dst, Key=plan.temp_key(layout, 1, ".manifest.jsonl.gz"))
+    assert len(open_uploads(s3, dst)) == 2
+
+    result = archive_prefix(spec, clients)
+    assert result.status == "archived" and result.stale_uploads_aborted == 2
+    assert open_uploads(s3, dst) == []
+    assert [k for k in keys_in(s3, dst) if ".segments/" in k] == []
