@@ -117,7 +117,8 @@ def archive_dag(job: ArchiveJob) -> DAG:
 
             small, large, segment_kwargs = small_prefixes(sized), large_prefixes(sized), segment_tasks(sized)
 
-        common = dict(
+        # What every step of this job shares; each operator takes only its own on top.
+        step = dict(
             source_bucket=job.source.bucket,
             destination=str(job.destination),
             storage_class=job.storage_class,
@@ -126,26 +127,24 @@ def archive_dag(job: ArchiveJob) -> DAG:
             memory_budget=job.memory_budget,
             overwrite="{{ params.overwrite }}",
             dry_run="{{ params.dry_run }}",
-            delete_source=job.delete_source,
-            delete_versions=job.delete_versions,
-            prices=job.prices,
             lease_ttl=job.lease_ttl_seconds,
-            allow_empty=job.allow_empty,
+            prices=job.prices,
             execution_timeout=timedelta(minutes=job.execution_timeout_minutes),
             **job_task_args(job),
         )
+        deleting = dict(delete_source=job.delete_source, delete_versions=job.delete_versions)
         outlets = [AssetAlias(f"s3_archive__{job.name}")]  # one asset event per archive made
 
-        archived = S3ArchivePrefixOperator.partial(task_id="archive", outlets=outlets, **common).expand(
-            prefix=small)
-        prepared = S3PrepareSegmentsOperator.partial(task_id="prepare", segments=job.segments, **common).expand(
+        archived = S3ArchivePrefixOperator.partial(
+            task_id="archive", outlets=outlets, allow_empty=job.allow_empty, **deleting, **step).expand(prefix=small)
+        prepared = S3PrepareSegmentsOperator.partial(task_id="prepare", segments=job.segments, **step).expand(
             prefix=large)
-        segmented = S3ArchiveSegmentOperator.partial(task_id="segment", **common).expand_kwargs(segment_kwargs)
+        segmented = S3ArchiveSegmentOperator.partial(task_id="segment", **step).expand_kwargs(segment_kwargs)
         # all_done: each assembly checks its own segments, so one prefix's failed segment
         # does not hold back the others' assemblies.
         assembled = S3AssembleSegmentsOperator.partial(
-            task_id="assemble", outlets=outlets, segments=job.segments, trigger_rule=TriggerRule.ALL_DONE, **common).expand(
-            prefix=large)
+            task_id="assemble", outlets=outlets, segments=job.segments, trigger_rule=TriggerRule.ALL_DONE,
+            **deleting, **step).expand(prefix=large)
         prepared >> segmented >> assembled
 
         @task(task_id="report", trigger_rule=TriggerRule.ALL_DONE, execution_timeout=timedelta(minutes=10))

@@ -17,6 +17,7 @@ from .config import ArchiveSpec, MiB
 from .errors import IO_ERRORS, BadArgument, EmptyPrefix, translate
 from .listing import iter_pages
 from .manifest import layout_for
+from .outcome import Outcome
 from .progress import Progress
 from .s3 import S3Clients
 from .tarwriter import member_size_bound
@@ -29,7 +30,7 @@ def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
     clients = clients or S3Clients.from_session()
     protocol = _checked(spec, clients, progress, cancel)
     if spec.dry_run:
-        committed = _dry_run_state(protocol)
+        committed = protocol.skipped_if_committed()
         return committed or _dry_run(spec, clients, protocol.result, protocol.started)
     return protocol.run()
 
@@ -41,9 +42,9 @@ def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = 
     clients = clients or S3Clients.from_session()
     protocol = _checked(spec, clients, None)
     if spec.dry_run:
-        result = _dry_run_state(protocol) or protocol.result
-        if result.status != "skipped":
-            result.status, result.segments = "dry_run", count
+        result = protocol.skipped_if_committed() or protocol.result
+        if result.status != Outcome.SKIPPED:
+            result.status, result.segments = Outcome.DRY_RUN, count
             result.notes.append(f"dry run: {count} segments would be planned and the archive's upload "
                                 "opened; nothing was written (the assemble task estimates the archive)")
         return result
@@ -59,7 +60,7 @@ def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
     from .segments import produce_planned_segment
 
     if spec.dry_run:
-        return {"segment": k, "objects": 0, "status": "dry_run",
+        return {"segment": k, "objects": 0, "status": Outcome.DRY_RUN.value,
                 "note": f"dry run: segment {k + 1} would be produced here; nothing was read or written"}
     clients = clients or S3Clients.from_session()
     clients.check_bucket(spec.source.bucket, "source")
@@ -73,7 +74,7 @@ def assemble_segments(spec: ArchiveSpec, clients: S3Clients | None = None, progr
     clients = clients or S3Clients.from_session()
     if spec.dry_run:
         result = archive_prefix(spec, clients, progress, cancel)
-        if result.status == "dry_run":
+        if result.status == Outcome.DRY_RUN:
             result.segments = segments
         return result
     return _checked(spec, clients, progress, cancel).run(assemble_planned=True)
@@ -97,16 +98,6 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None,
     return CommitProtocol(spec, clients, progress, cancel)
 
 
-def _dry_run_state(protocol: CommitProtocol) -> ArchiveResult | None:
-    """A dry run of a committed prefix says it would be skipped, as the real run would."""
-    from .manifest import read_committed
-
-    if protocol.spec.overwrite:
-        return None
-    committed = read_committed(protocol.control, protocol.layout, protocol.spec.source)
-    return protocol._skipped(committed) if committed else None
-
-
 # A dry run estimates the ratio from a sample: at most this many bytes, from at most this many
 # objects of at most 4 MiB each, fetched in parallel once the listing is done.
 _SAMPLE_BYTES, _SAMPLE_OBJECTS, _SAMPLE_THREADS = 8 * MiB, 256, 16
@@ -116,7 +107,7 @@ def _dry_run(spec, clients, result, started) -> ArchiveResult:
     """Count what would be archived (one listing) and estimate the archive from a compressed
     sample fetched in parallel: the cost is the listing plus a bounded number of GETs in a
     few round trips, whatever the prefix's size."""
-    result.status = "dry_run"
+    result.status = Outcome.DRY_RUN
     tar_bound = short = 0
     sample: list = []
     sample_bytes = 0

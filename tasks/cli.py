@@ -32,39 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     def command(name, **kwargs):
         return sub.add_parser(name, parents=[connection], **kwargs)
 
-    a = command("archive", help="pack a prefix into one compressed tar archive + manifest")
-    a.add_argument("source", help="s3://SRC_BUCKET/SRC_PREFIX/")
-    a.add_argument("destination", help="s3://DEST_BUCKET/DEST_PREFIX/")
-    a.add_argument("--storage-class", default="GLACIER",
-                   choices=["GLACIER", "DEEP_ARCHIVE", "GLACIER_IR", "STANDARD_IA", "STANDARD"])
-    a.add_argument("--codec", default="gzip", choices=["gzip", "zstd"])
-    a.add_argument("--level", type=int, help="gzip 0-9 (ISA-L for 0-3, zlib-ng for 4-9), default 1; zstd 1-19, default 3")
-    a.add_argument("--memory-budget", default="256MiB", help="bound on buffered bytes (default 256MiB)")
-    a.add_argument("--concurrency", type=int, default=128, help="GETs in flight (default 128)")
-    a.add_argument("--threads", type=int,
-                   help="compression threads (default: the CPUs this process may use, affinity and "
-                        "cgroup quota included; capped so their blocks fit a quarter of the budget)")
-    a.add_argument("--processes", type=int,
-                   help="worker processes for a large prefix (default: the CPUs this process may use): "
-                        "one segment each, assembled into one archive; prefixes below "
-                        "--segment-min-objects objects and --segment-min-bytes stay one pipeline")
-    a.add_argument("--segments", type=int, default=0,
-                   help="cut the prefix into exactly this many segments (default: one per process)")
-    a.add_argument("--segment-min-objects", type=int, default=50_000,
-                   help="objects from which a prefix is cut into segments (default 50000)")
-    a.add_argument("--segment-min-bytes", default="4GiB", help="bytes from which a prefix is cut into segments (default 4GiB)")
-    a.add_argument("--overwrite", action="store_true", help="re-archive a prefix that is done")
-    a.add_argument("--dry-run", action="store_true", help="list, count and estimate; write nothing")
-    a.add_argument("--delete-source", action="store_true",
-                   help="after the archive verified, delete sources whose ETag still matches; on an "
-                        "archived prefix, finish a deletion an earlier run did not")
-    a.add_argument("--delete-versions", action="store_true",
-                   help="with --delete-source on a versioned bucket: delete the archived versions "
-                        "(frees the space) instead of adding delete markers")
-    a.add_argument("--sse", choices=["AES256", "aws:kms"])
-    a.add_argument("--sse-kms-key-id")
-    a.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    a.add_argument("--quiet", action="store_true", help="no progress lines")
+    _archive_arguments(command("archive", help="pack a prefix into one compressed tar archive + manifest"))
 
     d = command("delete-sources", help="finish deleting the sources of an archived prefix "
                                               "(only objects the manifest holds with an unchanged ETag)")
@@ -112,6 +80,41 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("archive")
     c.add_argument("key")
     return p
+
+
+def _archive_arguments(a: argparse.ArgumentParser) -> None:
+    a.add_argument("source", help="s3://SRC_BUCKET/SRC_PREFIX/")
+    a.add_argument("destination", help="s3://DEST_BUCKET/DEST_PREFIX/")
+    a.add_argument("--storage-class", default="GLACIER",
+                   choices=["GLACIER", "DEEP_ARCHIVE", "GLACIER_IR", "STANDARD_IA", "STANDARD"])
+    a.add_argument("--codec", default="gzip", choices=["gzip", "zstd"])
+    a.add_argument("--level", type=int, help="gzip 0-9 (ISA-L for 0-3, zlib-ng for 4-9), default 1; zstd 1-19, default 3")
+    a.add_argument("--memory-budget", default="256MiB", help="bound on buffered bytes (default 256MiB)")
+    a.add_argument("--concurrency", type=int, default=128, help="GETs in flight (default 128)")
+    a.add_argument("--threads", type=int,
+                   help="compression threads (default: the CPUs this process may use, affinity and "
+                        "cgroup quota included; capped so their blocks fit a quarter of the budget)")
+    a.add_argument("--processes", type=int,
+                   help="worker processes for a large prefix (default: the CPUs this process may use): "
+                        "one segment each, assembled into one archive; prefixes below "
+                        "--segment-min-objects objects and --segment-min-bytes stay one pipeline")
+    a.add_argument("--segments", type=int, default=0,
+                   help="cut the prefix into exactly this many segments (default: one per process)")
+    a.add_argument("--segment-min-objects", type=int, default=50_000,
+                   help="objects from which a prefix is cut into segments (default 50000)")
+    a.add_argument("--segment-min-bytes", default="4GiB", help="bytes from which a prefix is cut into segments (default 4GiB)")
+    a.add_argument("--overwrite", action="store_true", help="re-archive a prefix that is done")
+    a.add_argument("--dry-run", action="store_true", help="list, count and estimate; write nothing")
+    a.add_argument("--delete-source", action="store_true",
+                   help="after the archive verified, delete sources whose ETag still matches; on an "
+                        "archived prefix, finish a deletion an earlier run did not")
+    a.add_argument("--delete-versions", action="store_true",
+                   help="with --delete-source on a versioned bucket: delete the archived versions "
+                        "(frees the space) instead of adding delete markers")
+    a.add_argument("--sse", choices=["AES256", "aws:kms"])
+    a.add_argument("--sse-kms-key-id")
+    a.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    a.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,7 +296,7 @@ def _deletion_line(result) -> str:
 
 def _delete_sources(args, clients, layout) -> int:
     from .archive import delete_sources
-    from .manifest import read_committed
+    from .manifest import destination_of, read_committed
 
     committed = read_committed(clients.control, layout)
     if committed is None:
@@ -302,8 +305,8 @@ def _delete_sources(args, clients, layout) -> int:
         raise BadArgument(f"{layout.manifest_url} does not exist: nothing is archived there, so "
                           "nothing may be deleted", hint="give the archive or manifest URL `s3arch ls` accepts")
     source = committed.header["source"]
-    destination = S3Url(layout.bucket, _destination_prefix(layout.stem, source))
-    spec = ArchiveSpec(source=S3Url(source["bucket"], source["prefix"]), destination=destination,
+    archived = S3Url(source["bucket"], source["prefix"])
+    spec = ArchiveSpec(source=archived, destination=destination_of(layout, archived),
                        codec=committed.header["codec"], storage_class=committed.summary["storage_class"],
                        delete_source=True, delete_versions=args.versions)
     result = delete_sources(spec, clients)
@@ -316,7 +319,3 @@ def _delete_sources(args, clients, layout) -> int:
     return 0
 
 
-def _destination_prefix(stem: str, source: dict) -> str:
-    """The destination prefix that ``layout_for`` turned into ``stem`` for this source."""
-    tail = f"{source['bucket']}/{source['prefix'].rstrip('/') or '_bucket'}"
-    return stem[: -len(tail)]

@@ -25,11 +25,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 
-from .config import ArchiveSpec, S3Url
+from .config import ArchiveSpec
 from .deletion import DeletionResult, delete_archived_sources
 from .errors import (IO_ERRORS, AccessDenied, ArchiveDamaged, ArchiverError, BadArgument, Cancelled,
-                     ConcurrentRun, DestinationConflict, IntegrityError, ObjectMissing, status_of, translate)
+                     ConcurrentRun, DestinationConflict, IntegrityError, ObjectMissing, none_if_missing, status_of, translate)
 from .lease import PrefixLease
+from .outcome import Outcome
 from .manifest import ArchiveLayout, Committed, layout_for, read_committed
 from .pipeline import StreamedArchive, WholeArchive, stream_archive
 from .progress import Progress
@@ -48,7 +49,7 @@ class State(str, Enum):
 
 @dataclass
 class ArchiveResult:
-    status: str  # archived | skipped | dry_run
+    status: Outcome
     source: str
     archive: str | None
     manifest: str | None
@@ -76,7 +77,7 @@ class ArchiveResult:
         return self.bytes_in / self.bytes_out if self.bytes_out else 0.0
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "ratio": round(self.ratio, 3)}
+        return {**asdict(self), "status": self.status.value, "ratio": round(self.ratio, 3)}
 
 
 class CommitProtocol:
@@ -90,7 +91,7 @@ class CommitProtocol:
         self.layout = layout_for(spec.source, spec.destination)
         self.archive_key = self.layout.archive_key(spec.extension)
         self.started = time.monotonic()
-        self.result = ArchiveResult("archived", str(spec.source), self.archive_url, self.layout.manifest_url,
+        self.result = ArchiveResult(Outcome.ARCHIVED, str(spec.source), self.archive_url, self.layout.manifest_url,
                                     storage_class=spec.storage_class, codec=spec.codec)
 
     @property
@@ -183,10 +184,18 @@ class CommitProtocol:
                                plan_segments(spec, self.control, self.archive_key, count))
             write_plan(spec, self.control, self.layout, plan)
         r = self.result
-        r.status, r.segments, r.objects, r.bytes_in = "planned", plan.count, plan.objects, plan.bytes
+        r.status, r.segments, r.objects, r.bytes_in = Outcome.PLANNED, plan.count, plan.objects, plan.bytes
         r.timings = {"plan_s": plan.planned_in_s}
         self._done()
         return plan
+
+    def skipped_if_committed(self) -> ArchiveResult | None:
+        """Reading only: the result of a run that would skip (the prefix is committed and
+        not to be overwritten), else None. A dry run says what the real run would."""
+        if self.spec.overwrite:
+            return None
+        committed = read_committed(self.control, self.layout, self.spec.source)
+        return self._skipped(committed) if committed else None
 
     def _plan_in_progress(self) -> SegmentPlan:
         plan = read_plan(self.control, self.layout)
@@ -246,7 +255,7 @@ class CommitProtocol:
         check_archive_intact(self.control, self.layout, committed)
         summary = committed.summary
         r = self.result
-        r.status, r.state = "skipped", State.COMMITTED.value
+        r.status, r.state = Outcome.SKIPPED, State.COMMITTED.value
         r.archive = f"s3://{self.layout.bucket}/{committed.archive_key}"
         r.objects, r.bytes_in = summary["objects"], summary["bytes"]
         r.bytes_out, r.tar_bytes = summary["archive_size"], summary["tar_size"]
@@ -270,12 +279,9 @@ class CommitProtocol:
                 hint="restore the archive first, or delete the old archive and manifest by hand")
 
     def _current_etag(self, key: str) -> str | None:
-        try:
-            return self.control.head_object(Bucket=self.layout.bucket, Key=key)["ETag"]
-        except IO_ERRORS as exc:
-            if status_of(exc) == 404:
-                return None
-            raise translate(exc, f"check s3://{self.layout.bucket}/{key}") from exc
+        head = none_if_missing(lambda: self.control.head_object(Bucket=self.layout.bucket, Key=key),
+                               f"check s3://{self.layout.bucket}/{key}")
+        return head["ETag"] if head else None
 
     def _commit(self, streamed: StreamedArchive, previous: Committed | None, archive_etag: str | None,
                 lease: PrefixLease, lost: "_LeaseWatch") -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .config import MiB, S3Url
-from .errors import IO_ERRORS, BadArgument, DestinationConflict, IntegrityError, status_of, translate
+from .errors import IO_ERRORS, BadArgument, DestinationConflict, IntegrityError, none_if_missing, translate
 from .manifest import ArchiveLayout, find_records, iter_manifest
 from .reading import _decompressor
 from .restore import require_readable
@@ -226,12 +226,8 @@ class _S3Writer:
         return _S3Object(self, key, record)
 
     def _existing(self, key: str) -> dict | None:
-        try:
-            return self.control.head_object(Bucket=self.bucket, Key=key)
-        except IO_ERRORS as exc:
-            if status_of(exc) == 404:
-                return None
-            raise translate(exc, f"check s3://{self.bucket}/{key}") from exc
+        return none_if_missing(lambda: self.control.head_object(Bucket=self.bucket, Key=key),
+                               f"check s3://{self.bucket}/{key}")
 
     @staticmethod
     def _same(head: dict, record: dict) -> bool:

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Callable
 
-from .errors import IO_ERRORS, ArchiverError, ConcurrentRun, TransientError, status_of, translate
+from .errors import IO_ERRORS, ArchiverError, ConcurrentRun, TransientError, none_if_missing, status_of, translate
 from .s3 import parse_s3_time
 
 DEFAULT_TTL = 180.0
@@ -128,12 +128,10 @@ class PrefixLease:
                             hint="another run of this prefix is starting; retry later")
 
     def _read(self) -> tuple[Holder | None, str, float] | None:
-        try:
-            response = self.control.get_object(Bucket=self.bucket, Key=self.key)
-        except IO_ERRORS as exc:
-            if status_of(exc) == 404:
-                return None
-            raise translate(exc, f"read the lease {self.url}") from exc
+        response = none_if_missing(lambda: self.control.get_object(Bucket=self.bucket, Key=self.key),
+                                   f"read the lease {self.url}")
+        if response is None:
+            return None
         body = response["Body"].read()
         date = response["ResponseMetadata"]["HTTPHeaders"].get("date")
         # S3's own clock when it says (it always does); a proxy that drops Date leaves ours.

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .config import S3Url
-from .errors import IO_ERRORS, ArchiverError, BadArgument, DestinationConflict, IntegrityError, status_of, translate
+from .errors import (IO_ERRORS, ArchiverError, BadArgument, DestinationConflict, IntegrityError, none_if_missing,
+                     translate)
 from .listing import key_order
 from .upload import PartSizer, PartUploader, UploadResult, upload_memory
 
@@ -73,8 +74,19 @@ def layout_for(source: S3Url, destination: S3Url) -> ArchiveLayout:
     dest = destination.key
     if dest and not dest.endswith("/"):
         dest += "/"
-    stem = source.key.rstrip("/") or "_bucket"
-    return ArchiveLayout(destination.bucket, f"{dest}{source.bucket}/{stem}")
+    return ArchiveLayout(destination.bucket, dest + _source_part(source))
+
+
+def destination_of(layout: ArchiveLayout, source: S3Url) -> S3Url:
+    """The destination ``layout_for`` turned into ``layout`` for ``source``: its inverse."""
+    tail = _source_part(source)
+    if not layout.stem.endswith(tail):
+        raise BadArgument(f"s3://{layout.bucket}/{layout.stem} is not where {source} is archived")
+    return S3Url(layout.bucket, layout.stem[: -len(tail)])
+
+
+def _source_part(source: S3Url) -> str:
+    return f"{source.bucket}/{source.key.rstrip('/') or '_bucket'}"
 
 
 def layout_from_url(url: S3Url) -> ArchiveLayout:
@@ -229,13 +241,8 @@ def iter_manifest(control, layout: ArchiveLayout) -> Iterator[dict]:
 
 
 def manifest_exists(control, layout: ArchiveLayout) -> bool:
-    try:
-        control.head_object(Bucket=layout.bucket, Key=layout.manifest_key)
-        return True
-    except IO_ERRORS as exc:
-        if status_of(exc) == 404:
-            return False
-        raise translate(exc, f"check manifest {layout.manifest_url}") from exc
+    return none_if_missing(lambda: control.head_object(Bucket=layout.bucket, Key=layout.manifest_key),
+                           f"check manifest {layout.manifest_url}") is not None
 
 
 def read_header_and_summary(control, layout: ArchiveLayout) -> tuple[dict, dict]:
@@ -261,12 +268,10 @@ def _parse_lines(data: bytes) -> Iterator[dict]:
 
 def read_index(control, layout: ArchiveLayout) -> dict | None:
     """The manifest's index, or None for manifests written before indexes existed."""
-    try:
-        body = control.get_object(Bucket=layout.bucket, Key=layout.index_key)["Body"].read()
-    except IO_ERRORS as exc:
-        if status_of(exc) == 404:
-            return None
-        raise translate(exc, f"read the manifest index s3://{layout.bucket}/{layout.index_key}") from exc
+    body = none_if_missing(lambda: control.get_object(Bucket=layout.bucket, Key=layout.index_key)["Body"].read(),
+                           f"read the manifest index s3://{layout.bucket}/{layout.index_key}")
+    if body is None:
+        return None
     try:
         index = json.loads(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
     except (OSError, ValueError) as exc:

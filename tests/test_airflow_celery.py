@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 from datetime import date, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,7 @@ from devtools.airflow_celery import WORKERS, prepare_celery_airflow
 from devtools.airflow_local import write_jobs_file
 from devtools.sample_data import seed_day
 from devtools.servers import ServerStartError
-from faultproxy import Fault, FaultProxy, Request, is_get
+from faultproxy import Fault, FaultProxy, is_get
 from helpers import LOG_TEMPLATE as TEMPLATE, keys_in, open_uploads
 from test_airflow_e2e import assert_archived_once, wait_for
 

@@ -44,8 +44,6 @@ def run_dag(conf: dict):
 
 
 def report_rows(run) -> dict[str, dict]:
-    import json
-
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
@@ -57,8 +55,6 @@ def report_rows(run) -> dict[str, dict]:
 
 
 def xcom_rows(run, task_id: str) -> list[dict]:
-    import json
-
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 

@@ -36,25 +36,64 @@ def test_compose_airflow_services_share_the_project_image_and_environment():
     assert {"postgres-db", "minio-data"} <= compose["volumes"].keys()
 
 
+def _dockerfile() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (INSTRUCTION, arguments): comments and blank lines
+    dropped, continuation lines joined, as docker reads it."""
+    text = (ROOT / "docker" / "Dockerfile").read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
 def test_dockerfile_extends_the_pinned_airflow_and_installs_the_locked_requirements():
-    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
-    pinned = next(l for l in (ROOT / "requirements.txt").read_text().splitlines()
-                  if l.startswith("apache-airflow=="))
-    assert f"ARG AIRFLOW_VERSION={pinned.split('==')[1]}" in dockerfile
-    assert "FROM apache/airflow:${AIRFLOW_VERSION}" in dockerfile
-    assert "-r /opt/s3arch/requirements.txt -c /opt/s3arch/constraints.txt" in dockerfile
-    for path in ("tasks", "dags", "plugins"):
-        assert f"COPY --chown=airflow:root {path} " in dockerfile
+    instructions = _dockerfile()
+    pinned = next(l for l in (ROOT / "requirements.txt").read_text().splitlines() if l.startswith("apache-airflow=="))
+    args = dict(a.split("=", 1) for i, a in instructions if i == "ARG")
+    assert args["AIRFLOW_VERSION"] == pinned.split("==")[1]
+    assert [a for i, a in instructions if i == "FROM"] == ["apache/airflow:${AIRFLOW_VERSION}-python3.11"]
+    runs = [a for i, a in instructions if i == "RUN"]
+    assert any("pip install" in r and "-r /opt/s3arch/requirements.txt -c /opt/s3arch/constraints.txt" in r
+               for r in runs)
+    copied = {a.split()[-2]: a.split()[-1] for i, a in instructions if i == "COPY"}
+    assert copied["tasks"] == "/opt/s3arch/tasks" and copied["dags"] == "/opt/airflow/dags"
+    assert copied["plugins"] == "/opt/airflow/plugins"
+    assert ("ENV", "PYTHONPATH=/opt/s3arch") in instructions
 
 
-def test_init_script_creates_connection_pool_and_buckets_the_compose_file_names():
-    init = (ROOT / "docker" / "init.sh").read_text()
+def test_init_script_creates_connection_pool_and_buckets_the_compose_file_names(tmp_path):
+    """docker/init.sh run for real, with `airflow` and boto3 replaced by recorders: what it
+    would do to Airflow and MinIO, not what its text contains."""
+    import json
+    import os
+    import subprocess
+    import sys
+
     env = _compose()["services"]["airflow-init"]["environment"]
-    assert "airflow db migrate" in init
-    assert "airflow connections add s3_archive" in init
-    assert 'endpoint_url' in init and 'http://minio:9000' in init
-    assert 'airflow pools set "${S3ARCH_POOL' in init and env["S3ARCH_POOL"] == "s3_archive"
-    assert "S3ARCH_BUCKETS" in init and env["S3ARCH_BUCKETS"]
+    calls = tmp_path / "calls.jsonl"
+    (tmp_path / "airflow").write_text(f"#!{sys.executable}\nimport json, sys\n"
+                                      f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    (tmp_path / "airflow").chmod(0o755)
+    (tmp_path / "python").symlink_to(sys.executable)
+    (tmp_path / "boto3.py").write_text(
+        "import json\nclass _Client:\n    class exceptions:\n        BucketAlreadyOwnedByYou = KeyError\n"
+        "    def __init__(self, **kw): self.kw = kw\n"
+        f"    def create_bucket(self, Bucket):\n        open({str(calls)!r}, 'a').write("
+        "json.dumps(['s3', self.kw['endpoint_url'], 'create_bucket', Bucket]) + '\\n')\n"
+        "def client(service, **kw): return _Client(**kw)\n")
+    run_env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "PYTHONPATH": str(tmp_path), "HOME": str(tmp_path),
+               "MINIO_ROOT_USER": "user", "MINIO_ROOT_PASSWORD": "secret",
+               **{k: str(v) for k, v in env.items() if k.startswith("S3ARCH_")}}
+    subprocess.run(["bash", str(ROOT / "docker" / "init.sh")], env=run_env, check=True, cwd=tmp_path)
+    recorded = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert recorded[0] == ["db", "migrate"]
+    added = next(c for c in recorded if c[:3] == ["connections", "add", "s3_archive"])
+    extra = json.loads(added[added.index("--conn-extra") + 1])
+    assert extra["endpoint_url"] == "http://minio:9000" and added[added.index("--conn-type") + 1] == "aws"
+    assert added[added.index("--conn-login") + 1] == "user"
+    pool = next(c for c in recorded if c[:2] == ["pools", "set"])
+    assert pool[2] == env["S3ARCH_POOL"] == "s3_archive" and int(pool[3]) > 0
+    created = [c[3] for c in recorded if c[0] == "s3"]
+    assert created == env["S3ARCH_BUCKETS"].split() and all(c[1] == "http://minio:9000" for c in recorded
+                                                             if c[0] == "s3")
 
 
 def test_shipped_jobs_file_uses_the_connection_pool_and_buckets_compose_creates():

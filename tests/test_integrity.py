@@ -18,7 +18,7 @@ from helpers import (ROOT, engine_clients, keys_in, minio_user, open_uploads, re
                      seed)
 from tasks.archive import archive_prefix
 from tasks.config import ArchiveSpec, S3Url
-from tasks.errors import ArchiverError, BucketMissing, SourceDeletionFailed, UploadLost
+from tasks.errors import ArchiverError, UploadLost
 
 
 def spec(src, dst, **kw) -> ArchiveSpec:
@@ -290,13 +290,26 @@ def test_expired_token_is_retryable_and_a_skewed_clock_says_so(s3, buckets, prox
     assert proc.returncode == (3 if retryable else 2)
 
 
-def test_exit_codes_agree_with_retryability_for_every_error_type():
-    import tasks.errors as errors
+def test_the_cli_exit_code_says_fix_retry_or_empty_as_the_user_sees_it(s3, buckets, day, cli_env):
+    """2: change something; 3: try again later; 4: nothing there. Run as a user runs it."""
+    import json
 
-    for cls in vars(errors).values():
-        if isinstance(cls, type) and issubclass(cls, ArchiverError) and cls is not errors.EmptyPrefix:
-            error = cls("x") if cls is not SourceDeletionFailed else cls("x", cause=BucketMissing("y"))
-            assert error.exit_code == (3 if error.retryable else 2), cls.__name__
+    src, dst = buckets
+    archive = ("archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD")
+    missing = run_cli(cli_env, "archive", f"s3://{src}/day/", f"s3://no-such-{uuid.uuid4().hex[:8]}/a/",
+                      "--storage-class", "STANDARD", check=False)
+    assert missing.returncode == 2 and b"does not exist" in missing.stderr
+    empty = run_cli(cli_env, "archive", f"s3://{src}/nothing-here/", f"s3://{dst}/a/", "--storage-class",
+                    "STANDARD", check=False)
+    assert empty.returncode == 4
+    # A run on another machine holds the prefix (renewed just now): this one must wait.
+    lease = {"owner": "x", "host": "another-host", "boot_id": "b", "pid": 1, "pid_start": "1",
+             "purpose": "archive", "renewed": "now", "ttl_seconds": 180}
+    s3.put_object(Bucket=dst, Key=f"a/{src}/day.lease.json", Body=json.dumps(lease).encode())
+    busy = run_cli(cli_env, *archive, check=False)
+    assert busy.returncode == 3 and b"lease" in busy.stderr
+    s3.delete_object(Bucket=dst, Key=f"a/{src}/day.lease.json")
+    assert run_cli(cli_env, *archive).returncode == 0
 
 
 def test_failed_abort_does_not_hide_the_error_that_caused_it(s3, buckets, proxy, minio):

@@ -97,7 +97,7 @@ def test_dry_run_of_a_deleting_job_deletes_nothing_and_is_accepted_by_job_and_op
     operator = S3ArchivePrefixOperator(task_id="archive", source_bucket="app-logs", prefix="logs/2026/11/01/",
                                        destination="s3://vault/archive/", delete_source=True,
                                        delete_versions=True, dry_run="True")
-    assert operator._spec("logs/2026/11/01/") == spec
+    assert operator._spec("logs/2026/11/01/", delete_source=True, delete_versions=True) == spec
 
 
 def test_lease_ttl_is_a_job_setting_with_a_floor():

@@ -239,7 +239,7 @@ def test_segments_as_separate_tasks_plan_produce_in_any_order_retry_one_and_asse
     worker (here out of order, one failing once and retried alone), an assemble step."""
     from tasks.archive import archive_segment, assemble_segments, prepare_segments
     from tasks.config import ArchiveSpec, S3Url
-    from tasks.errors import SegmentMissing
+    from tasks.errors import AccessDenied, SegmentMissing
 
     src, dst = buckets
     objects = segmented_prefix()
@@ -257,7 +257,7 @@ def test_segments_as_separate_tasks_plan_produce_in_any_order_retry_one_and_asse
 
         failing = proxy.add(Fault("status", status=403, code="AccessDenied",
                                     match=lambda r: r.method == "PUT" and "partNumber" in r.query))
-        with pytest.raises(Exception):
+        with pytest.raises(AccessDenied, match="upload part"):
             archive_segment(spec, 0, engine_clients(minio, proxy.endpoint_url))
         assert failing.injected
     finally:

@@ -1,18 +1,23 @@
-"""S3ArchivePrefixOperator: archive one S3 prefix into a compressed tar plus manifest.
+"""The archive DAG's operators, one per step, on one thin base.
 
 Built like the amazon provider's own operators, on ``AwsBaseOperator[S3Hook]``:
 ``aws_conn_id``, ``region_name``, ``verify`` and ``botocore_config`` mean what they mean
 there (the connection's extra ``endpoint_url`` points at MinIO or another S3), and the engine's
 control plane and CRT data plane both take region, endpoint and ``verify`` from that hook.
-The prefix and switches are template fields; nothing touches S3 or imports the engine's heavy
+Prefixes and switches are template fields; nothing touches S3 or imports the engine's heavy
 parts before ``execute``. ``on_kill`` (the task marked failed, cleared or killed) cancels the
-engine: uploads are aborted and no manifest is written.
+engine: uploads are aborted and no manifest is written; so does a task process that lost its
+supervisor.
+
+- ``S3ArchivePrefixOperator``: archive a prefix (or a batch of them) in one task.
+- ``S3PrepareSegmentsOperator`` -> ``S3ArchiveSegmentOperator`` x N -> ``S3AssembleSegmentsOperator``:
+  one large prefix as segment tasks on any workers (docs/JOBS.md, "Large prefixes").
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
@@ -33,40 +38,24 @@ def as_bool(value: Any) -> bool:
     return bool(value)
 
 
-class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
-    """Archive ``prefix`` of ``source_bucket`` under ``destination`` (s3://BUCKET/PREFIX/).
-
-    ``prefix`` may also be a list of prefixes, archived one after the other: the archive DAG
-    uses that only when a range holds more dates than Airflow's ``max_map_length``.
-
-    The task result (and the ``archive_rows`` XCom, pushed even when the task fails) is one
-    row per prefix: prefix, status, objects, bytes_in, bytes_out, ratio, seconds, archive,
-    manifest, error. Errors the engine marks permanent (missing bucket, access denied, a
-    rejected storage class, ...) fail the task without using its retries.
-
-    Each prefix archived emits an asset event for ``Asset(<archive URL>)`` with the row as its
-    extra, through every ``AssetAlias`` in ``outlets`` (the archive DAG gives one per job,
-    ``s3_archive__<job>``), so downstream DAGs can be scheduled on archives (docs/JOBS.md). Per
-    prefix, the counters ``s3arch.objects``, ``s3arch.bytes_in``, ``s3arch.bytes_out``,
-    ``s3arch.failures`` and the timer ``s3arch.seconds`` go to Airflow's metrics (StatsD or
-    OpenTelemetry, as Airflow is configured), tagged with the storage class and status.
-    """
+class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
+    """What every archive step shares, and nothing else: the hook and the engine's clients,
+    the spec of one prefix, cancelling the engine on kill, and one result row per prefix
+    (pushed as the ``archive_rows`` XCom even when the task fails). Errors the engine marks
+    permanent fail the task without using its retries."""
 
     aws_hook_class = S3Hook
-    template_fields: Sequence[str] = aws_template_fields("source_bucket", "prefix", "destination", "storage_class",
-                                                         "codec", "overwrite", "dry_run")
+    template_fields: Sequence[str] = aws_template_fields("source_bucket", "destination", "storage_class", "codec",
+                                                         "overwrite", "dry_run")
     ui_color = "#e6f0ff"
+    action = "archiving"
 
-    def __init__(self, *, source_bucket: str, prefix: str | list[str], destination: str,
-                 storage_class: str = "GLACIER", codec: str = "gzip", level: int | None = None,
-                 memory_budget: str | int = "256MiB", overwrite: bool | str = False,
-                 dry_run: bool | str = False, delete_source: bool = False,
-                 delete_versions: bool = False, allow_empty: bool = False, progress_interval: float = 10.0,
-                 prices: dict | None = None, lease_ttl: float = 180.0, **kwargs):
+    def __init__(self, *, source_bucket: str, destination: str, storage_class: str = "GLACIER",
+                 codec: str = "gzip", level: int | None = None, memory_budget: str | int = "256MiB",
+                 overwrite: bool | str = False, dry_run: bool | str = False, lease_ttl: float = 180.0,
+                 prices: dict | None = None, progress_interval: float = 10.0, **kwargs):
         super().__init__(**kwargs)
-        self.lease_ttl = lease_ttl
         self.source_bucket = source_bucket
-        self.prefix = prefix
         self.destination = destination
         self.storage_class = storage_class
         self.codec = codec
@@ -74,36 +63,35 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
         self.memory_budget = memory_budget
         self.overwrite = overwrite
         self.dry_run = dry_run
-        self.delete_source = delete_source
-        self.delete_versions = delete_versions
-        self.allow_empty = allow_empty
-        self.progress_interval = progress_interval
+        self.lease_ttl = lease_ttl
         self.prices = prices
+        self.progress_interval = progress_interval
         self._cancel = threading.Event()
 
-    @property
-    def prefixes(self) -> list[str]:
-        return [self.prefix] if isinstance(self.prefix, str) else list(self.prefix)
-
-    @property
-    def label(self) -> str:
-        """How the UI names a mapped instance (``map_index_template="{{ task.label }}"``)."""
-        prefixes = self.prefixes
-        if len(prefixes) == 1:
-            return prefixes[0]
-        return f"{prefixes[0]} .. {prefixes[-1]} ({len(prefixes)} prefixes)"
-
-    action = "archiving"
-
-    def _clients(self):
-        return engine_clients(self.hook)
-
     def on_kill(self) -> None:
-        self.log.warning("task killed: cancelling the archive; its uploads are aborted and no manifest "
-                         "is written")
+        self.log.warning("task killed: cancelling %s; its uploads are aborted and nothing is committed",
+                         self.action)
         self._cancel.set()
 
-    def execute(self, context: Context) -> list[dict]:
+    def _spec(self, prefix: str, *, delete_source: bool = False, delete_versions: bool = False):
+        """The one engine spec of this step for ``prefix``: a dry run deletes nothing."""
+        from tasks.config import ArchiveSpec, S3Url, parse_size
+
+        spec = ArchiveSpec(source=S3Url(self.source_bucket, prefix), destination=S3Url.parse(self.destination),
+                           storage_class=self.storage_class, codec=self.codec, level=self.level,
+                           memory_budget=parse_size(self.memory_budget), overwrite=as_bool(self.overwrite),
+                           delete_source=delete_source, delete_versions=delete_versions and delete_source,
+                           lease_ttl=self.lease_ttl, prices=self.prices)
+        return spec.previewed() if as_bool(self.dry_run) else spec
+
+    def _progress(self, label: str):
+        from tasks.progress import Progress
+
+        return Progress(lambda snap: self.log.info("%s: %s", label, snap.line()), interval=self.progress_interval)
+
+    def _run_each(self, context: Context, prefixes: list[str], run: Callable[[Any, str], dict]) -> list[dict]:
+        """``run(clients, prefix)`` for each prefix, one row each; fails the task (retryable
+        or not, as the errors are) if any prefix failed."""
         from tasks.errors import ArchiverError
 
         self._cancel = threading.Event()  # a fresh one per try
@@ -112,19 +100,17 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
         failed: list[tuple[str, ArchiverError]] = []
         clients = None
         try:
-            for prefix in self.prefixes:
+            for prefix in prefixes:
                 try:
-                    clients = clients or self._clients()
-                    rows.append(self._archive_one(clients, prefix, context))
+                    clients = clients or engine_clients(self.hook)
+                    rows.append(run(clients, prefix))
                 except ArchiverError as exc:
-                    self.log.error("%s: %s (%s)", prefix, exc,
-                                   "retryable" if exc.retryable else "permanent: no retry")
+                    self.log.error("%s: %s (%s)", prefix, exc, "retryable" if exc.retryable else "permanent: no retry")
                     rows.append(result_row(prefix, "failed", error=str(exc), retryable=exc.retryable))
                     failed.append((prefix, exc))
                 except BaseException as exc:
-                    # A timeout or kill signal: the row still says what happened to this prefix.
-                    rows.append(result_row(prefix, "failed", error=f"{type(exc).__name__}: {exc}",
-                                           retryable=True))
+                    # A bug, a timeout or a kill signal: the row still says what happened.
+                    rows.append(result_row(prefix, "failed", error=f"{type(exc).__name__}: {exc}", retryable=True))
                     raise
         finally:
             orphan_watch.set()
@@ -138,6 +124,103 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
             raise AirflowFailException(f"{len(failed)} of {len(rows)} prefix(es) failed "
                                        f"permanently (not retried): {summary}")
         return rows
+
+    def _row(self, prefix: str, result, context: Context | None = None) -> dict:
+        """An engine result as ``prefix``'s row, logged; an archived prefix also emits its
+        asset event."""
+        self.log.info("%s: %s, %d objects, %d -> %d bytes in %.1fs: %s", prefix, result.status, result.objects,
+                      result.bytes_in, result.bytes_out, result.seconds, result.archive)
+        for note in result.notes:
+            self.log.warning("%s: %s", prefix, note)
+        row = result_row(prefix, str(result.status), objects=result.objects,
+                         bytes_in=result.bytes_in, bytes_out=result.bytes_out or result.estimated_bytes_out or 0,
+                         seconds=round(result.seconds, 2), archive=result.archive, manifest=result.manifest,
+                         deleted=result.deleted, deletion="finished" if result.deletion else None, cost=result.cost,
+                         segments=result.segments, timings=result.timings or None)
+        row["ratio"] = round(row["bytes_in"] / row["bytes_out"], 2) if row["bytes_out"] else 0.0
+        if context is not None and row["status"] == "archived":
+            self._emit_asset_event(context, row)
+        return row
+
+    def _emit_metrics(self, row: dict) -> None:
+        from airflow.providers.common.compat.sdk import Stats
+
+        tags = {"storage_class": self.storage_class, "status": row["status"], "dag_id": self.dag_id}
+        if row["status"] == "failed":
+            Stats.incr("s3arch.failures", tags=tags)
+            return
+        Stats.incr("s3arch.objects", row["objects"], tags=tags)
+        Stats.incr("s3arch.bytes_in", row["bytes_in"], tags=tags)
+        Stats.incr("s3arch.bytes_out", row["bytes_out"], tags=tags)
+        Stats.timing("s3arch.seconds", row["seconds"] * 1000.0, tags=tags)
+
+    def _emit_asset_event(self, context: Context, row: dict) -> None:
+        from airflow.sdk import Asset, AssetAlias
+
+        extra = {k: row[k] for k in ("prefix", "objects", "bytes_in", "bytes_out", "ratio", "archive", "manifest")}
+        for outlet in self.outlets or []:
+            if isinstance(outlet, AssetAlias):
+                context["outlet_events"][outlet].add(Asset(uri=row["archive"], name=row["archive"]), extra=extra)
+
+
+
+
+class S3ArchivePrefixOperator(S3ArchiveBaseOperator):
+    """Archive ``prefix`` of ``source_bucket`` under ``destination`` (s3://BUCKET/PREFIX/).
+
+    ``prefix`` may also be a list of prefixes, archived one after the other: the archive DAG
+    uses that only when a range holds more dates than Airflow's ``max_map_length``.
+
+    The task result (and the ``archive_rows`` XCom) is one row per prefix: prefix, status,
+    objects, bytes_in, bytes_out, ratio, seconds, archive, manifest, error.
+
+    Each prefix archived emits an asset event for ``Asset(<archive URL>)`` with the row as its
+    extra, through every ``AssetAlias`` in ``outlets`` (the archive DAG gives one per job,
+    ``s3_archive__<job>``), so downstream DAGs can be scheduled on archives (docs/JOBS.md). Per
+    prefix, the counters ``s3arch.objects``, ``s3arch.bytes_in``, ``s3arch.bytes_out``,
+    ``s3arch.failures`` and the timer ``s3arch.seconds`` go to Airflow's metrics (StatsD or
+    OpenTelemetry, as Airflow is configured), tagged with the storage class and status.
+    """
+
+    template_fields: Sequence[str] = (*S3ArchiveBaseOperator.template_fields, "prefix")
+
+    def __init__(self, *, prefix: str | list[str], delete_source: bool = False, delete_versions: bool = False,
+                 allow_empty: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.prefix = prefix
+        self.delete_source = delete_source
+        self.delete_versions = delete_versions
+        self.allow_empty = allow_empty
+
+    @property
+    def prefixes(self) -> list[str]:
+        return [self.prefix] if isinstance(self.prefix, str) else list(self.prefix)
+
+    @property
+    def label(self) -> str:
+        """How the UI names a mapped instance (``map_index_template="{{ task.label }}"``)."""
+        prefixes = self.prefixes
+        if len(prefixes) == 1:
+            return prefixes[0]
+        return f"{prefixes[0]} .. {prefixes[-1]} ({len(prefixes)} prefixes)"
+
+    def execute(self, context: Context) -> list[dict]:
+        return self._run_each(context, self.prefixes, lambda clients, prefix: self._archive(clients, prefix, context))
+
+    def _archive(self, clients, prefix: str, context: Context) -> dict:
+        from tasks.archive import archive_prefix
+        from tasks.errors import EmptyPrefix
+
+        spec = self._spec(prefix, delete_source=self.delete_source, delete_versions=self.delete_versions)
+        self.log.info("archiving %s -> %s (%s, %s)", spec.source, spec.destination, spec.storage_class, spec.codec)
+        try:
+            result = archive_prefix(spec, clients, self._progress(prefix), cancel=self._cancel)
+        except EmptyPrefix as exc:
+            if not self.allow_empty:
+                raise
+            self.log.warning("%s", exc)
+            return result_row(prefix, "empty")
+        return self._row(prefix, result, context)
 
     def get_openlineage_facets_on_complete(self, task_instance):
         """With the OpenLineage provider installed: each source prefix is an input, each
@@ -157,73 +240,97 @@ class S3ArchivePrefixOperator(AwsBaseOperator[S3Hook]):
                         Dataset(namespace=f"s3://{layout.bucket}", name=layout.manifest_key)]
         return OperatorLineage(inputs=inputs, outputs=outputs)
 
-    def _emit_metrics(self, row: dict) -> None:
-        from airflow.providers.common.compat.sdk import Stats
 
-        tags = {"storage_class": self.storage_class, "status": row["status"], "dag_id": self.dag_id}
-        if row["status"] == "failed":
-            Stats.incr("s3arch.failures", tags=tags)
-            return
-        Stats.incr("s3arch.objects", row["objects"], tags=tags)
-        Stats.incr("s3arch.bytes_in", row["bytes_in"], tags=tags)
-        Stats.incr("s3arch.bytes_out", row["bytes_out"], tags=tags)
-        Stats.timing("s3arch.seconds", row["seconds"] * 1000.0, tags=tags)
 
-    def _spec(self, prefix: str):
-        from tasks.config import ArchiveSpec, S3Url, parse_size
+class S3PrepareSegmentsOperator(S3ArchiveBaseOperator):
+    """A large prefix's first step (the archive DAG's ``prepare`` task): under the prefix's
+    lease, plan ``segments`` segments, open the archive's upload and record the plan in S3.
+    A committed prefix is skipped; a dry run writes nothing. Its row's status is ``planned``."""
 
-        spec = ArchiveSpec(source=S3Url(self.source_bucket, prefix), destination=S3Url.parse(self.destination),
-                           storage_class=self.storage_class, codec=self.codec, level=self.level,
-                           memory_budget=parse_size(self.memory_budget), overwrite=as_bool(self.overwrite),
-                           delete_source=self.delete_source,
-                           delete_versions=self.delete_versions and self.delete_source,
-                           lease_ttl=self.lease_ttl, prices=self.prices)
-        return spec.previewed() if as_bool(self.dry_run) else spec
+    template_fields: Sequence[str] = (*S3ArchiveBaseOperator.template_fields, "prefix")
+    action = "planning segments"
 
-    def _run(self, spec, clients, progress):
-        """The engine call this operator makes for one prefix; an ArchiveResult."""
-        from tasks.archive import archive_prefix
+    def __init__(self, *, prefix: str, segments: int, **kwargs):
+        super().__init__(**kwargs)
+        self.prefix = prefix
+        self.segments = segments
 
-        return archive_prefix(spec, clients, progress, cancel=self._cancel)
+    @property
+    def label(self) -> str:
+        return self.prefix
 
-    def _archive_one(self, clients, prefix: str, context: Context) -> dict:
-        from tasks.errors import EmptyPrefix
-        from tasks.progress import Progress
+    def execute(self, context: Context) -> list[dict]:
+        from tasks.archive import prepare_segments
 
-        spec = self._spec(prefix)
-        self.log.info("%s %s -> %s (%s, %s)", self.action, spec.source, spec.destination,
-                      spec.storage_class, spec.codec)
-        progress = Progress(lambda snap: self.log.info("%s: %s", self.label, snap.line()),
-                            interval=self.progress_interval)
-        try:
-            result = self._run(spec, clients, progress)
-        except EmptyPrefix as exc:
-            if not self.allow_empty:
-                raise
-            self.log.warning("%s", exc)
-            return result_row(prefix, "empty")
-        self.log.info("%s: %s, %d objects, %d -> %d bytes in %.1fs: %s", self.label, result.status,
-                      result.objects, result.bytes_in, result.bytes_out, result.seconds, result.archive)
-        for note in result.notes:
-            self.log.warning("%s: %s", prefix, note)
-        row = result_row(prefix, result.status, objects=result.objects, bytes_in=result.bytes_in,
-                         bytes_out=result.bytes_out or result.estimated_bytes_out or 0,
-                         seconds=round(result.seconds, 2), archive=result.archive,
-                         manifest=result.manifest, deleted=result.deleted,
-                         deletion="finished" if result.deletion else None, cost=result.cost,
-                         segments=result.segments, timings=result.timings or None)
-        row["ratio"] = round(row["bytes_in"] / row["bytes_out"], 2) if row["bytes_out"] else 0.0
-        if result.status == "archived":
-            self._emit_asset_event(context, row)
-        return row
+        return self._run_each(context, [self.prefix], lambda clients, prefix: self._row(
+            prefix, prepare_segments(self._spec(prefix), self.segments, clients)))
 
-    def _emit_asset_event(self, context: Context, row: dict) -> None:
-        from airflow.sdk import Asset, AssetAlias
 
-        extra = {k: row[k] for k in ("prefix", "objects", "bytes_in", "bytes_out", "ratio", "archive", "manifest")}
-        for outlet in self.outlets or []:
-            if isinstance(outlet, AssetAlias):
-                context["outlet_events"][outlet].add(Asset(uri=row["archive"], name=row["archive"]), extra=extra)
+class S3ArchiveSegmentOperator(S3ArchiveBaseOperator):
+    """Segment ``segment`` (0-based) of ``segments`` of a prepared prefix, on any worker: its
+    parts go into the archive's upload, what the assembler needs into S3 temporaries. A
+    segment already produced is not produced again, a committed prefix has nothing to
+    produce (``skipped``), a dry run reads and writes nothing; a failed one retries alone.
+    Named ``<prefix> [k/N]`` in the UI."""
+
+    template_fields: Sequence[str] = (*S3ArchiveBaseOperator.template_fields, "prefix", "segment", "segments")
+    action = "producing a segment"
+
+    def __init__(self, *, prefix: str, segment: int, segments: int, **kwargs):
+        super().__init__(**kwargs)
+        self.prefix = prefix
+        self.segment = segment
+        self.segments = segments
+
+    @property
+    def label(self) -> str:
+        return f"{self.prefix} [{int(self.segment) + 1}/{self.segments}]"
+
+    def execute(self, context: Context) -> list[dict]:
+        return self._run_each(context, [self.prefix], self._produce)
+
+    def _produce(self, clients, prefix: str) -> dict:
+        from tasks.archive import archive_segment
+
+        produced = archive_segment(self._spec(prefix), int(self.segment), clients, self._progress(self.label),
+                                   self._cancel)
+        self.log.info("%s: %s, %d objects: %s", self.label, produced["status"], produced["objects"],
+                      produced.get("note", ""))
+        return result_row(prefix, produced["status"], objects=produced["objects"],
+                          bytes_in=produced.get("bytes_in", 0), bytes_out=produced.get("size", 0),
+                          seconds=produced.get("seconds", 0.0), segments=self.segments)
+
+
+class S3AssembleSegmentsOperator(S3ArchiveBaseOperator):
+    """A large prefix's last step: assemble its produced segments into the archive and commit
+    (skip, lease, conditional completion, manifest last, source deletion as configured). A
+    missing segment fails it with the name of the segment task to clear. A dry run lists and
+    estimates the prefix, for ``segments`` segments."""
+
+    template_fields: Sequence[str] = (*S3ArchiveBaseOperator.template_fields, "prefix")
+    action = "assembling segments"
+
+    def __init__(self, *, prefix: str, segments: int, delete_source: bool = False, delete_versions: bool = False,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.prefix = prefix
+        self.segments = segments
+        self.delete_source = delete_source
+        self.delete_versions = delete_versions
+
+    @property
+    def label(self) -> str:
+        return self.prefix
+
+    def execute(self, context: Context) -> list[dict]:
+        from tasks.archive import assemble_segments
+
+        def assemble(clients, prefix: str) -> dict:
+            spec = self._spec(prefix, delete_source=self.delete_source, delete_versions=self.delete_versions)
+            return self._row(prefix, assemble_segments(spec, clients, self._progress(prefix), cancel=self._cancel,
+                                                       segments=self.segments), context)
+
+        return self._run_each(context, [self.prefix], assemble)
 
 
 def cancel_if_orphaned(cancel: threading.Event, log, interval: float = 1.0) -> threading.Event:
@@ -285,63 +392,3 @@ def result_row(prefix: str, status: str, **values) -> dict:
     return row
 
 
-class S3PrepareSegmentsOperator(S3ArchivePrefixOperator):
-    """A large prefix's first step (the archive DAG's ``prepare`` task): under the prefix's
-    lease, plan ``segments`` segments, open the archive's upload and record the plan in S3.
-    A committed prefix is skipped. Its row's status is ``planned``."""
-
-    action = "planning segments of"
-
-    def __init__(self, *, segments: int, **kwargs):
-        super().__init__(**kwargs)
-        self.segments = segments
-
-    def _run(self, spec, clients, progress):
-        from tasks.archive import prepare_segments
-
-        return prepare_segments(spec, self.segments, clients)
-
-
-class S3ArchiveSegmentOperator(S3ArchivePrefixOperator):
-    """Segment ``segment`` (0-based) of ``segments`` of a prepared prefix, on any worker: its
-    parts go into the archive's upload, what the assembler needs into S3 temporaries. A
-    segment already produced is not produced again; a failed one retries alone. Named
-    ``<prefix> [k/N]`` in the UI."""
-
-    template_fields: Sequence[str] = (*S3ArchivePrefixOperator.template_fields, "segment", "segments")
-    action = "producing a segment of"
-
-    def __init__(self, *, segment: int, segments: int, **kwargs):
-        super().__init__(**kwargs)
-        self.segment = segment
-        self.segments = segments
-
-    @property
-    def label(self) -> str:
-        return f"{self.prefix} [{int(self.segment) + 1}/{self.segments}]"
-
-    def _run(self, spec, clients, progress):
-        from tasks.archive import archive_segment
-        from tasks.commit import ArchiveResult
-
-        produced = archive_segment(spec, int(self.segment), clients, progress, self._cancel)
-        return ArchiveResult(produced["status"], str(spec.source), None, None, objects=produced["objects"],
-                             bytes_in=produced.get("bytes_in", 0), bytes_out=produced.get("size", 0),
-                             seconds=produced.get("seconds", 0.0), notes=[produced["note"]] if "note" in produced else [])
-
-
-class S3AssembleSegmentsOperator(S3ArchivePrefixOperator):
-    """A large prefix's last step: assemble its produced segments into the archive and commit
-    (skip, lease, conditional completion, manifest last, source deletion as configured). A
-    missing segment fails it with the name of the segment task to clear."""
-
-    action = "assembling the segments of"
-
-    def __init__(self, *, segments: int, **kwargs):
-        super().__init__(**kwargs)
-        self.segments = segments
-
-    def _run(self, spec, clients, progress):
-        from tasks.archive import assemble_segments
-
-        return assemble_segments(spec, clients, progress, cancel=self._cancel, segments=self.segments)

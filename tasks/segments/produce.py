@@ -11,6 +11,7 @@ import time
 from ..config import ArchiveSpec
 from ..errors import IntegrityError, ObjectMissing
 from ..listing import ListingFeed
+from ..outcome import Outcome
 from ..manifest import MANIFEST_SUFFIX, ArchiveLayout, JsonLinesUpload, layout_for, read_committed
 from ..pipeline import MemoryPlan, stream_archive
 from ..progress import Progress
@@ -128,7 +129,7 @@ def produce_planned_segment(spec: ArchiveSpec, clients: S3Clients, k: int, progr
     archived day is a success that says so)."""
     layout = layout_for(spec.source, spec.destination)
     if not spec.overwrite and read_committed(clients.control, layout, spec.source) is not None:
-        return {"segment": k, "objects": 0, "status": "skipped",
+        return {"segment": k, "objects": 0, "status": Outcome.SKIPPED.value,
                 "note": f"{spec.source} is already archived; nothing to produce"}
     plan = read_plan(clients.control, layout)
     if plan is None:
@@ -137,8 +138,8 @@ def produce_planned_segment(spec: ArchiveSpec, clients: S3Clients, k: int, progr
             "is missing): it was abandoned and cleaned up, or committed since",
             hint="clear this prefix's prepare task (it plans again) with downstream, or run the prefix again")
     if k >= plan.count:
-        return {"segment": k, "objects": 0, "status": "skipped",
+        return {"segment": k, "objects": 0, "status": Outcome.SKIPPED.value,
                 "note": f"the plan has {plan.count} segment(s); nothing to do"}
     produced = segment_done(clients.control, layout, plan, k) or produce_segment(spec, clients, layout, plan, k,
                                                                                  progress, abort)
-    return {**produced, "status": "produced"}
+    return {**produced, "status": Outcome.PRODUCED.value}
