@@ -64,7 +64,9 @@ airflow: venv minio
 airflow-celery: venv minio
 	$(PY) -m devtools.airflow_ui --celery
 
+# The type check first (seconds), then the suite.
 test: venv minio
+	$(PY) -m mypy tasks/ plugins/
 	$(PY) -m pytest
 
 lock:

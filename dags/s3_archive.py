@@ -126,7 +126,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
             level=job.level,
             memory_budget=job.memory_budget,
             overwrite="{{ params.overwrite }}",
-            dry_run="{{ params.dry_run }}",
+            preview="{{ params.dry_run }}",
             lease_ttl=job.lease_ttl_seconds,
             prices=job.prices,
             execution_timeout=timedelta(minutes=job.execution_timeout_minutes),

@@ -38,10 +38,10 @@ def _cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
         pass
     try:
         with open(f"{root}/cpu/cpu.cfs_quota_us") as f:
-            quota = int(f.read())
+            quota_us = int(f.read())
         with open(f"{root}/cpu/cpu.cfs_period_us") as f:
-            period = int(f.read())
-        return None if quota <= 0 else quota / period
+            period_us = int(f.read())
+        return None if quota_us <= 0 else quota_us / period_us
     except (OSError, ValueError):
         return None
 

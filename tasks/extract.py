@@ -79,9 +79,11 @@ def extract_archive(control, layout: ArchiveLayout, *, to_s3: S3Url | None = Non
     archive_key = header["archive"]["key"]
     require_readable(control, layout.bucket, archive_key)
     prefix = header["source"]["prefix"]
+    writer: _S3Writer | _DirWriter
     if to_s3 is not None:
         writer = _S3Writer(control, to_s3, prefix, original_keys, overwrite, memory_budget)
     else:
+        assert to_dir is not None  # the CLI and the restore operator give one of the two
         writer = _DirWriter(Path(to_dir), prefix, original_keys, overwrite)
     result = ExtractResult(f"s3://{layout.bucket}/{archive_key}", writer.target)
     try:
@@ -279,7 +281,7 @@ class _S3Object:
     def write(self, data: bytes) -> None:
         if self.buffer is not None:
             self.buffer.append(data)
-        else:
+        elif self.uploader is not None:
             self.uploader.write(data)
 
     def finish(self, ok: bool) -> None:
@@ -290,7 +292,7 @@ class _S3Object:
         if self.uploader is not None:
             self.uploader.complete()
             return
-        body = b"".join(self.buffer)
+        body = b"".join(self.buffer or [])
         try:
             self.w.control.put_object(Bucket=self.w.bucket, Key=self.key, Body=body, Metadata=self.meta,
                                       ChecksumSHA256=base64.b64encode(bytes.fromhex(self.record["sha256"])).decode())

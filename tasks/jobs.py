@@ -96,7 +96,7 @@ def _strptime_pattern(template: str) -> str:
     for literal, field_name, spec, _ in string.Formatter().parse(template):
         out.append(literal.replace("%", "%%"))
         if field_name is not None:
-            out.append(spec)
+            out.append(spec or "")
     return "".join(out)
 
 

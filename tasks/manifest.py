@@ -257,6 +257,8 @@ def read_header_and_summary(control, layout: ArchiveLayout) -> tuple[dict, dict]
             header = record
         elif record["type"] == "summary":
             summary = record
+    if header is None or summary is None:
+        raise IntegrityError(f"{layout.manifest_url} has no header or no summary record")
     return header, summary
 
 
@@ -320,6 +322,8 @@ def find_records(control, layout: ArchiveLayout, keys: list[str]) -> tuple[dict,
                 found[record["key"]] = record
                 if len(found) == len(wanted):
                     break
+        if header is None:
+            raise IntegrityError(f"{layout.manifest_url} has no header record")
         return header, found
     by_chunk: dict[int, list[str]] = {}
     for key in wanted:

@@ -14,7 +14,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import __version__
 from isal import isal_zlib
@@ -36,7 +36,7 @@ class StreamedArchive:
     """Everything written, nothing committed: both multipart uploads are open."""
 
     uploader: PartUploader
-    manifest: ManifestWriter
+    manifest: Any  # ManifestWriter, or a segment's RecordWriter
     objects: int
     bytes_in: int
     bytes_out: int
@@ -147,9 +147,11 @@ class RecordWriter(Protocol):
 class WholeArchive:
     """The target of a one-process run: the whole archive and its manifest."""
 
-    start_after = last_key = None
+    start_after: str | None = None
+    last_key: str | None = None
     tar_start = 0
-    framed = end_of_archive = True
+    framed = True
+    end_of_archive = True
     keeps_tail = False
 
     def __init__(self, spec: ArchiveSpec, layout: ArchiveLayout, archive_key: str):
@@ -248,7 +250,7 @@ class _Stream:
         block_size, progress, out, tar, sink = self.spec.block_size, self.progress, self.out, self.tar, self.sink
         if self.target.framed:
             out.write_header()
-        hasher = None
+        hasher = hashlib.sha256()
         for piece in self.fetcher.pieces(objects):
             obj = piece.obj
             if piece.index == 0:
@@ -350,7 +352,7 @@ class _ArchiveOutput:
     """The collector's side: compressed blocks in order into the upload, and manifest
     records out as soon as the compressed range holding their object is known."""
 
-    def __init__(self, uploader: PartUploader, manifest: ManifestWriter, codec, progress: Progress):
+    def __init__(self, uploader: PartUploader, manifest: RecordWriter, codec, progress: Progress):
         self.uploader = uploader
         self.manifest = manifest
         self.codec = codec

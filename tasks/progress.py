@@ -65,8 +65,10 @@ class Progress:
                                 bool(feed and feed.finished), time.monotonic() - self._start)
 
     def _run(self) -> None:
+        report = self._report
+        assert report is not None  # started only with one
         while not self._stop.wait(self._interval):
-            self._report(self.snapshot())
+            report(self.snapshot())
 
     def stop(self) -> None:
         self._stop.set()

@@ -132,7 +132,7 @@ def verify_archive(control, layout: ArchiveLayout) -> VerifyReport:
     reader = _DecompressingReader(body, header["codec"])
     objects = total = 0
     summary = None
-    with tarfile.open(fileobj=reader, mode="r|") as tar:
+    with tarfile.open(fileobj=reader, mode="r|") as tar:  # type: ignore[call-overload]  # a readable stream
         members = iter(tar)
         for record in records:
             if record["type"] == "summary":

@@ -16,12 +16,15 @@ import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import boto3
 from botocore.config import Config
 
 from .errors import IO_ERRORS, AccessDenied, ArchiverError, BadCredentials, error_for, translate
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client  # typing only (requirements-test.txt)
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class S3Clients:
     """The two planes over one session."""
 
     session: boto3.Session
-    control: object  # botocore S3 client
+    control: S3Client
     endpoint_url: str | None
     region: str
     verify: bool | str | None = None  # False: no TLS verification; a path: that CA bundle

@@ -175,8 +175,9 @@ class PartUploader:
         if self.upload_id is None:
             self._create()
         for fut in self._parts:  # surface a failed part early instead of at the end
-            if fut.done() and fut.exception():
-                raise fut.exception()
+            failure = fut.exception() if fut.done() else None
+            if failure is not None:
+                raise failure
         with self._cond:
             while self._inflight and self._inflight + len(part) > self.memory:
                 if self._abort.is_set():
@@ -246,6 +247,7 @@ class PartUploader:
         """Complete the upload and check what S3 reports. With a condition, a destination
         that another writer changed meanwhile fails as ConcurrentRun, and nothing is replaced."""
         parts = self.finish_parts()
+        assert self.upload_id is not None  # finish_parts created it
         result = complete_upload(self.control, self.bucket, self.key, self.upload_id, parts,
                                  if_none_match=if_none_match, if_match=if_match, extra_args=self.extra_args,
                                  full_crc32c=self._crc_full)
@@ -282,6 +284,7 @@ class PartUploader:
         return None
 
     def _abort_quietly(self) -> None:
+        assert self.upload_id is not None  # only called once the upload was aborted
         try:
             abort_upload(self.control, self.bucket, self.key, self.upload_id)
         except Exception:  # noqa: BLE001 - best effort; the first abort's outcome was reported

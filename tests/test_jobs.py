@@ -96,7 +96,7 @@ def test_dry_run_of_a_deleting_job_deletes_nothing_and_is_accepted_by_job_and_op
     assert (real.dry_run, real.delete_source, real.delete_versions) == (False, True, True)
     operator = S3ArchivePrefixOperator(task_id="archive", source_bucket="app-logs", prefix="logs/2026/11/01/",
                                        destination="s3://vault/archive/", delete_source=True,
-                                       delete_versions=True, dry_run="True")
+                                       delete_versions=True, preview="True")
     assert operator._spec("logs/2026/11/01/", delete_source=True, delete_versions=True) == spec
 
 

@@ -46,13 +46,13 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
 
     aws_hook_class = S3Hook
     template_fields: Sequence[str] = aws_template_fields("source_bucket", "destination", "storage_class", "codec",
-                                                         "overwrite", "dry_run")
+                                                         "overwrite", "preview")
     ui_color = "#e6f0ff"
     action = "archiving"
 
     def __init__(self, *, source_bucket: str, destination: str, storage_class: str = "GLACIER",
                  codec: str = "gzip", level: int | None = None, memory_budget: str | int = "256MiB",
-                 overwrite: bool | str = False, dry_run: bool | str = False, lease_ttl: float = 180.0,
+                 overwrite: bool | str = False, preview: bool | str = False, lease_ttl: float = 180.0,
                  prices: dict | None = None, progress_interval: float = 10.0, **kwargs):
         super().__init__(**kwargs)
         self.source_bucket = source_bucket
@@ -62,15 +62,16 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         self.level = level
         self.memory_budget = memory_budget
         self.overwrite = overwrite
-        self.dry_run = dry_run
+        # A dry run (the trigger form's dry_run): named so, since BaseOperator.dry_run is a method.
+        self.preview = preview
         self.lease_ttl = lease_ttl
         self.prices = prices
         self.progress_interval = progress_interval
         self._cancel = threading.Event()
 
     def on_kill(self) -> None:
-        self.log.warning("task killed: cancelling %s; its uploads are aborted and nothing is committed",
-                         self.action)
+        self.log.warning("task killed: cancelling the archive (%s); its uploads are aborted and nothing "
+                         "is committed", self.action)
         self._cancel.set()
 
     def _spec(self, prefix: str, *, delete_source: bool = False, delete_versions: bool = False):
@@ -82,7 +83,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
                            memory_budget=parse_size(self.memory_budget), overwrite=as_bool(self.overwrite),
                            delete_source=delete_source, delete_versions=delete_versions and delete_source,
                            lease_ttl=self.lease_ttl, prices=self.prices)
-        return spec.previewed() if as_bool(self.dry_run) else spec
+        return spec.previewed() if as_bool(self.preview) else spec
 
     def _progress(self, label: str):
         from tasks.progress import Progress

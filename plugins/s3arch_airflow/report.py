@@ -81,7 +81,7 @@ def report_run(ti, *, task_id: str, rows_key: str, columns: tuple[str, ...] = CO
     if segmented_task_id:
         split = ti.xcom_pull(task_ids=SIZE_TASK_ID) or {}
         mapped = {task_id: len(split.get("batches") or []), segmented_task_id: len(split.get("large") or [])}
-    pushed = []
+    pushed: list = []
     for task, count in mapped.items():
         if count:
             pushed += ti.xcom_pull(task_ids=task, key=rows_key, map_indexes=list(range(count))) or []

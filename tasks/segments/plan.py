@@ -180,7 +180,8 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int) -> S
                 cuts.pop(0)
     ends.append((pages[-1].last, n, nbytes, tar))
     parts_each = (MAX_PARTS - 1) // len(ends)  # one number per segment for the part before it, one final
-    ranges, before = [], (None, 0, 0, 0)
+    ranges: list[SegmentRange] = []
+    before: tuple[str | None, int, int, int] = (None, 0, 0, 0)
     for k, end in enumerate(ends):
         ranges.append(SegmentRange(k, before[0], end[0], end[1] - before[1], end[2] - before[2], before[3], end[3],
                                    first_part=k * parts_each + 2, parts=parts_each - 1))

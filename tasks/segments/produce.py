@@ -58,7 +58,8 @@ class SegmentTarget:
         self.spec, self.layout, self.plan = spec, layout, plan
         self.range = plan.ranges[k]
         self.end_of_archive = k == plan.count - 1
-        self.start_after, self.last_key = self.range.start_after, self.range.last_key
+        self.start_after: str | None = self.range.start_after
+        self.last_key: str | None = self.range.last_key
         self.tar_start = self.range.tar_start
         self.tar_end = self.range.tar_end + (END_OF_ARCHIVE if self.end_of_archive else 0)
 
@@ -110,7 +111,8 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
     try:
         put_temporary(clients.control, layout, spec, plan.temp_key(layout, k, ".held"),
                       bytes(uploader.head) + uploader.tail)
-        streamed.manifest.close(result)
+        records: SegmentRecords = streamed.manifest
+        records.close(result)
     except BaseException as exc:
         problem = streamed.manifest.abort()  # the records' upload; the archive's stays open
         if problem is not None:

@@ -123,6 +123,7 @@ def _outcome(receive) -> dict | None:
 
 def _error_of(outcome: dict | None, k: int, plan: SegmentPlan, exitcode: int | None) -> ArchiverError:
     where = f"segment {k + 1}/{plan.count}"
+    error: ArchiverError
     if outcome is None:
         error = errors.TransientError(f"{where}: its process ended with exit code {exitcode} before it finished")
     else:
