@@ -63,7 +63,6 @@ def test_init_script_creates_connection_pool_and_buckets_the_compose_file_names(
     """docker/init.sh run for real, with `airflow` and boto3 replaced by recorders: what it
     would do to Airflow and MinIO, not what its text contains."""
     import json
-    import os
     import subprocess
     import sys
 
