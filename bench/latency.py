@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from devtools.servers import ROOT, ServerStartError, free_loopback_port
+from devtools.servers import ROOT, ServerStartError, free_loopback_port, stop_process
 
 TOXIPROXY = ROOT / ".cache" / "bin" / "toxiproxy-server"
 
@@ -70,12 +70,6 @@ class LatencyProxy:
                 "attributes": {"latency": ms, "jitter": jitter}})
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
         self._log.close()
         Path(self._log.name).unlink(missing_ok=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devtools.airflow_local import AIRFLOW, COMPONENTS, POOL, LocalAirflow, airflow_env
-from devtools.servers import ROOT, S3Server, ServerStartError, free_loopback_port
+from devtools.servers import ROOT, S3Server, ServerStartError, free_loopback_port, stop_process
 
 PG_BIN = Path(os.environ.get("S3ARCH_PG_BIN", "/usr/lib/postgresql/15/bin"))
 REDIS_SERVER = os.environ.get("S3ARCH_REDIS_SERVER", "redis-server")
@@ -171,13 +171,7 @@ class Redis:
         raise ServerStartError(f"redis-server did not answer PING within {timeout:.0f}s")
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 @dataclass

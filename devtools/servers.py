@@ -30,6 +30,18 @@ class ServerStartError(RuntimeError):
     """A test server did not come up; the message says why and what to do."""
 
 
+def stop_process(process: subprocess.Popen | None, grace: float = 10.0) -> None:
+    """SIGTERM a server we started, SIGKILL it if it has not exited after ``grace`` seconds."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -84,13 +96,7 @@ class S3Server:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
         if self._log_file:
             self._log_file.close()
         if self.workdir:

@@ -154,6 +154,16 @@ def kill_worker_running(airflow, run_id, task_id, host_lost=False) -> tuple[str,
     return worker, ti, time.monotonic()
 
 
+def green_again(airflow, run_id, worker, killed_at: float) -> float:
+    """Seconds from the kill until the run ended green; the killed worker is started again
+    for the tests after this one."""
+    try:
+        assert wait_run(airflow, run_id, timeout=420) == "success"
+        return time.monotonic() - killed_at
+    finally:
+        airflow.start_worker(worker)
+
+
 def test_backfill_spreads_a_large_days_segments_over_both_workers(celery_stack):
     airflow = celery_stack
     logical = [date(2026, 5, 10) + timedelta(days=i) for i in range(3)]
@@ -207,11 +217,7 @@ def test_worker_killed_mid_segment_its_segment_runs_again_on_the_other_worker(ce
     stall_gets_of(airflow, day, count=len(seeded), seconds=20)
     run_id = trigger(airflow, {"date_from": f"{day}", "date_to": f"{day}"})
     worker, killed, when = kill_worker_running(airflow, run_id, "segment")
-    try:
-        assert wait_run(airflow, run_id, timeout=420) == "success"
-        recovered = time.monotonic() - when
-    finally:
-        airflow.start_worker(worker)
+    recovered = green_again(airflow, run_id, worker, when)
     attempts = tries(airflow, run_id, "segment", killed["map_index"])
     assert [t["try_number"] for t in attempts][-1] >= 2
     assert attempts[-1]["state"] == "success"
@@ -234,11 +240,7 @@ def test_worker_lost_mid_archive_the_retry_on_the_other_worker_commits_once(cele
     worker, killed, when = kill_worker_running(airflow, run_id, "archive", host_lost=True)
     lease = f"archive/{airflow.src}/{day:logs/%Y/%m/%d}.lease.json"
     assert lease in keys_in(airflow.s3, airflow.dst)  # the dead worker's lease is left behind
-    try:
-        assert wait_run(airflow, run_id, timeout=420) == "success"
-        recovered = time.monotonic() - when
-    finally:
-        airflow.start_worker(worker)
+    recovered = green_again(airflow, run_id, worker, when)
     attempts = tries(airflow, run_id, "archive", killed["map_index"])
     assert attempts[-1]["state"] == "success" and attempts[-1]["try_number"] >= 2
     assert attempts[-1]["hostname"] != killed["hostname"]
