@@ -273,3 +273,52 @@ def test_segments_as_separate_tasks_plan_produce_in_any_order_retry_one_and_asse
     assert [u["Key"] for u in open_uploads(s3, dst)] == [] and [k for k in keys_in(s3, dst) if ".segments/" in k] == []
     assert assemble_segments(spec, clients).status == "skipped"  # a retry after the commit
     assert prepare_segments(spec, 3, clients).status == "skipped"
+
+
+def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypatch):
+    """Worker processes get the credentials the session holds when each one starts: a segment
+    retried after CredentialsExpired must not get the expired copy again."""
+    import multiprocessing
+    import threading
+
+    import tasks.segments.workers as workers
+    from tasks.segments import SegmentPlan, SegmentRange
+
+    issued = iter(range(1, 10))
+    monkeypatch.setattr(workers, "_connection_of", lambda clients: {"token": f"token-{next(issued)}"})
+    seen = []
+
+    class InlineProcess:
+        """Runs the worker target on a thread: what matters here is what it is given."""
+
+        def __init__(self, target, name, args, daemon):
+            self.target, self.args, self.exitcode = target, args, None
+
+        def start(self):
+            threading.Thread(target=self.target, args=self.args).start()
+
+        def is_alive(self):
+            return False
+
+        def join(self):
+            self.exitcode = 0
+
+        def kill(self):
+            pass
+
+    class Context:
+        Pipe = staticmethod(multiprocessing.get_context("fork").Pipe)
+        Process = InlineProcess
+
+    def worker(spec, connection, layout, plan, k, send):
+        seen.append(connection["token"])
+        send.send({"error": "CredentialsExpired", "message": "expired"} if len(seen) == 1 else {"segment": k})
+        send.close()
+
+    monkeypatch.setattr(workers.multiprocessing, "get_context", lambda method: Context)
+    monkeypatch.setattr(workers, "_segment_worker", worker)
+    plan = SegmentPlan("run", "upload", "a.tar.gz", 1, 1, 1024, 0,
+                       (SegmentRange(0, None, "k", 1, 1, 0, 512, 2, 10),))
+    durations = workers._run_workers(None, None, None, plan, 1, threading.Event())
+    assert list(durations) == [0]
+    assert seen == ["token-1", "token-2"]
