@@ -65,6 +65,36 @@ def _as_postgres() -> dict:
     return {"user": "postgres", "group": "postgres"}
 
 
+def _data_dir_for(owner: dict) -> Path:
+    """``.cache/postgres/ID`` when the postgres user can reach it; else (a checkout under a
+    private home such as /root) a fresh directory under the system's temporary directory."""
+    preferred = ROOT / ".cache" / "postgres" / uuid.uuid4().hex[:12]
+    if not owner or _traversable_by(preferred.parent, pwd.getpwnam(owner["user"])):
+        return preferred
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="s3arch-postgres-")) / "data"
+
+
+def _traversable_by(path: Path, user: pwd.struct_passwd) -> bool:
+    """Whether ``user`` may pass through every existing directory on the way to ``path``."""
+    import stat
+
+    for directory in (path, *path.parents):
+        if not directory.exists():
+            continue
+        st = directory.stat()
+        if st.st_uid == user.pw_uid:
+            allowed = st.st_mode & stat.S_IXUSR
+        elif st.st_gid == user.pw_gid:
+            allowed = st.st_mode & stat.S_IXGRP
+        else:
+            allowed = st.st_mode & stat.S_IXOTH
+        if not allowed:
+            return False
+    return True
+
+
 @dataclass
 class Postgres:
     """A throwaway PostgreSQL cluster on loopback with a trusted ``airflow`` superuser. Its
@@ -72,7 +102,7 @@ class Postgres:
     private temporary directory of root's would not do) and is removed on stop."""
 
     log_path: Path
-    datadir: Path = field(default_factory=lambda: ROOT / ".cache" / "postgres" / uuid.uuid4().hex[:12])
+    datadir: Path = field(default_factory=lambda: _data_dir_for(_as_postgres()))
     port: int = field(default_factory=free_loopback_port)
     process: subprocess.Popen | None = None
 
@@ -94,6 +124,8 @@ class Postgres:
         self.datadir.mkdir(parents=True, mode=0o700)
         if owner:
             shutil.chown(self.datadir, owner["user"], owner["group"])
+            if self.datadir.parent.name.startswith("s3arch-postgres-"):  # the temporary fallback
+                shutil.chown(self.datadir.parent, owner["user"], owner["group"])
         init = subprocess.run([str(PG_BIN / "initdb"), "-D", str(self.datadir), "-A", "trust", "-U", "airflow",
                                "-E", "UTF8", "--no-sync"], capture_output=True, text=True, **owner)
         if init.returncode:
@@ -133,7 +165,8 @@ class Postgres:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
-        shutil.rmtree(self.datadir, ignore_errors=True)
+        temporary = self.datadir.parent.name.startswith("s3arch-postgres-")
+        shutil.rmtree(self.datadir.parent if temporary else self.datadir, ignore_errors=True)
 
 
 @dataclass
