@@ -212,9 +212,9 @@ def test_worker_killed_mid_segment_its_segment_runs_again_on_the_other_worker(ce
     airflow = celery_stack
     day = date(2026, 5, 20)
     seeded = seed_day(airflow.s3, airflow.src, TEMPLATE, day, files_per_hour=12, lines_per_file=20)  # 288: segmented
-    # Every object's first GET is held 20 s, so a running segment is surely mid-production when
+    # Every object's first GET is held 12 s, so a running segment is surely mid-production when
     # its worker dies; the retry's GETs go through at once.
-    stall_gets_of(airflow, day, count=len(seeded), seconds=20)
+    stall_gets_of(airflow, day, count=len(seeded), seconds=12)
     run_id = trigger(airflow, {"date_from": f"{day}", "date_to": f"{day}"})
     worker, killed, when = kill_worker_running(airflow, run_id, "segment")
     recovered = green_again(airflow, run_id, worker, when)

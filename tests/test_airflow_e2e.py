@@ -141,8 +141,8 @@ def test_trigger_backfill_and_on_call_clear_through_the_rest_api(stack):
 
     # 1. On-call triggers a date range with conf; one day's data has not landed yet.
     seed(date(2026, 9, 1), date(2026, 9, 3))
-    run = airflow.api("POST", f"dags/{DAG_ID}/dagRuns", {
-        "logical_date": None, "conf": {"date_from": "2026-09-01", "date_to": "2026-09-03"}})
+    run = wait_for(lambda: _trigger(airflow, DAG_ID, {"date_from": "2026-09-01", "date_to": "2026-09-03"}), 60,
+                   "the API to accept the trigger", airflow)
     assert wait_run(airflow, run["dag_run_id"]) == "failed"
     tis = airflow.api("GET", f"dags/{DAG_ID}/dagRuns/{run['dag_run_id']}/taskInstances")["task_instances"]
     mapped = {ti["rendered_map_index"]: ti for ti in tis if ti["task_id"] == "archive"}
@@ -206,8 +206,8 @@ def test_task_marked_failed_through_the_rest_api_cancels_cleanly(stack, reliabil
     held = []
     airflow.proxy.add(Fault("stall", seconds=300, match=is_upload_part, on_inject=held.append))
     wait_for(lambda: _dag_parsed(airflow, dag_id), 120, "the dag-processor to parse the slow DAG", airflow)
-    run = airflow.api("POST", f"dags/{dag_id}/dagRuns", {"logical_date": None, "conf": {"date_from": f"{day}",
-                                                                                     "date_to": f"{day}"}})
+    run = wait_for(lambda: _trigger(airflow, dag_id, {"date_from": f"{day}", "date_to": f"{day}"}), 60,
+                   "the API to accept the trigger", airflow)
     wait_for(lambda: held, 120, "the archive task to reach its first upload", airflow)
     started = time.monotonic()
     airflow.api("PATCH", f"dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/archive/0",
