@@ -363,3 +363,50 @@ def test_a_task_process_whose_supervisor_dies_cancels_itself(tmp_path):
         while not outcome.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert outcome.read_text() == expected
+
+
+def test_dry_run_of_a_deleting_job_deletes_nothing_and_is_accepted_by_job_and_operator(af):
+    """A job that deletes sources (and their versions) previews without deleting, from the
+    jobs file and from the operator alike: the one rule is ArchiveSpec.previewed."""
+    from s3arch_airflow.operators import S3ArchivePrefixOperator
+
+    from tasks.jobs import job_from_dict
+
+    deleting = job_from_dict("logs", {"source": "s3://app-logs/", "prefix_template": "logs/{date:%Y/%m/%d}/",
+                                      "destination": "s3://vault/archive/", "delete_source": True,
+                                      "delete_versions": True})
+    spec = deleting.spec_for("logs/2026/11/01/", dry_run=True)
+    assert (spec.dry_run, spec.delete_source, spec.delete_versions) == (True, False, False)
+    real = deleting.spec_for("logs/2026/11/01/")
+    assert (real.dry_run, real.delete_source, real.delete_versions) == (False, True, True)
+    operator = S3ArchivePrefixOperator(task_id="archive", source_bucket="app-logs", prefix="logs/2026/11/01/",
+                                       destination="s3://vault/archive/", delete_source=True,
+                                       delete_versions=True, preview="True")
+    assert operator._spec("logs/2026/11/01/", delete_source=True, delete_versions=True) == spec
+
+
+def test_a_bug_in_an_archive_task_fails_it_without_spending_retries(af, monkeypatch):
+    """A KeyError from our own code is not weather: Airflow must not retry it, and the row
+    pushed for the report says so."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    import s3arch_airflow.operators as operators
+    import tasks.archive
+
+    def broken(*args, **kwargs):
+        return {}["no such key"]
+
+    monkeypatch.setattr(operators, "engine_clients", lambda hook: object())
+    monkeypatch.setattr(tasks.archive, "archive_prefix", broken)
+    pushed = {}
+
+    class TaskInstance:
+        def xcom_push(self, key, value):
+            pushed[key] = value
+
+    operator = operators.S3ArchivePrefixOperator(task_id="archive", source_bucket="app-logs",
+                                                 prefix="logs/2026/11/01/", destination="s3://vault/archive/")
+    with pytest.raises(AirflowFailException, match="a bug, not retried: KeyError") as raised:
+        operator.execute({"ti": TaskInstance()})
+    assert isinstance(raised.value.__cause__, KeyError)
+    assert [(r["status"], r["retryable"]) for r in pushed[operators.ROWS_XCOM_KEY]] == [("failed", False)]

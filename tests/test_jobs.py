@@ -84,22 +84,6 @@ def test_newest_allowed_date_respects_the_age():
     assert job(min_age_days=3).newest_allowed == date.today() - timedelta(days=3)
 
 
-def test_dry_run_of_a_deleting_job_deletes_nothing_and_is_accepted_by_job_and_operator():
-    """A job that deletes sources (and their versions) previews without deleting, from the
-    jobs file and from the operator alike: the one rule is ArchiveSpec.previewed."""
-    from s3arch_airflow.operators import S3ArchivePrefixOperator
-
-    deleting = job(delete_source=True, delete_versions=True)
-    spec = deleting.spec_for("logs/2026/11/01/", dry_run=True)
-    assert (spec.dry_run, spec.delete_source, spec.delete_versions) == (True, False, False)
-    real = deleting.spec_for("logs/2026/11/01/")
-    assert (real.dry_run, real.delete_source, real.delete_versions) == (False, True, True)
-    operator = S3ArchivePrefixOperator(task_id="archive", source_bucket="app-logs", prefix="logs/2026/11/01/",
-                                       destination="s3://vault/archive/", delete_source=True,
-                                       delete_versions=True, preview="True")
-    assert operator._spec("logs/2026/11/01/", delete_source=True, delete_versions=True) == spec
-
-
 def test_lease_ttl_is_a_job_setting_with_a_floor():
     assert job(lease_ttl_seconds=20).spec_for("logs/2026/11/01/").lease_ttl == 20
     with pytest.raises(BadArgument, match="lease_ttl_seconds must be at least 10"):

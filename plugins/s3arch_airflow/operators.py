@@ -109,8 +109,16 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
                     self.log.error("%s: %s (%s)", prefix, exc, "retryable" if exc.retryable else "permanent: no retry")
                     rows.append(result_row(prefix, "failed", error=str(exc), retryable=exc.retryable))
                     failed.append((prefix, exc))
+                except AirflowException:
+                    rows.append(result_row(prefix, "failed", error="see the task log", retryable=True))
+                    raise
+                except Exception as exc:
+                    # A bug in this code (S3 and the network arrive as ArchiverError): another
+                    # try would only repeat it, so none is spent; the traceback stays chained.
+                    rows.append(result_row(prefix, "failed", error=f"{type(exc).__name__}: {exc}", retryable=False))
+                    raise AirflowFailException(f"{prefix}: a bug, not retried: {type(exc).__name__}: {exc}") from exc
                 except BaseException as exc:
-                    # A bug, a timeout or a kill signal: the row still says what happened.
+                    # A timeout or a kill signal: the row still says what happened.
                     rows.append(result_row(prefix, "failed", error=f"{type(exc).__name__}: {exc}", retryable=True))
                     raise
         finally:
