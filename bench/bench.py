@@ -278,6 +278,12 @@ def check_targets(results: dict, extra: dict) -> list[str]:
             small, many = (extra["segments"][n]["phases_s"]["assemble_archive_s"]["median"] for n in ("small", "many"))
             lines.append(f"{verdict(many <= 2 * small + 0.2)}  segments archive assembly {small:.2f}s at 20,000 "
                          f"objects, {many:.2f}s at 200,000 (target: does not grow with objects)")
+    if "metadata" in extra:
+        meta = extra["metadata"]
+        lines.append(f"{verdict(meta['rate_with_vs_without']['median'] >= 0.9)}  metadata objects/s with attributes "
+                     f"(10% tagged) vs without {fmt(meta['rate_with_vs_without'])} (target >= 0.9)")
+        lines.append(f"{verdict(meta['cpu_growth'] <= 1.15)}  metadata client CPU per object {meta['cpu_growth']:.2f}x "
+                     f"with attributes (target <= 1.15)")
     if "size" in extra:
         size = extra["size"]
         lines.append(f"{verdict(size['ratio']['median'] <= 0.5)}  size    gzip level {size['level']} (no larger "
@@ -421,13 +427,38 @@ def size_line(ds, server, env, reference: dict, repeat: int) -> dict:
             "runs": runs}
 
 
-LINES = {"latency": "small", "size": "medium", "segments": "small", "plan": "small"}  # line -> its data set
+def metadata_line(server, env, repeat: int) -> dict:
+    """The small set against the same bytes carrying attributes (the tagged set: content type,
+    cache control and user metadata on every object, two tags on every tenth), alternating:
+    what capturing them costs in objects/s and client CPU per object."""
+    plain_ds, tagged_ds = SETS["small"], SETS["tagged"]
+    plain, tagged = [], []
+    for i in range(repeat):
+        plain.append(run_ours(plain_ds, server, env))
+        tagged.append(run_ours(tagged_ds, server, env))
+        print(f"  metadata #{i + 1}: without {plain[-1]['wall_s']:.2f}s, with {tagged[-1]['wall_s']:.2f}s", flush=True)
+    rate = spread([{"r": p["wall_s"] / t["wall_s"]} for p, t in zip(plain, tagged)], "r")
+    cpu = {name: 1000 * statistics.median(r["cpu_s"] for r in runs) / plain_ds.objects
+           for name, runs in (("without", plain), ("with", tagged))}
+    line = {"objects": plain_ds.objects, "rate_with_vs_without": rate, "cpu_ms_per_object": cpu,
+            "cpu_growth": cpu["with"] / cpu["without"],
+            "objects_per_s": {"without": plain_ds.objects / spread(plain, "wall_s")["median"],
+                              "with": plain_ds.objects / spread(tagged, "wall_s")["median"]},
+            "runs": {"without": plain, "with": tagged}}
+    print(f"metadata: {line['objects_per_s']['with']:,.0f} obj/s with attributes and 10% tagged, "
+          f"{line['objects_per_s']['without']:,.0f} without ({fmt(rate)}); client CPU {cpu['with']:.3f} vs "
+          f"{cpu['without']:.3f} ms/object ({line['cpu_growth']:.2f}x)", flush=True)
+    return line
+
+
+LINES = {"latency": "small", "size": "medium", "segments": "small", "plan": "small",
+         "metadata": "tagged"}  # line -> its data set
 SLOW_SETS = {"many": 3}  # at most this many runs: 200,000 objects take minutes per run
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sets", default="small,medium,large,many,latency,size",
+    parser.add_argument("--sets", default="small,medium,large,many,latency,size,metadata",
                         help=f"data sets ({', '.join(SETS)}) and lines ({', '.join(LINES)}) to run")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--segments-on", default="small,many", help="the data sets the segments line runs on")
@@ -471,6 +502,11 @@ def main(argv=None) -> int:
                 continue
             if name == "plan":
                 extra[name] = plan_line(server)
+                continue
+            if name == "metadata":
+                if seed(SETS["small"], s3, s5cmd_seed, env):
+                    print("seeded small", flush=True)
+                extra[name] = metadata_line(server, env, repeat)
                 continue
             if name == "size":
                 reference = results.get(ds.name, {}).get("reference") or side(

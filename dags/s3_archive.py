@@ -129,6 +129,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
             preview="{{ params.dry_run }}",
             lease_ttl=job.lease_ttl_seconds,
             prices=job.prices,
+            without_tags=job.without_tags,
             execution_timeout=timedelta(minutes=job.execution_timeout_minutes),
             **job_task_args(job),
         )

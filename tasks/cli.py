@@ -46,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
         s = command(name, help=text)
         s.add_argument("archive", help="s3://DEST_BUCKET/... archive or manifest key")
         s.add_argument("--json", action="store_true")
+        if name == "ls":
+            s.add_argument("--long", "-l", action="store_true",
+                           help="also each object's captured attributes: content headers, user metadata, "
+                                "tags, checksum, version, encryption, Object Lock")
     r = command("restore", help="ask S3 to restore an archive from GLACIER/DEEP_ARCHIVE (idempotent)")
     r.add_argument("archive", help="s3://DEST_BUCKET/... archive or manifest key")
     r.add_argument("--tier", default="Standard", choices=["Expedited", "Standard", "Bulk"],
@@ -74,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
                         "relative to the archived prefix)")
     x.add_argument("--overwrite", action="store_true", help="replace existing objects with other content")
     x.add_argument("--memory-budget", default="256MiB")
+    x.add_argument("--metadata-file", type=Path,
+                   help="with --to-dir: write each object's key, attributes, metadata and tags here "
+                        "(JSON Lines, one line per object; docs/FORMAT.md)")
     x.add_argument("--json", action="store_true")
 
     c = command("cat", help="write one archived object to stdout (one ranged GET)")
@@ -111,6 +118,9 @@ def _archive_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("--delete-versions", action="store_true",
                    help="with --delete-source on a versioned bucket: delete the archived versions "
                         "(frees the space) instead of adding delete markers")
+    a.add_argument("--without-tags", action="store_true",
+                   help="archive tagged objects whose tags may not be read (s3:GetObjectTagging denied) "
+                        "without them, recording which, instead of failing")
     a.add_argument("--sse", choices=["AES256", "aws:kms"])
     a.add_argument("--sse-kms-key-id")
     a.add_argument("--json", action="store_true", help="print one JSON object at the end")
@@ -155,6 +165,7 @@ def _run(args) -> int:
     if args.command == "extract":
         return _extract(args, clients, layout)
     if args.command == "ls":
+        from .attributes import describe
         from .reading import list_members
 
         for r in list_members(clients.control, layout):
@@ -162,6 +173,9 @@ def _run(args) -> int:
                 print(json.dumps(r, ensure_ascii=False))
             else:
                 print(f"{r['size']:>14,}  {r['last_modified'][:19]}  {r['key']}")
+                if args.long:
+                    for line in describe(r):
+                        print(f"{'':>16}{line}")
         return 0
     if args.command == "cat":
         from .reading import cat_object
@@ -190,7 +204,7 @@ def _archive(args) -> int:
         storage_class=args.storage_class, codec=args.codec, level=args.level,
         memory_budget=parse_size(args.memory_budget), concurrency=args.concurrency,
         overwrite=args.overwrite, dry_run=args.dry_run, delete_source=args.delete_source,
-        delete_versions=args.delete_versions, sse=args.sse, sse_kms_key_id=args.sse_kms_key_id,
+        delete_versions=args.delete_versions, without_tags=args.without_tags, sse=args.sse, sse_kms_key_id=args.sse_kms_key_id,
         segments=args.segments, segment_min_objects=args.segment_min_objects, segment_min_bytes=parse_size(args.segment_min_bytes),
         **({"compress_threads": args.threads} if args.threads else {}),
         **({"processes": args.processes} if args.processes else {}))
@@ -272,7 +286,8 @@ def _extract(args, clients, layout) -> int:
     result = extract_archive(clients.control, layout,
                              to_s3=S3Url.parse(args.to) if args.to else None, to_dir=args.to_dir,
                              selection=Selection.of(keys, args.glob), original_keys=args.original_keys,
-                             overwrite=args.overwrite, memory_budget=parse_size(args.memory_budget))
+                             overwrite=args.overwrite, memory_budget=parse_size(args.memory_budget),
+                             metadata_file=args.metadata_file)
     if args.json:
         print(json.dumps({"status": "extracted", **result.to_dict()}))
     else:
@@ -291,6 +306,8 @@ def _cost_line(result) -> str:
 def _deletion_line(result) -> str:
     d = result.deletion
     kept = f"; kept {d['kept_changed']:,} rewritten since archiving" if d["kept_changed"] else ""
+    if d.get("kept_locked"):
+        kept += f"; kept {d['kept_locked']:,} under Object Lock"
     return f"source deletion finished: deleted {d['deleted']:,} archived objects{kept}"
 
 

@@ -69,6 +69,7 @@ class ArchiveResult:
     segments: int = 1  # segments the archive was produced as (tasks/segments.py)
     timings: dict = field(default_factory=dict)  # of a segmented run: plan, slowest segment, assembly
     estimated_bytes_out: int | None = None
+    tags_unread: int = 0  # tagged objects archived without their tags (--without-tags)
     cost: dict | None = None  # tasks/cost.py: monthly and one-time figures, archive vs one by one
     notes: list[str] = field(default_factory=list)
 
@@ -313,6 +314,7 @@ class CommitProtocol:
                 "archive_size": uploaded.size, "archive_crc32": f"{streamed.archive_crc32:08x}",
                 "archive_crc32c": uploaded.checksum_crc32c, "archive_etag": uploaded.etag,
                 "storage_class": spec.storage_class, "ended": _now(),
+                **({"tags_unread": streamed.tags_unread} if streamed.tags_unread else {}),
             })
         except BaseException as exc:
             for problem in streamed.abort():
@@ -324,6 +326,11 @@ class CommitProtocol:
         r.objects, r.bytes_in, r.bytes_out = streamed.objects, streamed.bytes_in, streamed.bytes_out
         r.tar_bytes, r.gets, r.peak_buffered = streamed.tar_bytes, streamed.gets, streamed.peak_buffered
         r.cost = cost_of(spec, r.objects, r.bytes_in, streamed.short_of_min_billable, r.bytes_out)
+        if streamed.tags_unread:
+            r.tags_unread = streamed.tags_unread
+            r.notes.append(f"{streamed.tags_unread:,} tagged objects were archived without their tags "
+                           "(--without-tags; s3:GetObjectTagging was denied); their manifest records say "
+                           "\"tags_unread\"")
 
     def _delete_sources(self) -> None:
         if not self.spec.delete_source:
@@ -333,8 +340,7 @@ class CommitProtocol:
         self.result.deleted = deletion.deleted
         self.result.deletion = {**asdict(deletion), "finished": True}
         self.result.state = State.SOURCES_DELETED.value
-        if deletion.note:
-            self.result.notes.append(deletion.note)
+        self.result.notes += deletion.notes
 
 
 class _LeaseWatch:

@@ -112,6 +112,9 @@ class ArchiveSpec:
     segments: int = 0  # 0: one per process; N: exactly N segments, even for one process
     segment_min_objects: int = 50_000
     segment_min_bytes: int = 4 * GiB
+    # A tagged object whose tags may not be read fails the run (the archive would lose them),
+    # unless this is set: then it is archived without them and its record says so.
+    without_tags: bool = False
 
     def __post_init__(self):
         if self.storage_class not in STORAGE_CLASSES:

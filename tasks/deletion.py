@@ -17,14 +17,19 @@ Versioned buckets: a plain delete only adds a delete marker; the archived versio
 is still billed. ``versions=True`` deletes the archived versions themselves (each version
 whose ETag equals the archived one), which frees the space and is safe against rewrites by
 construction: a newer version is another version id and is never named.
+
+Object Lock: an object whose record says it was under retention or legal hold when it was
+archived is never sent for deletion (not even a delete marker), and one S3 refuses to delete
+because of a lock is not counted as deleted: both are kept, and the result says why.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
+from .attributes import lock_reason
 from .config import S3Url
 from .errors import IO_ERRORS, ArchiverError, error_for, SourceDeletionFailed, status_of, translate
 from .manifest import ArchiveLayout, iter_manifest
@@ -34,6 +39,7 @@ BATCH = 1000
 # HEAD and its delete to the time of 100 HEADs (16 at a time), at the cost of more deletes.
 RECHECK_BATCH = 100
 _WRONG_ETAG = '"00000000000000000000000000000000"'
+_LOCKED_SHOWN = 10
 
 
 @dataclass
@@ -42,13 +48,25 @@ class DeletionResult:
     kept_changed: int = 0   # archived keys whose current content differs: kept
     versioned: bool = False  # the source bucket keeps versions
     method: str = ""        # "etag" (conditional DeleteObjects), "recheck" (HEAD If-Match), "versions"
+    kept_locked: int = 0    # archived objects under Object Lock retention or legal hold: kept
+    locked: list = field(default_factory=list)  # the first few of them, "key: reason"
+
+    def keep_locked(self, key: str, reason: str) -> None:
+        self.kept_locked += 1
+        if len(self.locked) < _LOCKED_SHOWN:
+            self.locked.append(f"{key}: {reason}")
 
     @property
-    def note(self) -> str:
+    def notes(self) -> list[str]:
+        notes = []
         if self.versioned and self.method != "versions":
-            return ("the source bucket is versioned: deletion added delete markers and freed no "
-                    "space; --delete-versions deletes the archived versions")
-        return ""
+            notes.append("the source bucket is versioned: deletion added delete markers and freed no "
+                         "space; --delete-versions deletes the archived versions")
+        if self.kept_locked:
+            notes.append(f"kept {self.kept_locked:,} archived objects under Object Lock (they cannot be deleted "
+                         f"before their retention ends or their legal hold is lifted): " + "; ".join(self.locked)
+                         + (" ..." if self.kept_locked > len(self.locked) else ""))
+        return notes
 
 
 def delete_archived_sources(control, source: S3Url, layout: ArchiveLayout, *,
@@ -86,7 +104,10 @@ def _delete_current(control, source: S3Url, layout: ArchiveLayout, result: Delet
             while record is not None and record["key"] < obj.key:
                 record = next(archived, None)
             if record is not None and record["key"] == obj.key:
-                if record["etag"] == obj.etag:
+                reason = lock_reason(record)
+                if reason is not None:
+                    result.keep_locked(obj.key, reason)
+                elif record["etag"] == obj.etag:
                     batch.append((obj.key, obj.etag))
                 else:
                     result.kept_changed += 1
@@ -134,6 +155,9 @@ def _send(control, bucket: str, objects: list[dict], result: DeletionResult) -> 
             result.kept_changed += 1  # S3 refused: rewritten since it was archived
         elif error.get("Code") == "NoSuchKey":
             pass  # already gone
+        elif _refused_by_lock(error):
+            # Locked after it was archived (or the lock was not readable then): S3 keeps it.
+            result.keep_locked(error.get("Key", ""), error.get("Message", "under Object Lock"))
         else:
             failed += 1
             first = first or error_for(error.get("Code", ""), None, error.get("Message", ""),
@@ -142,6 +166,11 @@ def _send(control, bucket: str, objects: list[dict], result: DeletionResult) -> 
     if first is not None:
         first.add_note(f"{failed} of {len(objects)} objects in that batch were not deleted")
         raise first
+
+
+def _refused_by_lock(error: dict) -> bool:
+    message = error.get("Message", "").lower()
+    return error.get("Code") == "AccessDenied" and ("lock" in message or "worm" in message or "retention" in message)
 
 
 def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: DeletionResult) -> None:
@@ -156,7 +185,11 @@ def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: Dele
                 while record is not None and record["key"] < version["Key"]:
                     record = next(archived, None)
                 if record is not None and record["key"] == version["Key"] and record["etag"] == version["ETag"]:
-                    batch.append({"Key": version["Key"], "VersionId": version["VersionId"]})
+                    reason = lock_reason(record)
+                    if reason is not None:
+                        result.keep_locked(version["Key"], reason)
+                    else:
+                        batch.append({"Key": version["Key"], "VersionId": version["VersionId"]})
                 if len(batch) == BATCH:
                     _send(control, source.bucket, batch, result)
                     batch = []

@@ -20,19 +20,21 @@ Targets:
 
 from __future__ import annotations
 
-import base64
 import fnmatch
+import json
 import hashlib
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from . import attributes
 from .config import MiB, S3Url
 from .errors import IO_ERRORS, BadArgument, DestinationConflict, IntegrityError, none_if_missing, translate
 from .manifest import ArchiveLayout, find_records, iter_manifest
 from .reading import _decompressor
 from .restore import require_readable
+from .s3 import parse_s3_time
 from .tarwriter import member_name
 from .upload import PartSizer, PartUploader, abort_stale_uploads
 
@@ -72,9 +74,14 @@ class Selection:
 
 def extract_archive(control, layout: ArchiveLayout, *, to_s3: S3Url | None = None, to_dir: Path | None = None,
                     selection: Selection = Selection(), original_keys: bool = False, overwrite: bool = False,
-                    memory_budget: int = 256 * MiB) -> ExtractResult:
+                    memory_budget: int = 256 * MiB, metadata_file: Path | None = None) -> ExtractResult:
+    """``metadata_file``: with ``to_dir``, where to write each extracted object's attributes
+    (JSON Lines, FORMAT.md "Metadata file"), since a file system keeps only bytes and mtime."""
     if (to_s3 is None) == (to_dir is None):
         raise BadArgument("give exactly one target: --to s3://BUCKET/PREFIX/ or --to-dir PATH")
+    if metadata_file is not None and to_dir is None:
+        raise BadArgument("--metadata-file goes with --to-dir",
+                          hint="extracting to S3 sets each object's metadata and tags on the object itself")
     header, records = _select(control, layout, selection)
     archive_key = header["archive"]["key"]
     require_readable(control, layout.bucket, archive_key)
@@ -84,7 +91,7 @@ def extract_archive(control, layout: ArchiveLayout, *, to_s3: S3Url | None = Non
         writer = _S3Writer(control, to_s3, prefix, original_keys, overwrite, memory_budget)
     else:
         assert to_dir is not None  # the CLI and the restore operator give one of the two
-        writer = _DirWriter(Path(to_dir), prefix, original_keys, overwrite)
+        writer = _DirWriter(Path(to_dir), prefix, original_keys, overwrite, metadata_file)
     result = ExtractResult(f"s3://{layout.bucket}/{archive_key}", writer.target)
     try:
         for run in _runs(records, header["block_size"]):
@@ -266,7 +273,10 @@ class _S3Object:
 
     def __init__(self, writer: _S3Writer, key: str, record: dict):
         self.w, self.key, self.record = writer, key, record
-        self.meta = {SHA256_METADATA: record["sha256"]}
+        # The object as it was (attributes.py): content headers, user metadata and tags; our
+        # own SHA-256 beside its metadata, so a re-run knows the content is there.
+        self.args = attributes.write_args(record)
+        self.args["Metadata"] = {**self.args.get("Metadata", {}), SHA256_METADATA: record["sha256"]}
         self.buffer: list[bytes] | None = [] if record["size"] <= _SMALL_OBJECT else None
         self.uploader = None
         if self.buffer is None:
@@ -276,7 +286,7 @@ class _S3Object:
             self.uploader = PartUploader(writer.control, writer.bucket, key, storage_class="STANDARD",
                                          sizer=PartSizer(8 * MiB, lambda: record["size"] + MiB,
                                                          max_part=max(8 * MiB, writer.part_memory // 2)),
-                                         memory=writer.part_memory // 2, extra_args={"Metadata": self.meta})
+                                         memory=writer.part_memory // 2, extra_args=self.args)
 
     def write(self, data: bytes) -> None:
         if self.buffer is not None:
@@ -293,9 +303,12 @@ class _S3Object:
             self.uploader.complete()
             return
         body = b"".join(self.buffer or [])
+        # The object's own checksum where a PUT can carry it (S3 checks it and keeps it), else
+        # our SHA-256: either way S3 refuses bytes that are not the archived ones.
+        name, value = attributes.put_checksum(self.record) or \
+            ("ChecksumSHA256", attributes.sha256_checksum(self.record["sha256"]))
         try:
-            self.w.control.put_object(Bucket=self.w.bucket, Key=self.key, Body=body, Metadata=self.meta,
-                                      ChecksumSHA256=base64.b64encode(bytes.fromhex(self.record["sha256"])).decode())
+            self.w.control.put_object(Bucket=self.w.bucket, Key=self.key, Body=body, **self.args, **{name: value})
         except IO_ERRORS as exc:
             raise translate(exc, f"write s3://{self.w.bucket}/{self.key}") from exc
 
@@ -311,9 +324,11 @@ def safe_component(name: str) -> str:
 
 
 class _DirWriter:
-    def __init__(self, root: Path, prefix: str, original_keys: bool, overwrite: bool):
+    def __init__(self, root: Path, prefix: str, original_keys: bool, overwrite: bool,
+                 metadata_file: Path | None = None):
         root.mkdir(parents=True, exist_ok=True)
         self.root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        self.metadata = open(metadata_file, "w", encoding="utf-8") if metadata_file is not None else None
         self.prefix = prefix
         self.original_keys = original_keys
         self.overwrite = overwrite
@@ -343,20 +358,29 @@ class _DirWriter:
         name, is_dir = member_name(_relative(record["key"], self.prefix, self.original_keys), record["size"])
         parts = [safe_component(p) for p in name.rstrip("/").split("/") if p]
         if not parts:
+            self.describe(record, ".")
             return None  # the prefix's own folder marker: the root itself
+        path = "/".join(parts)
         if is_dir:
             os.close(self._open_dir(parts))
+            self.describe(record, path + "/")
             return _MadeDirectory()
         dir_fd = self._open_dir(parts[:-1])
         existing = self._existing(dir_fd, parts[-1], record)
         if existing == "same":
             os.close(dir_fd)
+            self.describe(record, path)
             return None
         if existing == "different" and not self.overwrite:
             os.close(dir_fd)
             self.conflicts.append(os.path.join(self.target, *parts))
             return _Discard()
-        return _LocalFile(dir_fd, parts[-1])
+        return _LocalFile(dir_fd, parts[-1], record, lambda: self.describe(record, path))
+
+    def describe(self, record: dict, path: str) -> None:
+        """One line of the metadata file for an object now in the directory at ``path``."""
+        if self.metadata is not None:
+            self.metadata.write(json.dumps({"path": path, **attributes.portable(record)}, ensure_ascii=False) + "\n")
 
     @staticmethod
     def _existing(dir_fd: int, name: str, record: dict) -> str | None:
@@ -376,6 +400,8 @@ class _DirWriter:
 
     def close(self) -> None:
         os.close(self.root_fd)
+        if self.metadata is not None:
+            self.metadata.close()
 
 
 class _LocalFile:
@@ -383,8 +409,8 @@ class _LocalFile:
 
     written = True
 
-    def __init__(self, dir_fd: int, name: str):
-        self.dir_fd, self.name = dir_fd, name
+    def __init__(self, dir_fd: int, name: str, record: dict, written):
+        self.dir_fd, self.name, self.record, self.on_written = dir_fd, name, record, written
         self.tmp = f".{name[:200]}.s3arch-partial-{os.getpid()}"
         fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
         self.file = os.fdopen(fd, "wb")
@@ -396,7 +422,10 @@ class _LocalFile:
         self.file.close()
         try:
             if ok:
+                mtime = parse_s3_time(self.record["last_modified"]).timestamp()
+                os.utime(self.tmp, (mtime, mtime), dir_fd=self.dir_fd, follow_symlinks=False)
                 os.rename(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+                self.on_written()
             else:
                 os.unlink(self.tmp, dir_fd=self.dir_fd)
         finally:

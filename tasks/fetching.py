@@ -6,6 +6,10 @@ requested its size is reserved in a ``ByteBudget``; the reservation is released 
 writer has consumed it, so bytes in flight plus bytes waiting stay under the budget. Every
 GET carries ``If-Match`` with the listed ETag, and every piece is checked against the length
 the listing promised (a short body is fetched again, never archived short).
+
+An object's first piece also brings its attributes (tasks/attributes.py); the follow-ups
+they need (its tags, the checksum a ranged GET lacks) run before the piece is handed on, so
+the object's record is complete when the tar writer gets to it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from .errors import ArchiverError, IntegrityError, TransientError
+from . import attributes
+from .errors import AccessDenied, ArchiverError, IntegrityError, TransientError
 from .listing import ListedObject
 
 _LENGTH_RETRIES = 3
@@ -58,6 +63,8 @@ class Piece:
     received: int = 0
     attempts: int = 0
     active: float = 0.0  # when the GET last made progress
+    headers: list = field(default_factory=list)  # the first piece's response headers
+    captured: attributes.Captured | None = None  # the object's attributes (first piece only)
 
     @property
     def size(self) -> int:
@@ -76,8 +83,11 @@ class _InFlight:
 
 class Fetcher:
     def __init__(self, data_plane, bucket: str, *, budget: ByteBudget, concurrency: int,
-                 chunk: int, abort: threading.Event, stall_timeout: float = 60.0):
+                 chunk: int, abort: threading.Event, stall_timeout: float = 60.0,
+                 without_tags: bool = False):
         self.data = data_plane
+        self.without_tags = without_tags  # a denied tag read is recorded instead of failing the run
+        self.tags_unread = 0
         self.stall_timeout = stall_timeout
         self._inflight: dict[int, _InFlight] = {}
         self.bucket = bucket
@@ -166,6 +176,7 @@ class Fetcher:
         piece.attempts += 1
         piece.chunks = []
         piece.received = 0
+        piece.headers = []
         whole = piece.index == 0 and piece.last
         # A ranged GET of a zero-byte object is answered 416, so whole objects go unranged.
         byte_range = None if whole else (piece.start, piece.end)
@@ -193,21 +204,87 @@ class Fetcher:
                     and piece.attempts < _LENGTH_RETRIES and isinstance(error, (IntegrityError, TransientError)):
                 threading.Timer(0.2 * piece.attempts, self._retry, args=(seq, piece)).start()
                 return
-            self._slots.release()
-            if error is not None:
-                self._fail(error)
+            if error is None and piece.index == 0:
+                self._follow_up(seq, piece)
                 return
-            with self._cond:
-                self._done[seq] = piece
-                self._cond.notify_all()
+            self._settle(seq, piece, error)
 
         self.gets += 1
         piece.active = time.monotonic()
         entry = self._inflight[seq] = _InFlight(piece)
-        request = self.data.get(piece.obj.key, etag=piece.obj.etag,
-                                byte_range=byte_range, on_body=on_body, on_done=on_done)
+        request = self.data.get(piece.obj.key, etag=piece.obj.etag, byte_range=byte_range, on_body=on_body,
+                                on_done=on_done, on_headers=piece.headers.extend if piece.index == 0 else None)
         if self._inflight.get(seq) is entry:  # not already done on CRT's thread
             entry.request = request
+
+    def _settle(self, seq: int, piece: Piece, error: ArchiverError | None) -> None:
+        self._slots.release()
+        if error is not None:
+            self._fail(error)
+            return
+        with self._cond:
+            self._done[seq] = piece
+            self._cond.notify_all()
+
+    def _follow_up(self, seq: int, piece: Piece) -> None:
+        """Complete the object's attributes from its first piece's headers: its tags if it
+        has any, its checksum if it is fetched in ranges; then hand the piece on."""
+        captured = piece.captured = attributes.from_headers(piece.headers)
+        steps = []
+        if captured.tag_count:
+            steps.append(self._read_tags)
+        if not piece.last and not captured.has_checksum:
+            steps.append(self._read_checksum)
+
+        def next_step(error: ArchiverError | None = None) -> None:
+            try:
+                if error is None and steps and not self.abort.is_set():
+                    steps.pop(0)(piece, next_step)
+                else:
+                    self._settle(seq, piece, error)
+            except BaseException as exc:  # noqa: BLE001 - on CRT's thread, as in _request
+                self._slots.release()
+                self._fail(exc)
+
+        next_step()
+
+    def _read_tags(self, piece: Piece, then) -> None:
+        body: list[bytes] = []
+        captured = piece.captured
+        assert captured is not None
+
+        def done(error: ArchiverError | None) -> None:
+            if error is None:
+                captured.fields["tags"] = attributes.parse_tagging(b"".join(body))
+            elif isinstance(error, AccessDenied):
+                if not self.without_tags:
+                    error = AccessDenied(
+                        f"{error}: the object has {captured.tag_count} tags and they cannot be read, so "
+                        "the archive would lose them; nothing was committed and nothing deleted",
+                        hint="grant s3:GetObjectTagging (and s3:GetObjectVersionTagging on a versioned "
+                             "bucket) on the source, or pass --without-tags to archive without them "
+                             "(the manifest records which objects lack their tags)")
+                else:
+                    captured.fields["tags_unread"] = "AccessDenied"
+                    self.tags_unread += 1
+                    error = None
+            then(error)
+
+        self.data.tagging(piece.obj.key, version_id=captured.version_id, on_body=body.append, on_done=done)
+
+    def _read_checksum(self, piece: Piece, then) -> None:
+        headers: list[tuple[str, str]] = []
+        captured = piece.captured
+        assert captured is not None
+
+        def done(error: ArchiverError | None) -> None:
+            if error is None:
+                checksum = attributes.checksum_from_headers(headers)
+                if checksum:
+                    captured.fields["checksum"] = checksum
+            then(error)
+
+        self.data.head(piece.obj.key, etag=piece.obj.etag, on_headers=headers.extend, on_done=done)
 
     def _retry(self, seq: int, piece: Piece) -> None:
         try:

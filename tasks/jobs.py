@@ -44,6 +44,9 @@ class ArchiveJob:
     retry_delay_seconds: int = 60
     delete_source: bool = False
     delete_versions: bool = False
+    # Archive tagged objects whose tags may not be read without them (recorded per object)
+    # instead of failing the prefix: for sources where s3:GetObjectTagging cannot be granted.
+    without_tags: bool = False
     restore_poll_seconds: float | None = None  # restore DAG: seconds between HEADs (default by tier)
     prices: dict | None = None  # overrides of the cost table (docs/COST.md)
     allow_empty: bool = False
@@ -81,7 +84,7 @@ class ArchiveJob:
                            memory_budget=self.memory_budget, overwrite=overwrite,
                            delete_source=self.delete_source,
                            delete_versions=self.delete_versions and self.delete_source,
-                           lease_ttl=self.lease_ttl_seconds, prices=self.prices)
+                           lease_ttl=self.lease_ttl_seconds, prices=self.prices, without_tags=self.without_tags)
         return spec.previewed() if dry_run else spec
 
     @property

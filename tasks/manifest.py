@@ -16,6 +16,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator
 
+from . import __version__
 from .config import S3Url
 from .errors import (IO_ERRORS, ArchiverError, BadArgument, DestinationConflict, IntegrityError, none_if_missing,
                      translate)
@@ -23,7 +24,9 @@ from .listing import key_order
 from .upload import PartSizer, PartUploader, UploadResult, upload_memory
 
 FORMAT_NAME = "s3arch-manifest"
-FORMAT_VERSION = 1
+# 2: object records carry the object's attributes (FORMAT.md, "Object attributes"). A
+# version 1 manifest is read as one whose objects had none.
+FORMAT_VERSION = 2
 MANIFEST_SUFFIX = ".manifest.jsonl.gz"
 INDEX_SUFFIX = ".manifest-index.json.gz"
 INDEX_FORMAT = "s3arch-manifest-index"
@@ -226,11 +229,15 @@ def iter_manifest(control, layout: ArchiveLayout) -> Iterator[dict]:
             for line in lines:
                 record = json.loads(line)
                 last_type = record.get("type")
+                if last_type == "header":
+                    check_version(record, layout.manifest_url)
                 yield record
         lines = (tail + z.flush()).split(b"\n")
         for line in filter(None, lines):
             record = json.loads(line)
             last_type = record.get("type")
+            if last_type == "header":
+                check_version(record, layout.manifest_url)
             yield record
     except (zlib.error, ValueError) as exc:
         raise IntegrityError(f"{layout.manifest_url} is corrupt: {exc}") from exc
@@ -280,7 +287,16 @@ def read_index(control, layout: ArchiveLayout) -> dict | None:
         raise IntegrityError(f"s3://{layout.bucket}/{layout.index_key} is corrupt: {exc}") from exc
     if index.get("format") != INDEX_FORMAT:
         raise IntegrityError(f"s3://{layout.bucket}/{layout.index_key} is not a manifest index")
+    check_version(index.get("header", {}), layout.manifest_url)
     return index
+
+
+def check_version(header: dict, url: str) -> None:
+    """Refuse a manifest from a newer format rather than misread it (older ones all read)."""
+    version = header.get("version", 1)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise BadArgument(f"{url} is manifest format version {version}; this s3arch {__version__} reads "
+                          f"versions 1 to {FORMAT_VERSION}", hint="read it with a newer s3arch")
 
 
 def chunk_of(index: dict, key: str) -> int | None:

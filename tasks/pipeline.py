@@ -50,6 +50,7 @@ class StreamedArchive:
     last_block: int = 0  # index of the last block, and where its compressed bytes start
     last_block_start: int = 0
     segments: int = 1
+    tags_unread: int = 0  # tagged objects archived without their tags (--without-tags)
     timings: dict = field(default_factory=dict)  # seconds per phase of a segmented run
     notes: list = field(default_factory=list)
 
@@ -233,7 +234,7 @@ class _Stream:
         self.fetcher = Fetcher(self.clients.data_for(spec.source.bucket, plan.gets), spec.source.bucket,
                                budget=self.budget, concurrency=plan.gets,
                                chunk=min(spec.large_object_chunk, plan.fetch // 8), abort=self.abort,
-                               stall_timeout=spec.stall_timeout)
+                               stall_timeout=spec.stall_timeout, without_tags=spec.without_tags)
         self.sizer = self.target.sizer(plan, self.feed)
         self.uploader = self.target.uploader(control, self.sizer, plan.upload_inflight, self.abort)
         self.records = self.target.records(control, self.abort)
@@ -255,12 +256,13 @@ class _Stream:
             obj = piece.obj
             if piece.index == 0:
                 hasher = hashlib.sha256()
+                captured = piece.captured
                 out.open_block = sink.offset // block_size
                 header_offset, data_offset = tar.begin(obj.key, obj.size, int(obj.last_modified.timestamp()))
             for chunk in piece.chunks:
                 hasher.update(chunk)
             if piece.last:
-                out.expect(_Entry(_record(obj, hasher.hexdigest(), header_offset, data_offset),
+                out.expect(_Entry(_record(obj, hasher.hexdigest(), header_offset, data_offset, captured),
                                   header_offset // block_size,
                                   (max(data_offset + obj.size, data_offset) - 1) // block_size))
             for chunk in piece.chunks:
@@ -309,17 +311,21 @@ class _Stream:
                                tar_bytes=sink.offset - self.target.tar_start, blocks=sink.blocks,
                                archive_crc32=out.crc32, gets=self.fetcher.gets, peak_buffered=self.budget.peak,
                                short_of_min_billable=self.feed.short_of_min_billable, raw_crc32=out.raw_crc32,
-                               last_block=sink.blocks - 1, last_block_start=out.last_block_start)
+                               last_block=sink.blocks - 1, last_block_start=out.last_block_start,
+                               tags_unread=self.fetcher.tags_unread)
 
 
-def _record(obj, sha256: str, header_offset: int, data_offset: int) -> dict:
-    """An object's manifest record, but for where its compressed bytes lie (added later)."""
+def _record(obj, sha256: str, header_offset: int, data_offset: int, captured) -> dict:
+    """An object's manifest record, but for where its compressed bytes lie (added later);
+    its attributes follow the fixed fields (FORMAT.md)."""
     record = {"type": "object", "key": obj.key, "size": obj.size, "etag": obj.etag,
               "last_modified": obj.last_modified.astimezone(timezone.utc).isoformat(),
               "sha256": sha256, "header_offset": header_offset, "data_offset": data_offset}
     name = member_name(obj.key, obj.size)[0]
     if name != obj.key:
         record["name"] = name
+    if captured is not None:
+        record.update(captured.fields)
     return record
 
 

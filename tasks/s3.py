@@ -254,19 +254,38 @@ class DataPlane:
         self.route = route
 
     def get(self, key: str, *, etag: str | None, byte_range: tuple[int, int] | None,
-            on_body: Callable[[bytes], None], on_done: Callable[[ArchiverError | None], None]):
-        """Start one GET (of ``byte_range`` = [start, end) if given), pinned to ``etag``.
+            on_body: Callable[[bytes], None], on_done: Callable[[ArchiverError | None], None],
+            on_headers: Callable[[list[tuple[str, str]]], None] | None = None):
+        """Start one GET (of ``byte_range`` = [start, end) if given), pinned to ``etag``, asking
+        for the object's checksum. ``on_headers`` receives a successful response's headers.
 
-        ``on_done`` receives None or the typed error; both callbacks run on CRT's thread.
+        ``on_done`` receives None or the typed error; all callbacks run on CRT's thread.
         """
-        headers = [("Host", self.route.host)]
+        headers = [("x-amz-checksum-mode", "ENABLED")]
         if etag:
             headers.append(("If-Match", etag))
         if byte_range:
             headers.append(("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}"))
-        request = self._http.HttpRequest("GET", f"{self.route.path_prefix}/{quote_key(key)}",
-                                         self._http.HttpHeaders(headers))
-        what = f"GET s3://{self.route.bucket}/{key}"
+        return self._send("GET", "GetObject", key, "", headers, on_done, on_body=on_body, on_headers=on_headers)
+
+    def head(self, key: str, *, etag: str | None, on_headers: Callable[[list[tuple[str, str]]], None],
+             on_done: Callable[[ArchiverError | None], None]):
+        """HEAD the object pinned to ``etag``, with its checksum (which a ranged GET lacks)."""
+        headers = [("x-amz-checksum-mode", "ENABLED")] + ([("If-Match", etag)] if etag else [])
+        return self._send("HEAD", "HeadObject", key, "", headers, on_done, on_headers=on_headers)
+
+    def tagging(self, key: str, *, version_id: str | None, on_body: Callable[[bytes], None],
+                on_done: Callable[[ArchiverError | None], None]):
+        """GetObjectTagging of the object (of ``version_id``, the version that was archived)."""
+        query = "?tagging" + (f"&versionId={urllib.parse.quote(version_id, safe='')}" if version_id else "")
+        return self._send("GET", "GetObjectTagging", key, query, [], on_done, on_body=on_body)
+
+    def _send(self, method: str, operation: str, key: str, query: str, headers: list[tuple[str, str]],
+              on_done: Callable[[ArchiverError | None], None], *, on_body=None, on_headers=None):
+        request = self._http.HttpRequest(method, f"{self.route.path_prefix}/{quote_key(key)}{query}",
+                                         self._http.HttpHeaders([("Host", self.route.host)] + headers))
+        what = f"{operation} s3://{self.route.bucket}/{key}" if operation != "GetObject" \
+            else f"GET s3://{self.route.bucket}/{key}"
 
         def done(error, status_code=None, error_body=None, **_):
             if error is None:
@@ -275,9 +294,14 @@ class DataPlane:
             code, message = _parse_error_body(error_body)
             on_done(error_for(code, status_code, message or str(error), what=what, subject="source"))
 
+        def headers_received(status_code, headers, **_):
+            if on_headers is not None and 200 <= status_code < 300:
+                on_headers(headers)
+
         return self._client.make_request(
-            type=self._s3.S3RequestType.DEFAULT, operation_name="GetObject", request=request,
-            on_body=lambda chunk, offset, **_: on_body(chunk), on_done=done)
+            type=self._s3.S3RequestType.DEFAULT, operation_name=operation, request=request,
+            on_headers=headers_received,
+            on_body=(lambda chunk, offset, **_: on_body(chunk)) if on_body else None, on_done=done)
 
 
 def _crt_credentials_provider(auth, creds):

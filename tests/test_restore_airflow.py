@@ -82,6 +82,10 @@ def test_restore_dag_defers_until_restored_then_extracts_every_object(glacier_ai
     seeded = {}
     for day in days:
         seeded.update(seed_day(s3, src, LOG_TEMPLATE, day, files_per_hour=2, lines_per_file=10))
+    described = "logs/2026/08/03/described.json"  # comes back with its headers, metadata and tags
+    s3.put_object(Bucket=src, Key=described, Body=b'{"a": 1}', ContentType="application/json",
+                  Metadata={"origin": "app-7"}, Tagging="team=ops")
+    seeded[described] = b'{"a": 1}'
     env = {**{k: v for k, v in cli_env.items() if not k.startswith("AWS_")}, **moto_server.env()}
     for day in days:
         run_json(env, "archive", f"s3://{src}/{day:logs/%Y/%m/%d}/", f"s3://{dst}/archive/",
@@ -100,6 +104,9 @@ def test_restore_dag_defers_until_restored_then_extracts_every_object(glacier_ai
     assert ongoing.injected == 2, "the restore was never seen in progress, so nothing deferred"
     got = {k: s3.get_object(Bucket=out, Key=k)["Body"].read() for k in keys_in(s3, out)}
     assert got == {f"back/{k}": v for k, v in seeded.items()}
+    head = s3.head_object(Bucket=out, Key=f"back/{described}")
+    assert head["ContentType"] == "application/json" and head["Metadata"]["origin"] == "app-7"
+    assert s3.get_object_tagging(Bucket=out, Key=f"back/{described}")["TagSet"] == [{"Key": "team", "Value": "ops"}]
     rows = _report_rows(run)
     assert [r["prefix"] for r in rows] == ["logs/2026/08/03/", "logs/2026/08/04/"]
     assert all(r["status"] == "restored" for r in rows) and sum(r["objects"] for r in rows) == len(seeded)

@@ -53,7 +53,8 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
     def __init__(self, *, source_bucket: str, destination: str, storage_class: str = "GLACIER",
                  codec: str = "gzip", level: int | None = None, memory_budget: str | int = "256MiB",
                  overwrite: bool | str = False, preview: bool | str = False, lease_ttl: float = 180.0,
-                 prices: dict | None = None, progress_interval: float = 10.0, **kwargs):
+                 prices: dict | None = None, progress_interval: float = 10.0, without_tags: bool = False,
+                 **kwargs):
         super().__init__(**kwargs)
         self.source_bucket = source_bucket
         self.destination = destination
@@ -66,6 +67,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         self.preview = preview
         self.lease_ttl = lease_ttl
         self.prices = prices
+        self.without_tags = without_tags
         self.progress_interval = progress_interval
         self._cancel = threading.Event()
 
@@ -82,7 +84,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
                            storage_class=self.storage_class, codec=self.codec, level=self.level,
                            memory_budget=parse_size(self.memory_budget), overwrite=as_bool(self.overwrite),
                            delete_source=delete_source, delete_versions=delete_versions and delete_source,
-                           lease_ttl=self.lease_ttl, prices=self.prices)
+                           lease_ttl=self.lease_ttl, prices=self.prices, without_tags=self.without_tags)
         return spec.previewed() if as_bool(self.preview) else spec
 
     def _progress(self, label: str):

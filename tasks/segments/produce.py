@@ -106,6 +106,7 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
         "first_block": target.tar_start // spec.block_size, "last_block": streamed.last_block,
         "last_block_start": streamed.last_block_start, "head": len(uploader.head), "tail": len(uploader.tail),
         "parts": [[p.number, p.etag, p.crc32c, p.size] for p in parts], "gets": streamed.gets,
+        "tags_unread": streamed.tags_unread,
         "peak_buffered": streamed.peak_buffered, "seconds": round(time.monotonic() - started, 3),
     }
     try:
