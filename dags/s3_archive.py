@@ -90,7 +90,8 @@ def archive_dag(job: ArchiveJob) -> DAG:
 
                 from tasks.jobs import split_by_size
 
-                control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id)).control if job.segments > 1 else None
+                control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id),
+                                         job.expected_owner).control if job.segments > 1 else None
                 split = split_by_size(job, planned, control)
                 for size in split["sizes"]:
                     print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} "
@@ -129,7 +130,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
             preview="{{ params.dry_run }}",
             lease_ttl=job.lease_ttl_seconds,
             prices=job.prices,
-            without_tags=job.without_tags,
+            spec_options=job.spec_options,
             execution_timeout=timedelta(minutes=job.execution_timeout_minutes),
             **job_task_args(job),
         )

@@ -96,6 +96,7 @@ def restore_dag(job: ArchiveJob) -> DAG:
             overwrite="{{ params.overwrite }}",
             memory_budget=job.memory_budget,
             poll_interval=job.restore_poll_seconds,
+            expected_owner=job.expected_owner,
             execution_timeout=timedelta(hours=72),  # the deferred wait counts towards it
             **job_task_args(job),
         ).expand(prefix=planned)

@@ -19,6 +19,7 @@ from .listing import iter_pages
 from .manifest import layout_for
 from .outcome import Outcome
 from .progress import Progress
+from .retention import require_object_lock
 from .s3 import S3Clients
 from .tarwriter import member_size_bound
 
@@ -63,6 +64,7 @@ def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
         return {"segment": k, "objects": 0, "status": Outcome.DRY_RUN.value,
                 "note": f"dry run: segment {k + 1} would be produced here; nothing was read or written"}
     clients = clients or S3Clients.from_session()
+    clients.expect_owner(spec.expected_owner)
     clients.check_bucket(spec.source.bucket, "source")
     return produce_planned_segment(spec, clients, k, progress, cancel)
 
@@ -93,8 +95,11 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None,
     if spec.source.bucket == layout.bucket and archive_key.startswith(spec.source.key):
         raise BadArgument(f"the destination s3://{layout.bucket}/{archive_key} lies inside the source "
                           f"prefix {spec.source}", hint="choose a destination outside the source prefix")
+    clients.expect_owner(spec.expected_owner)
     clients.check_bucket(spec.source.bucket, "source")
     clients.check_bucket(layout.bucket, "destination")
+    if spec.locks:
+        require_object_lock(clients.control, layout.bucket)
     return CommitProtocol(spec, clients, progress, cancel)
 
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .config import ArchiveSpec, S3Url, parse_size
+from .config import SSE_MODES, ArchiveSpec, S3Url, parse_size
 from .errors import ArchiverError
 from .progress import Progress, TerminalLine, human_bytes
 
@@ -25,6 +25,10 @@ def _parser() -> argparse.ArgumentParser:
     connection.add_argument("--endpoint-url", default=argparse.SUPPRESS,
                             help="S3 endpoint (default: AWS_ENDPOINT_URL_S3, profile, AWS)")
     connection.add_argument("--profile", default=argparse.SUPPRESS, help="AWS profile to use")
+    connection.add_argument("--expected-owner", default=argparse.SUPPRESS, metavar="ACCOUNT",
+                            help="the AWS account (12 digits, or `self` for the caller's) that must own every "
+                                 "bucket used: sent as ExpectedBucketOwner on every request, so a bucket another "
+                                 "account owns fails (exit 2) instead of being read or written")
     p = argparse.ArgumentParser(prog="s3arch", description=__doc__.split("\n")[0], parents=[connection])
     p.add_argument("--version", action="version", version=f"s3arch {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -121,8 +125,17 @@ def _archive_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("--without-tags", action="store_true",
                    help="archive tagged objects whose tags may not be read (s3:GetObjectTagging denied) "
                         "without them, recording which, instead of failing")
-    a.add_argument("--sse", choices=["AES256", "aws:kms"])
-    a.add_argument("--sse-kms-key-id")
+    a.add_argument("--sse", choices=list(SSE_MODES),
+                   help="server-side encryption of the archive, manifest and index (aws:kms:dsse: two layers)")
+    a.add_argument("--sse-kms-key-id", help="with --sse aws:kms or aws:kms:dsse: the KMS key (default: aws/s3)")
+    a.add_argument("--sse-bucket-key", action="store_true",
+                   help="with a KMS --sse: use an S3 Bucket Key (fewer KMS requests, lower KMS cost)")
+    a.add_argument("--object-lock", choices=["GOVERNANCE", "COMPLIANCE"],
+                   help="put the archive, manifest and index under Object Lock retention in this mode "
+                        "(the destination bucket must have Object Lock enabled); needs --retain-days")
+    a.add_argument("--retain-days", type=int, help="with --object-lock: days of retention, counted from when each object is written")
+    a.add_argument("--legal-hold", action="store_true",
+                   help="put the archive, manifest and index under a legal hold (until lifted)")
     a.add_argument("--json", action="store_true", help="print one JSON object at the end")
     a.add_argument("--quiet", action="store_true", help="no progress lines")
 
@@ -147,8 +160,10 @@ def _clients(args):
 
     from .s3 import S3Clients
 
-    return S3Clients.from_session(boto3.Session(profile_name=getattr(args, "profile", None)),
-                                  getattr(args, "endpoint_url", None))
+    clients = S3Clients.from_session(boto3.Session(profile_name=getattr(args, "profile", None)),
+                                     getattr(args, "endpoint_url", None))
+    clients.expect_owner(getattr(args, "expected_owner", None))
+    return clients
 
 
 def _run(args) -> int:
@@ -205,6 +220,8 @@ def _archive(args) -> int:
         memory_budget=parse_size(args.memory_budget), concurrency=args.concurrency,
         overwrite=args.overwrite, dry_run=args.dry_run, delete_source=args.delete_source,
         delete_versions=args.delete_versions, without_tags=args.without_tags, sse=args.sse, sse_kms_key_id=args.sse_kms_key_id,
+        sse_bucket_key=args.sse_bucket_key, object_lock=args.object_lock, retain_days=args.retain_days,
+        legal_hold=args.legal_hold, expected_owner=getattr(args, "expected_owner", None),
         segments=args.segments, segment_min_objects=args.segment_min_objects, segment_min_bytes=parse_size(args.segment_min_bytes),
         **({"compress_threads": args.threads} if args.threads else {}),
         **({"processes": args.processes} if args.processes else {}))
@@ -237,7 +254,8 @@ def _archive(args) -> int:
         print(f"archived {result.objects:,} objects, {human_bytes(result.bytes_in)} -> "
               f"{human_bytes(result.bytes_out)} (ratio {result.ratio:.1f}) in {result.seconds:.1f}s "
               f"({result.objects / max(result.seconds, 1e-9):,.0f} obj/s, {human_bytes(rate)}/s)\n"
-              f"  archive:  {result.archive} [{result.storage_class}]\n"
+              f"  archive:  {result.archive} [{result.storage_class}]"
+              + (f" {_retention_text(result.retention)}" if result.retention else "") + "\n"
               f"  manifest: {result.manifest}"
               + (f"\n  {_deletion_line(result)}" if result.deletion else "")
               + f"\n  {_cost_line(result)}")
@@ -295,6 +313,15 @@ def _extract(args, clients, layout) -> int:
               + (f"; {result.skipped_same:,} already there with the same content" if result.skipped_same else "")
               + f"; read {human_bytes(result.bytes_fetched)} of the archive in {result.gets:,} GET(s)")
     return 0
+
+
+def _retention_text(retention: dict) -> str:
+    parts = []
+    if "mode" in retention:
+        parts.append(f"{retention['mode']} retention until {retention.get('retain_until')}")
+    if retention.get("legal_hold") == "ON":
+        parts.append("legal hold")
+    return "[locked: " + ", ".join(parts) + "]"
 
 
 def _cost_line(result) -> str:

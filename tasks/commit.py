@@ -34,6 +34,7 @@ from .outcome import Outcome
 from .manifest import ArchiveLayout, Committed, layout_for, read_committed
 from .pipeline import StreamedArchive, WholeArchive, stream_archive
 from .progress import Progress
+from .retention import check_applied, refuse_locked_overwrite, retention_of
 from .s3 import S3Clients
 from .segments import (SegmentPlan, assemble, delete_temporaries, open_upload, plan_segments, read_plan,
                        sized_for_segments, stream_segmented, write_plan)
@@ -70,6 +71,7 @@ class ArchiveResult:
     timings: dict = field(default_factory=dict)  # of a segmented run: plan, slowest segment, assembly
     estimated_bytes_out: int | None = None
     tags_unread: int = 0  # tagged objects archived without their tags (--without-tags)
+    retention: dict | None = None  # the archive's Object Lock: mode, retain_until, legal_hold, applied
     cost: dict | None = None  # tasks/cost.py: monthly and one-time figures, archive vs one by one
     notes: list[str] = field(default_factory=list)
 
@@ -119,8 +121,8 @@ class CommitProtocol:
                 return self._done()
             if committed:
                 # 3. --overwrite must not lose archived data: refuse a shrunken source before
-                #    reading any of it (one listing pass).
-                self._refuse_shrunken_source(committed)
+                #    reading any of it (one listing pass), and an archive under Object Lock.
+                self._check_overwrite(committed)
             planned = self._plan_in_progress() if assemble_planned else None
             # 4. Uploads left for our keys belong to runs whose lease is gone: abort them.
             #    So do the segment temporaries of such runs.
@@ -179,7 +181,7 @@ class CommitProtocol:
                 self._skipped(committed)
                 return None
             if committed:
-                self._refuse_shrunken_source(committed)
+                self._check_overwrite(committed)
             self._clean_stale()
             plan = open_upload(spec, self.control, self.layout,
                                plan_segments(spec, self.control, self.archive_key, count))
@@ -253,7 +255,7 @@ class CommitProtocol:
                            purpose=f"archive of {self.spec.source}", ttl=self.spec.lease_ttl)
 
     def _skipped(self, committed: Committed) -> ArchiveResult:
-        check_archive_intact(self.control, self.layout, committed)
+        self.result.retention = check_archive_intact(self.control, self.layout, committed) or None
         summary = committed.summary
         r = self.result
         r.status, r.state = Outcome.SKIPPED, State.COMMITTED.value
@@ -267,6 +269,10 @@ class CommitProtocol:
     def _done(self) -> ArchiveResult:
         self.result.seconds = time.monotonic() - self.started
         return self.result
+
+    def _check_overwrite(self, committed: Committed) -> None:
+        refuse_locked_overwrite(self.control, self.layout.bucket, [committed.archive_key, self.layout.manifest_key])
+        self._refuse_shrunken_source(committed)
 
     def _refuse_shrunken_source(self, committed: Committed) -> None:
         from .listing import iter_pages
@@ -306,6 +312,8 @@ class CommitProtocol:
             uploaded = streamed.uploader.complete(if_none_match=archive_etag is None, if_match=archive_etag)
             if uploaded.size != streamed.bytes_out:
                 raise IntegrityError(f"archive holds {uploaded.size} bytes, {streamed.bytes_out} were produced")
+            if spec.locks:
+                r.retention = check_applied(self.control, self.layout.bucket, self.archive_key, spec.lock_args())
             r.state = State.PRODUCED.value
             lease.renew()
             streamed.manifest.complete({
@@ -377,8 +385,9 @@ class _LeaseWatch:
             raise Cancelled("cancelled: the uploads were aborted and nothing was committed") from cause
 
 
-def check_archive_intact(control, layout: ArchiveLayout, committed: Committed) -> None:
-    """One HEAD: the archive a manifest commits must still be the object it describes."""
+def check_archive_intact(control, layout: ArchiveLayout, committed: Committed) -> dict:
+    """One HEAD: the archive a manifest commits must still be the object it describes.
+    Returns its Object Lock state (empty if it has none)."""
     key, summary = committed.archive_key, committed.summary
     url = f"s3://{layout.bucket}/{key}"
     fix = (f"if the source still holds the prefix, `s3arch archive ... --overwrite` rebuilds it; "
@@ -399,6 +408,7 @@ def check_archive_intact(control, layout: ArchiveLayout, committed: Committed) -
         raise ArchiveDamaged(
             f"{url} is not the archive {layout.manifest_url} commits: "
             + ", ".join(f"{k} {found[k]} (manifest: {expected[k]})" for k in differs), hint=fix)
+    return retention_of(head)
 
 
 def cost_of(spec: ArchiveSpec, objects: int, bytes_in: int, short_of_minimum: int, archive_bytes: int) -> dict:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
 
 from .errors import BadArgument
 
 STORAGE_CLASSES = ("GLACIER", "DEEP_ARCHIVE", "GLACIER_IR", "STANDARD_IA", "STANDARD")
 CODECS = ("gzip", "zstd")
+SSE_MODES = ("AES256", "aws:kms", "aws:kms:dsse")
 DEFAULT_LEVEL = {"gzip": 1, "zstd": 3}
 LEVEL_RANGE = {"gzip": (0, 9), "zstd": (1, 19)}
 MiB = 1 << 20
@@ -97,6 +99,15 @@ class ArchiveSpec:
     delete_source: bool = False
     sse: str | None = None
     sse_kms_key_id: str | None = None
+    sse_bucket_key: bool = False  # S3 Bucket Keys: one KMS data key per bucket, not per object
+    # Object Lock on what a run commits (archive, manifest, index): GOVERNANCE or COMPLIANCE
+    # retention for retain_days from the run's start, and/or a legal hold.
+    object_lock: str | None = None
+    retain_days: int | None = None
+    legal_hold: bool = False
+    # The account that must own the source and destination buckets (ExpectedBucketOwner on
+    # every request): a bucket name taken over by another account fails instead of receiving data.
+    expected_owner: str | None = None
     block_size: int = MiB
     min_part_size: int = 0  # 0: derived from the memory budget (5-8 MiB)
     large_object_chunk: int = 8 * MiB
@@ -133,10 +144,21 @@ class ArchiveSpec:
         if not 1 <= self.concurrency <= 1024:
             raise BadArgument(f"concurrency {self.concurrency} out of range",
                               hint="--concurrency takes 1..1024")
-        if self.sse not in (None, "AES256", "aws:kms"):
-            raise BadArgument(f"unknown SSE {self.sse!r}", hint="--sse takes AES256 or aws:kms")
-        if self.sse_kms_key_id and self.sse != "aws:kms":
-            raise BadArgument("--sse-kms-key-id needs --sse aws:kms")
+        if self.sse not in (None, *SSE_MODES):
+            raise BadArgument(f"unknown SSE {self.sse!r}", hint=f"--sse takes {', '.join(SSE_MODES)}")
+        if (self.sse_kms_key_id or self.sse_bucket_key) and self.sse not in ("aws:kms", "aws:kms:dsse"):
+            raise BadArgument("--sse-kms-key-id and --sse-bucket-key need --sse aws:kms or aws:kms:dsse")
+        if self.object_lock not in (None, "GOVERNANCE", "COMPLIANCE"):
+            raise BadArgument(f"unknown Object Lock mode {self.object_lock!r}",
+                              hint="--object-lock takes GOVERNANCE or COMPLIANCE")
+        if (self.object_lock is None) != (self.retain_days is None):
+            raise BadArgument("--object-lock and --retain-days go together",
+                              hint="e.g. --object-lock COMPLIANCE --retain-days 2555 (seven years)")
+        if self.retain_days is not None and not 1 <= self.retain_days <= 36_500:
+            raise BadArgument(f"--retain-days {self.retain_days} is out of range", hint="--retain-days takes 1..36500")
+        if self.expected_owner is not None and not re.fullmatch(r"\d{12}|self", self.expected_owner):
+            raise BadArgument(f"--expected-owner {self.expected_owner!r} is not an AWS account id",
+                              hint="give the 12-digit account id, or `self` for the caller's own account")
         if not self.min_part_size:
             # S3's 5 MiB minimum for small budgets, where two parts in flight weigh most.
             object.__setattr__(self, "min_part_size", max(5 * MiB, min(8 * MiB, self.memory_budget // 16)))
@@ -162,11 +184,31 @@ class ArchiveSpec:
     @property
     def encryption_args(self) -> dict:
         """Server-side encryption for every object the run writes (archive and manifest)."""
-        args = {}
+        args: dict = {}
         if self.sse:
             args["ServerSideEncryption"] = self.sse
         if self.sse_kms_key_id:
             args["SSEKMSKeyId"] = self.sse_kms_key_id
+        if self.sse_bucket_key:
+            args["BucketKeyEnabled"] = True
+        return args
+
+    @property
+    def locks(self) -> bool:
+        return self.object_lock is not None or self.legal_hold
+
+    def lock_args(self) -> dict:
+        """Object Lock for the objects a commit makes visible (archive, manifest and its index),
+        retained ``retain_days`` from now; given when each is created (CreateMultipartUpload,
+        PutObject), so no moment exists in which one of them is visible and unlocked."""
+        start = datetime.now(timezone.utc)
+        args: dict = {}
+        if self.object_lock:
+            assert self.retain_days is not None  # __post_init__: they go together
+            args["ObjectLockMode"] = self.object_lock
+            args["ObjectLockRetainUntilDate"] = (start + timedelta(days=self.retain_days)).replace(microsecond=0)
+        if self.legal_hold:
+            args["ObjectLockLegalHoldStatus"] = "ON"
         return args
 
     @property

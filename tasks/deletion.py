@@ -169,8 +169,11 @@ def _send(control, bucket: str, objects: list[dict], result: DeletionResult) -> 
 
 
 def _refused_by_lock(error: dict) -> bool:
+    """S3 answers AccessDenied "... protected by object lock", MinIO InvalidRequest "Object is
+    WORM protected"."""
     message = error.get("Message", "").lower()
-    return error.get("Code") == "AccessDenied" and ("lock" in message or "worm" in message or "retention" in message)
+    return error.get("Code") in ("AccessDenied", "InvalidRequest") and \
+        any(word in message for word in ("lock", "worm", "retention"))
 
 
 def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: DeletionResult) -> None:

@@ -44,9 +44,16 @@ class ArchiveJob:
     retry_delay_seconds: int = 60
     delete_source: bool = False
     delete_versions: bool = False
-    # Archive tagged objects whose tags may not be read without them (recorded per object)
-    # instead of failing the prefix: for sources where s3:GetObjectTagging cannot be granted.
+    # Passed to the engine as they are (SPEC_OPTIONS; docs/JOBS.md, docs/SECURITY.md): tags
+    # that may not be read, encryption, Object Lock on the archives, the buckets' owner.
     without_tags: bool = False
+    sse: str | None = None
+    sse_kms_key_id: str | None = None
+    sse_bucket_key: bool = False
+    object_lock: str | None = None
+    retain_days: int | None = None
+    legal_hold: bool = False
+    expected_owner: str | None = None
     restore_poll_seconds: float | None = None  # restore DAG: seconds between HEADs (default by tier)
     prices: dict | None = None  # overrides of the cost table (docs/COST.md)
     allow_empty: bool = False
@@ -84,8 +91,13 @@ class ArchiveJob:
                            memory_budget=self.memory_budget, overwrite=overwrite,
                            delete_source=self.delete_source,
                            delete_versions=self.delete_versions and self.delete_source,
-                           lease_ttl=self.lease_ttl_seconds, prices=self.prices, without_tags=self.without_tags)
+                           lease_ttl=self.lease_ttl_seconds, prices=self.prices, **self.spec_options)
         return spec.previewed() if dry_run else spec
+
+    @property
+    def spec_options(self) -> dict:
+        """The job's settings the engine takes unchanged (the DAG hands them to every step)."""
+        return {name: getattr(self, name) for name in SPEC_OPTIONS}
 
     @property
     def newest_allowed(self) -> date:
@@ -135,6 +147,10 @@ def load_jobs(path: str | Path) -> dict[str, ArchiveJob]:
     return {name: job_from_dict(name, body or {}) for name, body in raw_jobs.items()}
 
 
+SPEC_OPTIONS = ("without_tags", "sse", "sse_kms_key_id", "sse_bucket_key", "object_lock", "retain_days",
+                "legal_hold", "expected_owner")
+
+
 def job_from_dict(name: str, body: dict) -> ArchiveJob:
     if not _JOB_NAME.fullmatch(str(name)):
         raise BadArgument(f"job name {name!r} may only use letters, digits, '_' and '-'")
@@ -166,6 +182,8 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
                    "segment_min_objects", "lease_ttl_seconds"):
         if number in values and (not isinstance(values[number], int) or values[number] < 0):
             raise BadArgument(f"job {name!r}: {number} must be a whole number >= 0")
+    if "expected_owner" in values:
+        values["expected_owner"] = str(values["expected_owner"])  # YAML reads 123456789012 as a number
     if values.get("lease_ttl_seconds", 180) < 10:
         raise BadArgument(f"job {name!r}: lease_ttl_seconds must be at least 10",
                           hint="the lease is renewed every sixth of it; 180 (the default) suits most jobs")

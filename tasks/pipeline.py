@@ -172,7 +172,8 @@ class WholeArchive:
 
     def uploader(self, control, sizer: PartSizer, memory: int, abort: threading.Event) -> PartUploader:
         return PartUploader(control, self.layout.bucket, self.archive_key, storage_class=self.spec.storage_class,
-                            sizer=sizer, memory=memory, extra_args=self.spec.encryption_args, abort_event=abort)
+                            sizer=sizer, memory=memory, extra_args={**self.spec.encryption_args, **self.spec.lock_args()},
+                            abort_event=abort)
 
     def records(self, control, abort: threading.Event) -> ManifestWriter:
         return open_manifest(self.spec, control, self.layout, self.archive_key, abort)
@@ -351,7 +352,7 @@ def open_manifest(spec: ArchiveSpec, control, layout: ArchiveLayout, archive_key
         "archive": {"bucket": layout.bucket, "key": archive_key},
         "codec": spec.codec, "level": spec.effective_level, "block_size": spec.block_size,
         "started": _now(),
-    }, abort_event=abort, extra_args=spec.encryption_args)
+    }, abort_event=abort, extra_args={**spec.encryption_args, **spec.lock_args()})
 
 
 class _ArchiveOutput:

@@ -40,6 +40,7 @@ class Request:
     method: str
     path: str  # percent-encoded path
     query: dict[str, list[str]]
+    headers: dict[str, str] = field(default_factory=dict)  # names in lower case
 
     @property
     def key(self) -> str:
@@ -167,7 +168,8 @@ class FaultProxy:
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         self.requests += 1
         split = urllib.parse.urlsplit(handler.path)
-        request = Request(handler.command, split.path, urllib.parse.parse_qs(split.query, keep_blank_values=True))
+        request = Request(handler.command, split.path, urllib.parse.parse_qs(split.query, keep_blank_values=True),
+                          {k.lower(): v for k, v in handler.headers.items()})
         body = _read_body(handler)
         if is_list(request):
             prefix = request.query.get("prefix", [""])[0]

@@ -410,3 +410,32 @@ def test_a_bug_in_an_archive_task_fails_it_without_spending_retries(af, monkeypa
         operator.execute({"ti": TaskInstance()})
     assert isinstance(raised.value.__cause__, KeyError)
     assert [(r["status"], r["retryable"]) for r in pushed[operators.ROWS_XCOM_KEY]] == [("failed", False)]
+
+
+def test_operator_commits_under_the_jobs_object_lock_and_the_report_shows_it(af, minio):
+    """The job's Object Lock settings reach the engine through the operator's spec_options;
+    the row carries the retention and the report prints it."""
+    import uuid
+
+    from s3arch_airflow import S3ArchivePrefixOperator
+    from s3arch_airflow.report import LOCK_COLUMNS, COLUMNS, format_table
+
+    from tasks.jobs import job_from_dict
+
+    day = date(2026, 9, 15)
+    seed(af, day)
+    locked = f"locked-{uuid.uuid4().hex[:8]}"
+    af.s3.create_bucket(Bucket=locked, ObjectLockEnabledForBucket=True)
+    job = job_from_dict("locked", {"source": f"s3://{af.src}/", "prefix_template": TEMPLATE,
+                                   "destination": f"s3://{locked}/archive/", "object_lock": "COMPLIANCE",
+                                   "retain_days": 1, "storage_class": "STANDARD"})
+    operator = S3ArchivePrefixOperator(task_id="archive_locked", source_bucket=af.src, prefix=f"{day:logs/%Y/%m/%d}/",
+                                       destination=str(job.destination), storage_class="STANDARD",
+                                       spec_options=job.spec_options, aws_conn_id="s3_archive")
+    ti = TaskInstanceStub()
+    operator.execute({"ti": ti})
+    row = ti.pushed["archive_rows"][0]
+    assert row["status"] == "archived" and row["retention"]["mode"] == "COMPLIANCE"
+    head = af.s3.head_object(Bucket=locked, Key=f"archive/{af.src}/{day:logs/%Y/%m/%d}.tar.gz")
+    assert head["ObjectLockMode"] == "COMPLIANCE"
+    assert f"COMPLIANCE until {row['retention']['retain_until'][:10]}" in format_table([row], COLUMNS + LOCK_COLUMNS)

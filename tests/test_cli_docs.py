@@ -42,7 +42,8 @@ def concrete(line: str) -> list[str]:
     line = re.sub(r"s3://[A-Z_]+/[A-Z_/.]*", "s3://bucket-a/prefix/", line)
     line = line.replace("gzip|zstd", "gzip").replace("aws:kms --sse-kms-key-id ID", "aws:kms --sse-kms-key-id k")
     words = shlex.split(line)
-    return [{"N": "2", "URL": "http://127.0.0.1:9000", "NAME": "default", "KEY": "k"}.get(w, w) for w in words]
+    return [{"N": "2", "URL": "http://127.0.0.1:9000", "NAME": "default", "KEY": "k", "ACCOUNT": "123456789012"}.get(w, w)
+            for w in words]
 
 
 def test_readme_shows_the_s3arch_commands_it_documents():

@@ -208,6 +208,17 @@ def test_object_locked_sources_are_kept_and_reported_with_the_reason(minio, cli_
                      "STANDARD", "--delete-source", "--delete-versions")
     assert again["status"] == "skipped" and again["deletion"]["kept_locked"] == 2
 
+    # Locked after it was archived: the record knows nothing of it, S3 refuses, it is kept.
+    late = "late/2026/11/21/"
+    for name in ("a.log", "b.log"):
+        s3.put_object(Bucket=src, Key=late + name, Body=name.encode())
+    run_json(cli_env, "archive", f"s3://{src}/{late}", f"s3://{dst}/vault/", "--storage-class", "STANDARD")
+    s3.put_object_legal_hold(Bucket=src, Key=late + "a.log", LegalHold={"Status": "ON"})
+    finished = run_json(cli_env, "delete-sources", f"s3://{dst}/vault/{src}/late/2026/11/21.tar.gz", "--versions")
+    assert finished["deletion"]["deleted"] == 1 and finished["deletion"]["kept_locked"] == 1
+    assert any(f"{late}a.log" in n and "Object Lock" in n for n in finished["notes"])
+    assert keys_in(s3, src, late) == [late + "a.log"]
+
 
 def test_manifest_of_format_version_1_still_lists_extracts_and_verifies(fidelity, cli_env, tmp_path):
     s3, src, dst, out, objects = fidelity

@@ -53,7 +53,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
     def __init__(self, *, source_bucket: str, destination: str, storage_class: str = "GLACIER",
                  codec: str = "gzip", level: int | None = None, memory_budget: str | int = "256MiB",
                  overwrite: bool | str = False, preview: bool | str = False, lease_ttl: float = 180.0,
-                 prices: dict | None = None, progress_interval: float = 10.0, without_tags: bool = False,
+                 prices: dict | None = None, progress_interval: float = 10.0, spec_options: dict | None = None,
                  **kwargs):
         super().__init__(**kwargs)
         self.source_bucket = source_bucket
@@ -67,7 +67,9 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         self.preview = preview
         self.lease_ttl = lease_ttl
         self.prices = prices
-        self.without_tags = without_tags
+        # The engine's other settings (tags, encryption, Object Lock, expected owner), as
+        # ArchiveSpec takes them: the job's spec_options.
+        self.spec_options = spec_options or {}
         self.progress_interval = progress_interval
         self._cancel = threading.Event()
 
@@ -84,7 +86,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
                            storage_class=self.storage_class, codec=self.codec, level=self.level,
                            memory_budget=parse_size(self.memory_budget), overwrite=as_bool(self.overwrite),
                            delete_source=delete_source, delete_versions=delete_versions and delete_source,
-                           lease_ttl=self.lease_ttl, prices=self.prices, without_tags=self.without_tags)
+                           lease_ttl=self.lease_ttl, prices=self.prices, **self.spec_options)
         return spec.previewed() if as_bool(self.preview) else spec
 
     def _progress(self, label: str):
@@ -147,7 +149,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
                          bytes_in=result.bytes_in, bytes_out=result.bytes_out or result.estimated_bytes_out or 0,
                          seconds=round(result.seconds, 2), archive=result.archive, manifest=result.manifest,
                          deleted=result.deleted, deletion="finished" if result.deletion else None, cost=result.cost,
-                         segments=result.segments, timings=result.timings or None)
+                         segments=result.segments, timings=result.timings or None, retention=result.retention)
         row["ratio"] = round(row["bytes_in"] / row["bytes_out"], 2) if row["bytes_out"] else 0.0
         if context is not None and row["status"] == "archived":
             self._emit_asset_event(context, row)
@@ -370,9 +372,10 @@ def cancel_if_orphaned(cancel: threading.Event, log, interval: float = 1.0) -> t
     return done
 
 
-def engine_clients(hook: S3Hook):
+def engine_clients(hook: S3Hook, expected_owner: str | None = None):
     """The engine's S3 clients from an amazon-provider hook: its session (credentials and
-    region), the connection's endpoint_url, ``verify`` and ``botocore_config``."""
+    region), the connection's endpoint_url, ``verify`` and ``botocore_config``; with
+    ``expected_owner``, every request names the account that must own the bucket."""
     from tasks.errors import BadArgument
     from tasks.s3 import S3Clients
 
@@ -389,9 +392,11 @@ def engine_clients(hook: S3Hook):
                                    "the extra for MinIO) or set aws_conn_id=None for the "
                                    "default AWS credential chain") from None
     session = hook.get_session(region_name=hook.conn_region_name)
-    return S3Clients.from_session(session, hook.conn_config.get_service_endpoint_url("s3"),
-                                  verify=hook.verify if hook.verify is not None else hook.conn_config.verify,
-                                  botocore_config=hook.config)
+    clients = S3Clients.from_session(session, hook.conn_config.get_service_endpoint_url("s3"),
+                                     verify=hook.verify if hook.verify is not None else hook.conn_config.verify,
+                                     botocore_config=hook.config)
+    clients.expect_owner(expected_owner)
+    return clients
 
 
 def result_row(prefix: str, status: str, **values) -> dict:

@@ -13,6 +13,8 @@ SEGMENT_COLUMNS = ("segments", "plan s", "slowest segment s", "assembly s")
 # The archive DAG's sizing task (inside its "size" group), whose split says which prefixes
 # went to archive tasks and which to segment tasks.
 SIZE_TASK_ID = "size.measure"
+# Shown when a prefix's archive is under Object Lock (docs/SECURITY.md).
+LOCK_COLUMNS = ("locked",)
 RESTORE_COLUMNS = ("prefix", "status", "objects", "bytes_in", "skipped", "seconds", "target")
 
 
@@ -43,6 +45,11 @@ def format_table(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> str:
             return usd(cost[column.split()[-1] + "_monthly"]) if cost else ""
         if column in ("archive", "target") and row.get("status") == "failed":
             return row.get("error") or ""
+        if column == "locked":
+            retention = row.get("retention") or {}
+            held = "legal hold" if retention.get("legal_hold") == "ON" else ""
+            until = f"{retention['mode']} until {retention['retain_until'][:10]}" if "mode" in retention else ""
+            return ", ".join(filter(None, (until, held)))
         if column in SEGMENT_COLUMNS[1:]:
             timings = row.get("timings") or {}
             seconds = {"plan s": timings.get("plan_s"), "slowest segment s": timings.get("slowest_segment_s"),
@@ -87,7 +94,8 @@ def report_run(ti, *, task_id: str, rows_key: str, columns: tuple[str, ...] = CO
             pushed += ti.xcom_pull(task_ids=task, key=rows_key, map_indexes=list(range(count))) or []
     rows = collect_rows(batches, [p for p in pushed if p], task=" or ".join(mapped))
     segmented = [row for row in rows if (row.get("segments") or 1) > 1]
-    print(format_table(rows, columns + (SEGMENT_COLUMNS if segmented else ())))
+    locked = [row for row in rows if row.get("retention")]
+    print(format_table(rows, columns + (SEGMENT_COLUMNS if segmented else ()) + (LOCK_COLUMNS if locked else ())))
     failed = [row["prefix"] for row in rows if row["status"] == "failed"]
     if failed:
         raise AirflowFailException(f"{len(failed)} of {len(rows)} prefix(es) failed: {', '.join(failed)}")

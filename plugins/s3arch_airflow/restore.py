@@ -37,7 +37,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
                  keys: list[str] | None = None, glob: str | None = None, tier: str = "Standard",
                  days: int | str = 7, overwrite: bool | str = False, memory_budget: str | int = "256MiB",
                  deferrable: bool = True, poll_interval: float | None = None,
-                 wait_timeout: float = 48 * 3600, **kwargs):
+                 wait_timeout: float = 48 * 3600, expected_owner: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.source_bucket = source_bucket
         self.prefix = prefix
@@ -52,6 +52,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self.wait_timeout = wait_timeout
+        self.expected_owner = expected_owner  # ExpectedBucketOwner on every request (docs/SECURITY.md)
 
     @property
     def label(self) -> str:
@@ -70,7 +71,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
 
         def restore():
             layout = self._layout()
-            clients = engine_clients(self.hook)
+            clients = engine_clients(self.hook, self.expected_owner)
             committed = read_committed(clients.control, layout)
             if committed is None:
                 raise BadArgument(f"{self.prefix} has no committed archive ({layout.manifest_url} does not exist)",
@@ -104,7 +105,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
             context["ti"].xcom_push(key=RESTORE_ROWS_XCOM_KEY, value=[row])
             raise AirflowException(event.get("message") or f"restore of {self.prefix} failed")
         self.log.info("%s is restored until %s", event["archive"], event.get("expiry"))
-        return self._extract(context, engine_clients(self.hook), self._layout())
+        return self._extract(context, engine_clients(self.hook, self.expected_owner), self._layout())
 
     def _extract(self, context: Context, clients, layout) -> dict:
         from tasks.config import S3Url, parse_size

@@ -200,4 +200,5 @@ def _page_objects(control, spec: ArchiveSpec, page: _Page) -> Iterator[ListedObj
 def open_upload(spec: ArchiveSpec, control, layout: ArchiveLayout, plan: SegmentPlan) -> SegmentPlan:
     """Create the archive's multipart upload the segments write into; the plan with its id."""
     return replace(plan, upload_id=create_upload(control, layout.bucket, plan.archive_key,
-                                                 storage_class=spec.storage_class, extra_args=spec.encryption_args))
+                                                 storage_class=spec.storage_class,
+                                                 extra_args={**spec.encryption_args, **spec.lock_args()}))

@@ -152,6 +152,7 @@ def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, 
                                 aws_session_token=connection["token"], region_name=connection["region"])
         clients = S3Clients.from_session(session, endpoint_url=connection["endpoint_url"],
                                          verify=connection["verify"])
+        clients.expect_owner(spec.expected_owner)
         clients.check_bucket(spec.source.bucket, "source")
         send.send(produce_segment(spec, clients, layout, SegmentPlan.from_dict(plan), k))
     except ArchiverError as exc:
