@@ -278,6 +278,15 @@ def check_targets(results: dict, extra: dict) -> list[str]:
             small, many = (extra["segments"][n]["phases_s"]["assemble_archive_s"]["median"] for n in ("small", "many"))
             lines.append(f"{verdict(many <= 2 * small + 0.2)}  segments archive assembly {small:.2f}s at 20,000 "
                          f"objects, {many:.2f}s at 200,000 (target: does not grow with objects)")
+    if "fixed" in extra:
+        trips = extra["fixed"]["round_trips"]
+        lines.append(f"{verdict(trips['median'] <= 8.5)}  fixed cost {fmt(trips, 1)} sequential round trips per "
+                     f"prefix (target <= 8)")
+    if "latency" in extra:
+        dry = extra["latency"]["dry_vs_run"]
+        lines.append(f"{verdict(dry['with']['median'] <= 1.5)}  dry run / real run {fmt(dry['without'])} without "
+                     f"latency, {fmt(dry['with'])} with (target: a dry run costs no more than the listing plus a "
+                     "bounded sample: <= 1.5)")
     if "metadata" in extra:
         meta = extra["metadata"]
         lines.append(f"{verdict(meta['rate_with_vs_without']['median'] >= 0.9)}  metadata objects/s with attributes "
@@ -311,21 +320,33 @@ def table(results: dict) -> str:
                      for i, row in enumerate(rows))
 
 
+def run_dry(ds, server, env) -> dict:
+    """``--dry-run`` of the set: the listing and a bounded, parallel sample."""
+    result = measure(_ours_argv(ds.prefix, ("--dry-run",)), env, server.pid)
+    summary = json.loads(result.pop("stdout").strip().splitlines()[-1])
+    if summary["status"] != "dry_run" or summary["objects"] != ds.objects:
+        raise RuntimeError(f"dry run: {summary}")
+    return result
+
+
 def latency_line(ds, server, env, repeat: int) -> dict:
     """Ours with and without LATENCY_MS per response, and `s5cmd cp` with it, all through the
-    same toxiproxy in front of the same MinIO, alternating."""
+    same toxiproxy in front of the same MinIO, alternating; ours' dry run likewise."""
     proxy = LatencyProxy(server.endpoint_url.split("://", 1)[1])
     try:
         via = {**env, "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
-        plain, slow, s5 = [], [], []
+        plain, slow, s5, dry_plain, dry_slow = [], [], [], [], []
         for i in range(repeat):
             proxy.set_latency(0)
             plain.append(run_ours(ds, server, via))
+            dry_plain.append(run_dry(ds, server, via))
             proxy.set_latency(LATENCY_MS, LATENCY_JITTER_MS)
             slow.append(run_ours(ds, server, via))
+            dry_slow.append(run_dry(ds, server, via))
             s5.append(run_s5cmd_cp(ds, server, env, proxy.endpoint_url))
             print(f"  latency #{i + 1}: ours {plain[-1]['wall_s']:.2f}s without, {slow[-1]['wall_s']:.2f}s with "
-                  f"{LATENCY_MS} ms; s5cmd cp {s5[-1]['wall_s']:.2f}s with", flush=True)
+                  f"{LATENCY_MS} ms; s5cmd cp {s5[-1]['wall_s']:.2f}s with; dry run {dry_plain[-1]['wall_s']:.2f}s "
+                  f"without, {dry_slow[-1]['wall_s']:.2f}s with", flush=True)
     finally:
         proxy.stop()
     kept = spread([{"r": p["wall_s"] / s["wall_s"]} for p, s in zip(plain, slow)], "r")
@@ -334,12 +355,45 @@ def latency_line(ds, server, env, repeat: int) -> dict:
             "ours_objects_per_s": {k: ds.objects / v for k, v in spread(slow, "wall_s").items()},
             "ours_no_latency_objects_per_s": {k: ds.objects / v for k, v in spread(plain, "wall_s").items()},
             "s5cmd_objects_per_s": {k: ds.objects / v for k, v in spread(s5, "wall_s").items()},
-            "runs": {"ours_no_latency": plain, "ours": slow, "s5cmd_cp": s5}}
+            "dry_vs_run": {"without": spread([{"r": d["wall_s"] / r["wall_s"]} for d, r in zip(dry_plain, plain)], "r"),
+                           "with": spread([{"r": d["wall_s"] / r["wall_s"]} for d, r in zip(dry_slow, slow)], "r")},
+            "runs": {"ours_no_latency": plain, "ours": slow, "s5cmd_cp": s5, "dry_no_latency": dry_plain,
+                     "dry": dry_slow}}
     print(f"latency ({ds.name}, {LATENCY_MS}±{LATENCY_JITTER_MS} ms per response): ours "
           f"{line['ours_objects_per_s']['median']:,.0f} obj/s with, {line['ours_no_latency_objects_per_s']['median']:,.0f} "
           f"without (kept {fmt(kept)}); s5cmd cp {line['s5cmd_objects_per_s']['median']:,.0f} obj/s with "
           f"(ours/s5cmd {fmt(vs)})", flush=True)
+    print(f"dry run ({ds.name}): {fmt(line['dry_vs_run']['without'])} of the real run's time without latency, "
+          f"{fmt(line['dry_vs_run']['with'])} with", flush=True)
     return line
+
+
+FIXED_COST_LATENCY_MS = 200
+
+
+def fixed_cost_line(server, env, repeat: int) -> dict:
+    """Sequential round trips a prefix costs beyond its objects: the one-object set through
+    toxiproxy with no delay and with FIXED_COST_LATENCY_MS on every response, alternating;
+    the difference in wall time over the delay is the number of round trips one after the
+    other (its one LIST and one GET included), whatever the code believes it sends."""
+    ds = SETS["single"]
+    proxy = LatencyProxy(server.endpoint_url.split("://", 1)[1])
+    try:
+        via = {**env, "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
+        plain, slow = [], []
+        for i in range(repeat):
+            proxy.set_latency(0)
+            plain.append(run_ours(ds, server, via))
+            proxy.set_latency(FIXED_COST_LATENCY_MS)
+            slow.append(run_ours(ds, server, via))
+            print(f"  fixed cost #{i + 1}: {plain[-1]['wall_s']:.2f}s without, {slow[-1]['wall_s']:.2f}s with "
+                  f"{FIXED_COST_LATENCY_MS} ms", flush=True)
+    finally:
+        proxy.stop()
+    trips = spread([{"n": (s["wall_s"] - p["wall_s"]) * 1000 / FIXED_COST_LATENCY_MS} for p, s in zip(plain, slow)], "n")
+    print(f"fixed cost: {fmt(trips, 1)} sequential round trips per archived prefix (one LIST and one GET "
+          f"included)", flush=True)
+    return {"latency_ms": FIXED_COST_LATENCY_MS, "round_trips": trips, "runs": {"without": plain, "with": slow}}
 
 
 def segments_line(names: list[str], server, env, repeat: int) -> dict:
@@ -451,14 +505,14 @@ def metadata_line(server, env, repeat: int) -> dict:
     return line
 
 
-LINES = {"latency": "small", "size": "medium", "segments": "small", "plan": "small",
-         "metadata": "tagged"}  # line -> its data set
+LINES = {"latency": "day2k", "size": "medium", "segments": "small", "plan": "small",
+         "metadata": "tagged", "fixed": "single"}  # line -> its data set
 SLOW_SETS = {"many": 3}  # at most this many runs: 200,000 objects take minutes per run
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sets", default="small,medium,large,many,latency,size,metadata",
+    parser.add_argument("--sets", default="small,medium,large,many,latency,size,metadata,fixed",
                         help=f"data sets ({', '.join(SETS)}) and lines ({', '.join(LINES)}) to run")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--segments-on", default="small,many", help="the data sets the segments line runs on")
@@ -502,6 +556,9 @@ def main(argv=None) -> int:
                 continue
             if name == "plan":
                 extra[name] = plan_line(server)
+                continue
+            if name == "fixed":
+                extra[name] = fixed_cost_line(server, env, repeat)
                 continue
             if name == "metadata":
                 if seed(SETS["small"], s3, s5cmd_seed, env):

@@ -43,6 +43,8 @@ SETS = {
     "medium": DataSet("medium", "400 log files of 1 MiB", 400),
     "large": DataSet("large", "4 objects of 256 MiB: 2 of logs, 2 random", 4),
     "many": DataSet("many", "200,000 log files of ~1 KiB", 200_000),
+    "day2k": DataSet("day2k", "2,000 log files of ~8 KiB: a day of a small service", 2_000),
+    "single": DataSet("single", "1 log file of ~8 KiB: what a prefix costs beyond its objects", 1),
     "tagged": DataSet("tagged", "the small set's 20,000 files, each with a content type, cache control and two "
                                 "user metadata entries; every tenth with two tags", 20_000),
 }
@@ -70,6 +72,11 @@ def _generate(ds: DataSet, root: Path) -> None:
             path = root / f"{i // 1000:03d}" / f"event-{i:06d}.log"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(log_lines(DAY, i % 24, 8, rng))
+    elif ds.name in ("day2k", "single"):
+        for i in range(ds.objects):
+            path = root / f"{i % 24:02d}" / f"app-{i:05d}.log"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(log_lines(DAY, i % 24, 62, rng))
     elif ds.name == "medium":
         for i in range(ds.objects):
             (root / f"part-{i:04d}.log").write_bytes(_logs_of_size(1 << 20, rng, i % 24))

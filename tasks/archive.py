@@ -96,8 +96,7 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None,
         raise BadArgument(f"the destination s3://{layout.bucket}/{archive_key} lies inside the source "
                           f"prefix {spec.source}", hint="choose a destination outside the source prefix")
     clients.expect_owner(spec.expected_owner)
-    clients.check_bucket(spec.source.bucket, "source")
-    clients.check_bucket(layout.bucket, "destination")
+    clients.check_buckets((spec.source.bucket, "source"), (layout.bucket, "destination"))
     if spec.locks:
         require_object_lock(clients.control, layout.bucket)
     return CommitProtocol(spec, clients, progress, cancel)

@@ -71,6 +71,17 @@ class Captured:
         return "checksum" in self.fields
 
 
+# Every header name that means something here, to the kind of thing it is: one dict lookup
+# per header (this runs once per archived object).
+_KINDS = {**{name: "field" for name in _HEADER_FIELDS}, **{name: "checksum" for name in _CHECKSUM_HEADERS},
+          "x-amz-checksum-type": "checksum-type", "x-amz-tagging-count": "tags", "x-amz-version-id": "version",
+          "x-amz-server-side-encryption": "sse", "x-amz-server-side-encryption-bucket-key-enabled": "bucket-key",
+          "x-amz-object-lock-mode": "lock", "x-amz-object-lock-retain-until-date": "lock",
+          "x-amz-object-lock-legal-hold": "lock"}
+_LOCK_FIELDS = {"x-amz-object-lock-mode": "mode", "x-amz-object-lock-retain-until-date": "retain_until",
+                "x-amz-object-lock-legal-hold": "legal_hold"}
+
+
 def from_headers(headers: Iterable[tuple[str, str]]) -> Captured:
     """The record fields the response headers of a GET (or HEAD) carry."""
     fields: dict = {}
@@ -81,30 +92,28 @@ def from_headers(headers: Iterable[tuple[str, str]]) -> Captured:
     version_id = None
     for name, value in headers:
         name = name.lower()
-        if name.startswith(_META):
-            # S3 keeps metadata names in lower case and sends non-ASCII values RFC 2047
-            # encoded; both are kept exactly as sent, empty values included.
-            metadata[name[len(_META):]] = value
-        elif name in _HEADER_FIELDS:
+        kind = _KINDS.get(name)
+        if kind is None:
+            if name.startswith(_META):
+                # S3 keeps metadata names in lower case and sends non-ASCII values RFC 2047
+                # encoded; both are kept exactly as sent, empty values included.
+                metadata[name[len(_META):]] = value
+        elif kind == "field":
             fields[_HEADER_FIELDS[name]] = value
-        elif name in _CHECKSUM_HEADERS:
+        elif kind == "checksum":
             checksum["algorithm"], checksum["value"] = _CHECKSUM_HEADERS[name], value
-        elif name == "x-amz-checksum-type":
+        elif kind == "checksum-type":
             checksum["type"] = value
-        elif name == "x-amz-tagging-count":
+        elif kind == "tags":
             tag_count = int(value or 0)
-        elif name == "x-amz-version-id":
+        elif kind == "version":
             version_id = value
-        elif name == "x-amz-server-side-encryption":
+        elif kind == "sse":
             fields["sse"] = value
-        elif name == "x-amz-server-side-encryption-bucket-key-enabled":
+        elif kind == "bucket-key":
             fields["sse_bucket_key"] = value.lower() == "true"
-        elif name == "x-amz-object-lock-mode":
-            lock["mode"] = value
-        elif name == "x-amz-object-lock-retain-until-date":
-            lock["retain_until"] = value
-        elif name == "x-amz-object-lock-legal-hold":
-            lock["legal_hold"] = value
+        else:
+            lock[_LOCK_FIELDS[name]] = value
     # Defaults are not recorded: what every object has would only make records longer.
     if fields.get("content_type") == DEFAULT_CONTENT_TYPE:
         del fields["content_type"]

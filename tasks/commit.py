@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
@@ -36,8 +37,8 @@ from .pipeline import StreamedArchive, WholeArchive, stream_archive
 from .progress import Progress
 from .retention import check_applied, refuse_locked_overwrite, retention_of
 from .s3 import S3Clients
-from .segments import (SegmentPlan, assemble, delete_temporaries, open_upload, plan_segments, read_plan,
-                       sized_for_segments, stream_segmented, write_plan)
+from .segments import (PrefixIsLarge, SegmentPlan, SizingListing, assemble, could_use_segments, delete_temporaries,
+                       open_upload, plan_segments, read_plan, stream_segmented, write_plan)
 from .upload import abort_uploads, open_uploads
 
 
@@ -94,6 +95,7 @@ class CommitProtocol:
         self.layout = layout_for(spec.source, spec.destination)
         self.archive_key = self.layout.archive_key(spec.extension)
         self.started = time.monotonic()
+        self.segmented = False  # produced as segments: temporaries to delete after the commit
         self.result = ArchiveResult(Outcome.ARCHIVED, str(spec.source), self.archive_url, self.layout.manifest_url,
                                     storage_class=spec.storage_class, codec=spec.codec)
 
@@ -105,62 +107,93 @@ class CommitProtocol:
         """Steps 1-8. With ``assemble_planned``, step 5 assembles the segments of the plan in
         progress (``prepare_segments``; produced by other tasks) instead of streaming."""
         spec = self.spec
-        # 1. A manifest present means COMMITTED: a plain re-run only checks the archive is intact.
-        committed = read_committed(self.control, self.layout, spec.source)
-        if committed and not spec.overwrite and not spec.delete_source:
-            self._skipped(committed)
-            self._abort_uploads_of_dead_runs()
-            return self._done()
-        # 2. Everything that writes holds the prefix's lease; the state is read again under it,
-        #    since another run may have committed in between.
-        with self._lease() as lease:
-            committed = read_committed(self.control, self.layout, spec.source)
-            if committed and not spec.overwrite:
+        # Reads that do not depend on each other go out together: a small prefix's run is a
+        # handful of round trips however far away S3 is (bench/README.md, "Fixed cost").
+        with ThreadPoolExecutor(8, thread_name_prefix="s3arch-state") as reads:
+            lease = self._lease()
+            # 1-2. A manifest present means COMMITTED: a plain re-run only checks the archive is
+            #      intact. Everything that writes holds the prefix's lease, taken meanwhile.
+            first = reads.submit(read_committed, self.control, self.layout, spec.source)
+            taking = reads.submit(lease.acquire)
+            committed = first.result()
+            if committed and not spec.overwrite and not spec.delete_source:
+                if taking.exception() is None:
+                    lease.release()
                 self._skipped(committed)
-                self._delete_sources()
+                self._abort_uploads_of_dead_runs()
                 return self._done()
-            if committed:
-                # 3. --overwrite must not lose archived data: refuse a shrunken source before
-                #    reading any of it (one listing pass), and an archive under Object Lock.
-                self._check_overwrite(committed)
-            planned = self._plan_in_progress() if assemble_planned else None
-            # 4. Uploads left for our keys belong to runs whose lease is gone: abort them.
-            #    So do the segment temporaries of such runs.
-            self._clean_stale(keep=planned)
-            archive_etag = self._current_etag(self.archive_key)
-            # 5. Stream the archive and manifest as two open multipart uploads.
-            lost = _LeaseWatch(lease, self.cancel)
+            taking.result()  # a run that writes needs it: ConcurrentRun, AccessDenied, ...
             try:
-                streamed = self._produce(planned, lost.event)
-            except BaseException as exc:
-                lost.stop()
-                lost.raise_if_stopped(exc)
-                raise
-            # 6-7. Complete and verify the archive (PRODUCED), then the manifest (COMMITTED).
-            try:
-                self._commit(streamed, committed, archive_etag, lease, lost)
+                under_lease: list[Future] = []
+                # The state again, under the lease: another run may have committed in between.
+                # With it, what a writing run needs: the archive's ETag, the source's size,
+                # and step 4 (under the lease, every upload and segment temporary left for
+                # our keys belongs to a run that is gone: abort and delete them).
+                planned = self._plan_in_progress() if assemble_planned else None
+                again = reads.submit(read_committed, self.control, self.layout, spec.source)
+                cleaned = reads.submit(self._clean_stale, planned)
+                etag = reads.submit(self._current_etag, self.archive_key)
+                # The source's size, in a thread of its own: a pipeline starts on its first page.
+                sizing = SizingListing(self.control, spec.source.bucket, spec.source.key, spec.segment_min_objects,
+                                       spec.segment_min_bytes) \
+                    if not planned and not spec.segments and could_use_segments(spec) else None
+                under_lease = [again, cleaned, etag]
+                committed = again.result()
+                if committed and not spec.overwrite:
+                    self._skipped(committed)
+                    self._delete_sources()
+                    return self._done()
+                cleaned.result()
+                if committed:
+                    # 3. --overwrite must not lose archived data: refuse a shrunken source
+                    #    before reading any of it (one listing pass), and a locked archive.
+                    self._check_overwrite(committed)
+                # 5. Stream the archive and manifest as two open uploads.
+                lost = _LeaseWatch(lease, self.cancel)
+                try:
+                    streamed = self._produce(planned, lost.event, sizing)
+                except BaseException as exc:
+                    lost.stop()
+                    lost.raise_if_stopped(exc)
+                    raise
+                # 6-7. Complete and verify the archive (PRODUCED), then the manifest (COMMITTED);
+                #      its index is written while the lease is released.
+                try:
+                    index = self._commit(streamed, committed, etag.result(), lease, lost, reads)
+                finally:
+                    lost.stop()
+                if self.segmented:
+                    delete_temporaries(self.control, self.layout)
+                # 8. Only now, and only if asked, delete the archived sources.
+                self._delete_sources()
             finally:
-                lost.stop()
-            delete_temporaries(self.control, self.layout)
-            # 8. Only now, and only if asked, delete the archived sources.
-            self._delete_sources()
+                wait(under_lease)  # nothing of this run touches the prefix once the lease is gone
+                lease.release()
+            index.result()
         return self._done()
 
-    def _produce(self, planned: SegmentPlan | None, abort: threading.Event) -> StreamedArchive:
+    def _produce(self, planned: SegmentPlan | None, abort: threading.Event,
+                 sizing: SizingListing | None) -> StreamedArchive:
         """Step 5: the archive and manifest as two open uploads, made by one of three
         producers: the assembly of a plan whose segments other tasks produced, N segments on
-        worker processes (a large prefix, more than one process), or one pipeline."""
+        worker processes (a large prefix, more than one process), or one pipeline. The
+        pipeline starts on the pages ``sizing`` lists (no second listing, and no waiting
+        for the size of a small prefix); a prefix that proves large stops it and goes to
+        segments."""
         spec = self.spec
         if planned:
             streamed = assemble(spec, self.clients, self.layout, planned, abort, keep_open=True)
         else:
-            size = sized_for_segments(spec, self.control)
-            if size is None or not (spec.segments or size.large(spec.segment_min_objects, spec.segment_min_bytes)):
-                # A small prefix's pages, listed to decide, feed the pipeline: no second listing.
-                return stream_archive(spec, self.clients, WholeArchive(spec, self.layout, self.archive_key),
-                                      self.progress, abort=abort, listed=size.pages if size else None)
+            if not spec.segments:
+                try:
+                    return stream_archive(spec, self.clients, WholeArchive(spec, self.layout, self.archive_key),
+                                          self.progress, abort=abort, listed=sizing.pages() if sizing else None)
+                except PrefixIsLarge:
+                    if self.progress:
+                        self.progress.reset()
             streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key, self.progress, abort=abort)
             self.result.notes += streamed.notes
+        self.segmented = True
         self.result.segments, self.result.timings = streamed.segments, streamed.timings
         return streamed
 
@@ -211,17 +244,21 @@ class CommitProtocol:
     def _clean_stale(self, keep: SegmentPlan | None = None) -> None:
         """Step 4: abort the uploads and delete the segment temporaries of runs that are gone
         (all but ``keep``'s, the plan this run assembles), a large segment's records upload
-        still open included."""
-        self.result.stale_uploads_aborted += abort_uploads(self.control, self.layout.bucket, [
-            (key, upload_id) for key, upload_id in self._open_uploads()
-            if upload_id != (keep.upload_id if keep else None)])
-        self.result.stale_uploads_aborted += delete_temporaries(self.control, self.layout, keep=keep).uploads
+        still open included. The three listings go out at once."""
+        with ThreadPoolExecutor(2, thread_name_prefix="s3arch-clean") as pool:
+            temporaries = pool.submit(delete_temporaries, self.control, self.layout, keep=keep)
+            uploads = self._open_uploads()
+            aborted = abort_uploads(self.control, self.layout.bucket, [
+                (key, upload_id) for key, upload_id in uploads if upload_id != (keep.upload_id if keep else None)])
+            self.result.stale_uploads_aborted += aborted + temporaries.result().uploads
 
     def _open_uploads(self) -> list[tuple[str, str]]:
         """(key, upload id) of the uploads open for this prefix's archive and manifest (listed
-        per key: MinIO lists a key's uploads only for that exact key)."""
-        return [(key, upload_id) for key in (self.archive_key, self.layout.manifest_key)
-                for upload_id in open_uploads(self.control, self.layout.bucket, key)]
+        per key, both at once: MinIO lists a key's uploads only for that exact key)."""
+        keys = (self.archive_key, self.layout.manifest_key)
+        with ThreadPoolExecutor(len(keys), thread_name_prefix="s3arch-uploads") as pool:
+            found = pool.map(lambda key: open_uploads(self.control, self.layout.bucket, key), keys)
+            return [(key, upload_id) for key, ids in zip(keys, found) for upload_id in ids]
 
     def delete_sources_only(self) -> ArchiveResult:
         """Finish (or repeat) the deletion of a committed prefix's sources, nothing else."""
@@ -236,8 +273,9 @@ class CommitProtocol:
         return self._done()
 
     def _abort_uploads_of_dead_runs(self) -> None:
-        """A skip stays read-only unless a dead run left uploads: then, only if the lease is
-        free (no run is alive on this prefix), abort them so nothing is left to bill."""
+        """A skip writes nothing (the lease it took meanwhile, if any, is gone again) unless a
+        dead run left uploads: then, only if the lease is free (no run is alive on this
+        prefix), abort them so nothing is left to bill."""
         try:
             # A segmented run in progress has its archive upload open too, so this finds it.
             if not self._open_uploads():
@@ -291,7 +329,9 @@ class CommitProtocol:
         return head["ETag"] if head else None
 
     def _commit(self, streamed: StreamedArchive, previous: Committed | None, archive_etag: str | None,
-                lease: PrefixLease, lost: "_LeaseWatch") -> None:
+                lease: PrefixLease, lost: "_LeaseWatch", pool: ThreadPoolExecutor) -> Future:
+        """Steps 6 and 7; the future of the manifest index's write, started once the manifest
+        is committed."""
         spec, r = self.spec, self.result
         try:
             lost.raise_if_stopped(None)
@@ -300,7 +340,7 @@ class CommitProtocol:
                     f"{self.layout.manifest_url} holds {previous.summary['objects']:,} objects, the source "
                     f"now only {streamed.objects:,}: overwriting would lose archived data",
                     hint="restore the archive first, or delete the old archive and manifest by hand")
-            lease.renew()  # still ours, right before anything becomes visible
+            lease.confirm()  # still ours, right before anything becomes visible
             if previous:
                 # The old commit record goes first: from here until the new manifest exists,
                 # the prefix reads as ABSENT, never as the old manifest over a new archive. Its
@@ -315,7 +355,7 @@ class CommitProtocol:
             if spec.locks:
                 r.retention = check_applied(self.control, self.layout.bucket, self.archive_key, spec.lock_args())
             r.state = State.PRODUCED.value
-            lease.renew()
+            lease.confirm()
             streamed.manifest.complete({
                 "objects": streamed.objects, "bytes": streamed.bytes_in,
                 "tar_size": streamed.tar_bytes, "blocks": streamed.blocks,
@@ -339,6 +379,7 @@ class CommitProtocol:
             r.notes.append(f"{streamed.tags_unread:,} tagged objects were archived without their tags "
                            "(--without-tags; s3:GetObjectTagging was denied); their manifest records say "
                            "\"tags_unread\"")
+        return pool.submit(streamed.manifest.write_index)
 
     def _delete_sources(self) -> None:
         if not self.spec.delete_source:

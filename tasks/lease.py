@@ -84,6 +84,7 @@ class PrefixLease:
         self.me = Holder.me(purpose)
         self.extra_args = extra_args or {}
         self._etag: str | None = None
+        self._renewed = 0.0  # monotonic time the last write of the lease that succeeded was sent
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -103,8 +104,10 @@ class PrefixLease:
 
     def acquire(self) -> None:
         for _ in range(5):
+            sent = time.monotonic()
             try:
                 self._etag = self._put(IfNoneMatch="*")
+                self._renewed = sent
                 return
             except IO_ERRORS as exc:
                 if status_of(exc) not in (409, 412):
@@ -120,6 +123,7 @@ class PrefixLease:
                                              "after its holder's last renewal if that run died")
             try:
                 self._etag = self._put(IfMatch=etag)  # take over the dead lease, atomically
+                self._renewed = sent
                 return
             except IO_ERRORS as exc:
                 if status_of(exc) not in (404, 409, 412):
@@ -147,14 +151,24 @@ class PrefixLease:
     def renew(self) -> None:
         """Prove the lease is still ours and extend it; ConcurrentRun if it was taken over."""
         with self._lock:
+            sent = time.monotonic()
             try:
                 self._etag = self._put(IfMatch=self._etag)
+                self._renewed = sent
             except IO_ERRORS as exc:
                 if status_of(exc) in (404, 409, 412):
                     raise ConcurrentRun(f"this run's lease {self.url} was taken over by another run; "
                                         "nothing was committed",
                                         hint="the other run archives this prefix; re-run later to see it skipped") from exc
                 raise translate(exc, f"renew the lease {self.url}") from exc
+
+    def confirm(self) -> None:
+        """Right before something becomes visible: prove the lease is still ours. A lease
+        written less than ttl/6 ago needs no round trip: another run may take it over only
+        after a whole ttl without renewal (or once this process is gone), and a renewal that
+        found it taken has already stopped the run (``keep_alive``)."""
+        if time.monotonic() - self._renewed >= self.ttl / 6:
+            self.renew()
 
     def keep_alive(self, on_lost: Callable[[ArchiverError], None]) -> None:
         """Renew in the background every ttl/6, and tell the run to stop (``on_lost``) once

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import queue
+import re
 import threading
+import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterator
@@ -30,10 +32,11 @@ def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None
     try:
         for page in paginator.paginate(Bucket=bucket, Prefix=prefix, **extra,
                                        PaginationConfig={"PageSize": page_size}):
-            contents = page.get("Contents")
-            if contents:
+            listed = page.get(PAGE_KEY)
+            if listed is None:  # an answer the page parser left to botocore
                 listed = [ListedObject(o["Key"], o["Size"], o["ETag"], parse_s3_time(o["LastModified"]))
-                          for o in contents]
+                          for o in page.get("Contents") or ()]
+            if listed:
                 if end is not None and key_order(listed[-1].key) > end:
                     listed = [o for o in listed if key_order(o.key) <= end]
                     if listed:
@@ -42,6 +45,51 @@ def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None
                 yield listed
     except IO_ERRORS as exc:
         raise translate(exc, f"list s3://{bucket}/{prefix}") from exc
+
+
+# ListObjectsV2 pages read without botocore's XML parser (tasks/s3.py installs it): one regex
+# over the page's bytes makes the ListedObjects, and botocore parses what is left (the
+# continuation token). S3 writes each <Contents> with its elements in one order (Key,
+# LastModified, ETag, checksums, Size, ...); a page any of whose entries does not match is
+# left to botocore whole, so an endpoint that writes them otherwise is slower, never wrong.
+_ENTRY = re.compile(rb"<Contents><Key>([^<]*)</Key><LastModified>([^<]*)</LastModified><ETag>([^<]*)</ETag>"
+                    rb"(?:<Checksum\w*>[^<]*</Checksum\w*>)*<Size>(\d+)</Size>.*?</Contents>", re.S)
+_ENTITY = re.compile(rb"&(#x[0-9a-fA-F]+|#[0-9]+|quot|amp|lt|gt|apos);")
+_NAMED = {b"quot": b'"', b"amp": b"&", b"lt": b"<", b"gt": b">", b"apos": b"'"}
+PAGE_KEY = "S3archListed"
+
+
+def _unescape(raw: bytes) -> str:
+    if b"&" in raw:
+        raw = _ENTITY.sub(lambda m: _NAMED.get(m.group(1)) or chr(int(m.group(1)[2:], 16) if m.group(1)[1:2] in b"xX"
+                                                                   else int(m.group(1)[1:])).encode(), raw)
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def parse_listing_page(body: bytes) -> tuple[list[ListedObject], bytes] | None:
+    """(objects, the page without them) of a ListObjectsV2 answer, or None to leave it to botocore."""
+    entries = _ENTRY.findall(body)
+    if len(entries) != body.count(b"<Contents>"):
+        return None
+    url = b"<EncodingType>url</EncodingType>" in body
+    listed = []
+    for key, modified, etag, size in entries:
+        k = _unescape(key)
+        if url and (b"%" in key or b"+" in key):
+            k = urllib.parse.unquote_plus(k, errors="surrogateescape")
+        listed.append(ListedObject(k, int(size), _unescape(etag), parse_s3_time(modified.decode())))
+    return listed, _ENTRY.sub(b"", body)
+
+
+def install_page_parser(client) -> None:
+    def before_parse(response_dict, customized_response_dict, **_):
+        if response_dict.get("status_code") != 200:
+            return
+        parsed = parse_listing_page(response_dict["body"])
+        if parsed is not None:
+            customized_response_dict[PAGE_KEY], response_dict["body"] = parsed
+
+    client.meta.events.register("before-parse.s3.ListObjectsV2", before_parse)
 
 
 def key_order(key: str) -> bytes:

@@ -169,6 +169,7 @@ class ManifestWriter:
                                       abort_event=abort_event)
         self._lines = JsonLinesUpload(self._uploader)
         self._chunks: list[list] = []  # [first key, compressed offset, ordinal of its first record]
+        self._index: dict = {}
         self.header = {"type": "header", "format": FORMAT_NAME, "version": FORMAT_VERSION, **header}
         self.objects = 0
         self._lines.write(self.header)
@@ -180,20 +181,23 @@ class ManifestWriter:
         self._lines.write(record)
 
     def complete(self, summary: dict) -> UploadResult:
-        """Write the summary, complete the manifest only if no manifest exists (of two runs
-        that both got this far, one commits and the other fails as ConcurrentRun), then the
-        index."""
+        """Write the summary and complete the manifest only if no manifest exists (of two runs
+        that both got this far, one commits and the other fails as ConcurrentRun). The index
+        is ``write_index``'s, after."""
         self._lines.write({"type": "summary", **summary})
         self._lines.close()
-        index = {"format": INDEX_FORMAT, "version": FORMAT_VERSION, "header": self.header,
-                 "summary": {"type": "summary", **summary},
-                 "archive_etag": summary.get("archive_etag"), "manifest_size": self._lines.compressed,
-                 "objects": self.objects, "chunks": self._chunks}
-        # The conditional completion first: only the run whose manifest became the commit
-        # writes the index, so no run can ever overwrite (or clean up) the winner's index. A
-        # run that dies in between leaves a committed prefix without an index, which every
-        # reader handles by reading the manifest itself (read_header_and_summary).
-        result = self._uploader.complete(if_none_match=True)
+        self._index = {"format": INDEX_FORMAT, "version": FORMAT_VERSION, "header": self.header,
+                       "summary": {"type": "summary", **summary},
+                       "archive_etag": summary.get("archive_etag"), "manifest_size": self._lines.compressed,
+                       "objects": self.objects, "chunks": self._chunks}
+        return self._uploader.complete(if_none_match=True)
+
+    def write_index(self) -> None:
+        """The index of the manifest ``complete`` committed. Only the run whose manifest became
+        the commit writes it, so no run can ever overwrite (or clean up) the winner's index. A
+        run that dies before leaves a committed prefix without an index, which every reader
+        handles by reading the manifest itself (read_header_and_summary)."""
+        index = self._index
         try:
             self._control.put_object(Bucket=self._layout.bucket, Key=self._layout.index_key,
                                      Body=gzip.compress(_dumps(index), 6), ContentType="application/gzip",
@@ -201,7 +205,6 @@ class ManifestWriter:
         except IO_ERRORS as exc:
             raise translate(exc, f"write the manifest index s3://{self._layout.bucket}/{self._layout.index_key} "
                                  "(the prefix is committed; readers fall back to the manifest)") from exc
-        return result
 
     def abort(self) -> ArchiverError | None:
         """Abort the manifest's upload (never raises; returns the error of a failed abort)."""

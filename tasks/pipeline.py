@@ -14,7 +14,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol
 
 from . import __version__
 from isal import isal_zlib
@@ -183,7 +183,7 @@ class WholeArchive:
 
 
 def stream_archive(spec: ArchiveSpec, clients: S3Clients, target: StreamTarget, progress: Progress | None = None,
-                   abort: threading.Event | None = None, listed: tuple | None = None) -> StreamedArchive:
+                   abort: threading.Event | None = None, listed: Iterable[list] | None = None) -> StreamedArchive:
     """Stream ``target``'s objects into its uploads. Setting ``abort`` (the lease was lost,
     the task was killed) stops every stage; on any failure the uploads are aborted and the
     error is raised (``Cancelled`` when stopped from outside). ``listed``: the prefix's pages,
@@ -195,7 +195,7 @@ class _Stream:
     """One run of the member loop: list -> fetch -> tar -> compress -> upload, and records."""
 
     def __init__(self, spec: ArchiveSpec, clients: S3Clients, target: StreamTarget, progress: Progress,
-                 abort: threading.Event, listed: tuple | None):
+                 abort: threading.Event, listed: Iterable[list] | None):
         self.spec, self.clients, self.target, self.progress, self.abort = spec, clients, target, progress, abort
         self.failure: list[BaseException] = []
         self.plan = MemoryPlan.for_spec(spec)

@@ -54,6 +54,7 @@ class Progress:
     def start(self, feed) -> None:
         self._feed = feed
         self._start = time.monotonic()
+        self._stop = threading.Event()  # a run that starts over (segments after all) reports again
         if self._report:
             self._thread = threading.Thread(target=self._run, name="s3arch-progress", daemon=True)
             self._thread.start()
@@ -72,6 +73,10 @@ class Progress:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def reset(self) -> None:
+        """Forget what a pipeline that was stopped had done (the run starts over)."""
+        self.objects_done = self.bytes_done = self.bytes_out = 0
 
 
 class TerminalLine:

@@ -76,6 +76,9 @@ class S3Clients:
             control = session.client("s3", endpoint_url=custom, region_name=region, verify=verify,
                                      config=_with_s3_options(config, path_style=True))
         _keep_timestamps_as_text(control)
+        from .listing import install_page_parser  # listing needs this module: imported here
+
+        install_page_parser(control)
         return cls(session=session, control=control, endpoint_url=custom, region=region, verify=verify)
 
     def expect_owner(self, account: str | None) -> None:
@@ -127,7 +130,10 @@ class S3Clients:
         sent: list[str] = []
 
         def capture(request, **_):
-            sent.append(request.url)
+            # Other threads may check other buckets at the same time: only this bucket's request.
+            url = urllib.parse.urlsplit(request.url)
+            if url.path.rstrip("/") == f"/{bucket}" or url.netloc.startswith(f"{bucket}."):
+                sent.append(request.url)
 
         self.control.meta.events.register("before-send.s3.HeadBucket", capture)
         try:
@@ -156,6 +162,19 @@ class S3Clients:
         with self._lock:
             self._routes[bucket] = route
         return route
+
+    def check_buckets(self, *buckets: tuple[str, str]) -> None:
+        """``check_bucket`` each (bucket, role) at once, once per bucket for the life of these
+        clients: a task that archives many prefixes of one bucket pays for it once."""
+        todo = [(bucket, role) for bucket, role in dict(buckets).items() if bucket not in self._routes]
+        if len(todo) == 1:
+            self.check_bucket(*todo[0])
+        elif todo:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(len(todo), thread_name_prefix="s3arch-buckets") as pool:
+                for done in [pool.submit(self.check_bucket, bucket, role) for bucket, role in todo]:
+                    done.result()
 
     def data_for(self, bucket: str, concurrency: int = 64) -> "DataPlane":
         """The GET plane for ``bucket`` with ``concurrency`` GETs in flight: one CRT client per

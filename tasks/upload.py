@@ -224,10 +224,21 @@ class PartUploader:
         except IO_ERRORS as exc:
             raise translate(exc, f"upload part {number} of {self.url}", "upload") from exc
 
+    @property
+    def single_put(self) -> bool:
+        """The whole stream is still buffered, no upload was started, and it is the whole
+        object: ``complete`` sends it as one conditional PutObject (one round trip instead of
+        create, part, complete and HEAD)."""
+        return (self.upload_id is None and not self._parts and self.owns_upload and self.first_part == 1
+                and not self._head_size and self._crc_full is not None)
+
     def finish_parts(self, keep_short_tail: bool = False) -> list[UploadedPart]:
         """Upload what is buffered and wait for every part; the upload stays open. With
         ``keep_short_tail``, a rest shorter than a part is kept as ``tail`` instead (a
-        segment's: S3 wants every part but the last to be 5 MiB or more)."""
+        segment's: S3 wants every part but the last to be 5 MiB or more). A stream that never
+        filled a part stays buffered for ``complete``'s single PUT."""
+        if self.single_put and not keep_short_tail:
+            return []
         if keep_short_tail and 0 < self._buffered < self.sizer.min_part:
             self.tail = self._cut(self._buffered).tobytes()
         elif self._buffered or (not self._parts and not keep_short_tail):
@@ -246,6 +257,8 @@ class PartUploader:
     def complete(self, *, if_none_match: bool = False, if_match: str | None = None) -> UploadResult:
         """Complete the upload and check what S3 reports. With a condition, a destination
         that another writer changed meanwhile fails as ConcurrentRun, and nothing is replaced."""
+        if self.single_put:
+            return self._put_whole(if_none_match=if_none_match, if_match=if_match)
         parts = self.finish_parts()
         assert self.upload_id is not None  # finish_parts created it
         result = complete_upload(self.control, self.bucket, self.key, self.upload_id, parts,
@@ -254,6 +267,24 @@ class PartUploader:
         self._done = True
         self._pool.shutdown()
         return result
+
+    def _put_whole(self, *, if_none_match: bool, if_match: str | None) -> UploadResult:
+        """The buffered stream as one PutObject, conditional like a completion, carrying its
+        CRC32C: S3 refuses bytes that do not match it, so no HEAD is needed to verify them."""
+        body = self._cut(self._buffered)
+        crc = _b64_crc(self._crc_full or 0)
+        condition = {"IfNoneMatch": "*"} if if_none_match else {"IfMatch": if_match} if if_match else {}
+        try:
+            resp = self.control.put_object(Bucket=self.bucket, Key=self.key, Body=body, ChecksumCRC32C=crc,
+                                           StorageClass=self.storage_class, **self.extra_args, **condition)
+        except IO_ERRORS as exc:
+            raise translate(exc, f"write {self.url}", "commit") from exc
+        finally:
+            self._done = True
+            self._pool.shutdown()
+        if resp.get("ChecksumCRC32C") not in (None, crc):
+            raise IntegrityError(f"{self.url}: S3 stored CRC32C {resp['ChecksumCRC32C']}, sent {crc}")
+        return UploadResult(self.key, len(body), 1, crc, resp["ETag"])
 
     def abort(self) -> ArchiverError | None:
         """Give up: stop pending parts and abort the upload. Safe to call more than once.

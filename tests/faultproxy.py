@@ -64,6 +64,12 @@ def is_complete_upload(r: Request) -> bool:
     return r.method == "POST" and "uploadId" in r.query
 
 
+def makes_visible(r: Request, suffix: str) -> bool:
+    """The request that makes an object ending in ``suffix`` visible: the completion of its
+    multipart upload, or the single PUT of one smaller than a part."""
+    return r.key.endswith(suffix) and (is_complete_upload(r) or (r.method == "PUT" and "partNumber" not in r.query))
+
+
 @dataclass
 class Fault:
     kind: str  # status | reset | truncate | stall | header

@@ -143,6 +143,7 @@ def test_the_loser_of_a_manifest_race_leaves_the_winners_index(s3, buckets, clie
 
     winner, loser = writer("winner"), writer("loser")
     winner.complete({"objects": 1, "bytes": 1})
+    winner.write_index()
     with pytest.raises(ConcurrentRun):
         loser.complete({"objects": 1, "bytes": 1})
     assert loser.abort() is None

@@ -208,10 +208,11 @@ def test_overwrite_refuses_a_shrunken_source_before_reading_any_object(s3, bucke
 def test_two_runs_of_one_prefix_at_once_give_one_archive_and_two_truthful_results(
         s3, buckets, day, proxy, cli_env, reliability):
     src, dst = buckets
-    # The first run is held mid-upload by the proxy; the second starts meanwhile, directly.
+    # The first run is held by the proxy as it writes its archive (a small one: one PUT); the
+    # second starts meanwhile, directly.
     held = []
-    proxy.add(Fault("stall", seconds=6, count=1, match=lambda r: is_upload_part(r) or
-                    (r.method == "POST" and "uploadId" in r.query), on_inject=held.append))
+    proxy.add(Fault("stall", seconds=6, count=1, match=lambda r: r.method in ("PUT", "POST") and
+                    r.key.endswith("day.tar.gz"), on_inject=held.append))
     first = subprocess.Popen([sys.executable, "-m", "tasks", "archive", f"s3://{src}/day/", f"s3://{dst}/a/",
                               "--storage-class", "STANDARD", "--overwrite", "--json",
                               "--endpoint-url", proxy.endpoint_url], env=cli_env, cwd=ROOT,
@@ -314,7 +315,8 @@ def test_the_cli_exit_code_says_fix_retry_or_empty_as_the_user_sees_it(s3, bucke
 
 def test_failed_abort_does_not_hide_the_error_that_caused_it(s3, buckets, proxy, minio):
     src, dst = buckets
-    seed(s3, src, {f"day/{i}.bin": bytes([i]) * (3 << 20) for i in range(4)})
+    # Random bytes, more than a part: the archive is a multipart upload, not one PUT.
+    seed(s3, src, {f"day/{i}.bin": __import__("os").urandom(3 << 20) for i in range(4)})
     proxy.add(Fault("status", status=500, match=is_upload_part))
     proxy.add(Fault("status", status=403, code="AccessDenied",
                     match=lambda r: r.method == "DELETE" and "uploadId" in r.query))

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from faultproxy import Fault, FaultProxy, Request, is_complete_upload, is_list, is_upload_part
+from faultproxy import Fault, FaultProxy, Request, is_list, is_upload_part, makes_visible
 from helpers import ROOT, keys_in, open_uploads, read_archive, run_cli, seed
 
 
@@ -30,7 +30,8 @@ def source(s3, buckets):
     src, _ = buckets
     rng = random.Random(5)
     objects = {f"day/{i // 500:02d}/obj-{i:05d}.log": b"x" * rng.randrange(0, 3000) for i in range(1000)}
-    objects.update({f"day/big-{i}.bin": os.urandom(2 << 20) for i in range(2)})
+    # Random bytes above one part: the archive is a multipart upload (the manifest one PUT).
+    objects.update({f"day/big-{i}.bin": os.urandom(5 << 20) for i in range(2)})
     seed(s3, src, objects)
     return objects
 
@@ -70,7 +71,7 @@ def check_after_kill(s3, buckets, cli_env, source):
 
 
 def manifest_complete(r: Request) -> bool:
-    return is_complete_upload(r) and r.key.endswith(".manifest.jsonl.gz")
+    return makes_visible(r, ".manifest.jsonl.gz")
 
 
 @pytest.mark.parametrize("point, fault", [

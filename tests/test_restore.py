@@ -216,6 +216,7 @@ def test_manifest_index_answers_like_a_full_scan_with_two_gets_per_key(s3, bucke
         writer.add_object({"type": "object", "key": key, "size": i, "etag": '"e"', "sha256": "0" * 64,
                            "header_offset": i * 1024, "data_offset": i * 1024 + 512, "block": 0, "range": [0, 1]})
     writer.complete({"objects": len(keys), "archive_etag": '"x"'})
+    writer.write_index()
     index = read_index(clients.control, layout)
     assert len(index["chunks"]) == -(-len(keys) // RECORDS_PER_CHUNK)
     scanned = [r["key"] for r in iter_manifest(clients.control, layout) if r["type"] == "object"]

@@ -255,9 +255,9 @@ def test_segments_as_separate_tasks_plan_produce_in_any_order_retry_one_and_asse
     try:
         from helpers import engine_clients
 
-        failing = proxy.add(Fault("status", status=403, code="AccessDenied",
-                                    match=lambda r: r.method == "PUT" and "partNumber" in r.query))
-        with pytest.raises(AccessDenied, match="upload part"):
+        # Every write of the segment is refused (its parts, its records, its kept-back bytes).
+        failing = proxy.add(Fault("status", status=403, code="AccessDenied", match=lambda r: r.method == "PUT"))
+        with pytest.raises(AccessDenied, match="access denied"):
             archive_segment(spec, 0, engine_clients(minio, proxy.endpoint_url))
         assert failing.injected
     finally:

@@ -8,6 +8,7 @@ where in the tar stream each segment starts, and gives each its own range of par
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from typing import Iterator
@@ -91,7 +92,6 @@ class PrefixSize:
     complete: bool  # the listing ended (else it stopped at the threshold: at least this much)
     seconds: float
     requests: int
-    pages: tuple = ()  # a complete listing's pages, for the one pipeline to use instead of listing again
 
     def large(self, min_objects: int, min_bytes: int) -> bool:
         return self.objects >= min_objects or self.bytes >= min_bytes
@@ -100,26 +100,83 @@ class PrefixSize:
 def size_prefix(control, bucket: str, prefix: str, min_objects: int, min_bytes: int) -> PrefixSize:
     """List ``prefix`` until it proves large or ends: at most ``min_objects / 1,000`` LISTs,
     so sizing a small prefix costs what listing it costs, and a large one no more."""
-    started = time.monotonic()
-    objects = size = 0
-    pages = []
-    for page in iter_pages(control, bucket, prefix):
-        pages.append(page)
-        objects += len(page)
-        size += sum(o.size for o in page)
-        if objects >= min_objects or size >= min_bytes:
-            return PrefixSize(prefix, objects, size, False, time.monotonic() - started, len(pages))
-    return PrefixSize(prefix, objects, size, True, time.monotonic() - started, max(1, len(pages)), tuple(pages))
+    return SizingListing(control, bucket, prefix, min_objects, min_bytes).result()
 
 
-def sized_for_segments(spec: ArchiveSpec, control) -> PrefixSize | None:
-    """Whether ``spec``'s run could use segments at all (None: one process, or a budget that
-    holds one pipeline), and if so the prefix's size up to the threshold: a small prefix's
-    pages then feed the one pipeline, so deciding costs no second listing."""
-    if min(spec.processes, processes_within(spec.memory_budget)) < 2 and not spec.segments:
-        return None
-    return size_prefix(control, spec.source.bucket, spec.source.key, spec.segment_min_objects,
-                       spec.segment_min_bytes)
+def could_use_segments(spec: ArchiveSpec) -> bool:
+    """Whether ``spec``'s run could use segments at all: not with one process, or a budget
+    that holds one pipeline only, unless segments are asked for."""
+    return min(spec.processes, processes_within(spec.memory_budget)) >= 2 or bool(spec.segments)
+
+
+class PrefixIsLarge(Exception):
+    """Raised into a pipeline that started on a prefix still being sized, once the sizing
+    shows it is large enough for segments: the pipeline stops (its uploads aborted) and the
+    run goes on as segments. Never leaves the commit protocol."""
+
+
+class SizingListing:
+    """``size_prefix`` in a thread, its pages handed on as they arrive: a pipeline can start
+    on the first page while the rest of the prefix is sized, instead of waiting for up to
+    ``min_objects / 1,000`` LISTs one after the other. If the prefix proves large, the
+    pipeline's listing raises ``PrefixIsLarge``; the pages listed are kept for ``result``
+    (at most the threshold's worth)."""
+
+    def __init__(self, control, bucket: str, prefix: str, min_objects: int, min_bytes: int):
+        self._control, self._bucket, self._prefix = control, bucket, prefix
+        self._min_objects, self._min_bytes = min_objects, min_bytes
+        self._pages: list = []
+        self._done = False
+        self._large = False
+        self._error: BaseException | None = None
+        self._started = time.monotonic()
+        self._cond = threading.Condition()
+        threading.Thread(target=self._list, name="s3arch-sizing", daemon=True).start()
+
+    def _list(self) -> None:
+        objects = size = 0
+        try:
+            for page in iter_pages(self._control, self._bucket, self._prefix):
+                objects += len(page)
+                size += sum(o.size for o in page)
+                with self._cond:
+                    self._pages.append(page)
+                    self._large = objects >= self._min_objects or size >= self._min_bytes
+                    self._cond.notify_all()
+                if self._large:
+                    break
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever reads the pages
+            self._error = exc
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def pages(self) -> Iterator[list]:
+        """The prefix's pages as they are listed; ``PrefixIsLarge`` once it proves large."""
+        i = 0
+        while True:
+            with self._cond:
+                while i >= len(self._pages) and not self._done and not self._large:
+                    self._cond.wait()
+                if self._large:
+                    raise PrefixIsLarge()
+                if i < len(self._pages):
+                    page = self._pages[i]
+                elif self._error is not None:
+                    raise self._error
+                else:
+                    return
+            yield page
+            i += 1
+
+    def result(self) -> PrefixSize:
+        with self._cond:
+            while not self._done:
+                self._cond.wait()
+        if self._error is not None:
+            raise self._error
+        return PrefixSize(self._prefix, sum(map(len, self._pages)), sum(o.size for p in self._pages for o in p),
+                          not self._large, time.monotonic() - self._started, max(1, len(self._pages)))
 
 
 MIN_SHARE = 48 << 20  # the smallest memory a pipeline holds (ArchiveSpec's floor)
