@@ -76,6 +76,7 @@ class S3Clients:
             control = session.client("s3", endpoint_url=custom, region_name=region, verify=verify,
                                      config=_with_s3_options(config, path_style=True))
         _keep_timestamps_as_text(control)
+        _send_bodies_at_once(control)
         from .listing import install_page_parser  # listing needs this module: imported here
 
         install_page_parser(control)
@@ -199,6 +200,17 @@ def _with_s3_options(config: Config, path_style: bool) -> Config:
     options = {"addressing_style": "path" if path_style else "auto", "payload_signing_enabled": False}
     options.update(config.s3 or {})  # the caller's (an Airflow connection's) choices win
     return config.merge(Config(s3=options))
+
+
+def _send_bodies_at_once(client) -> None:
+    """No ``Expect: 100-continue`` on uploads: botocore asks for it before every body it can
+    read() (our parts, a small archive's single PUT), which costs a round trip per request
+    (measured: a one-object prefix made 11 sequential round trips through a 200 ms proxy, 8
+    without it). What it saves, not sending a body the server will refuse, is at most one
+    part here."""
+    from botocore.handlers import add_expect_header
+
+    client.meta.events.unregister("before-call.s3", add_expect_header)
 
 
 def _keep_timestamps_as_text(client) -> None:
