@@ -91,6 +91,8 @@ def stage_merge(keys: int) -> dict:
     control = _clients(os.environ["AWS_ENDPOINT_URL_S3"]).control
     per = keys // SEGMENTS
     layout = ArchiveLayout(STAGE_BUCKET, "merge/out")
+    for key in (layout.manifest_key, layout.index_key):  # an earlier simulation's output
+        control.delete_object(Bucket=STAGE_BUCKET, Key=key)
     results = [{"objects": per, "first_block": k * 1000, "last_block": k * 1000 + 999, "last_block_start": 0}
                for k in range(SEGMENTS)]
     started = time.monotonic()
@@ -112,6 +114,8 @@ class _SegmentKeys:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--stages", default="plan,seed,merge",
+                        help="stages to run (seed writes what merge reads: keep it for the same --keys)")
     parser.add_argument("--stage", choices=["plan", "seed", "merge"], help=argparse.SUPPRESS)  # one process each
     args = parser.parse_args(argv)
     if args.stage:
@@ -129,8 +133,9 @@ def main(argv=None) -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env.update(server.env(), PYTHONPATH=str(ROOT))
         argv = [sys.executable, "-m", "bench.simulate", "--keys", str(args.keys), "--stage"]
-        figures = {}
-        for stage in ("plan", "seed", "merge"):
+        out = ROOT / "bench" / "results" / f"simulate-{args.keys}.json"
+        figures = json.loads(out.read_text()) if out.exists() else {}
+        for stage in args.stages.split(","):
             run = measure(argv + [stage], env, server.pid)
             figures[stage] = {**json.loads(run.pop("stdout").strip().splitlines()[-1]), **run}
             f = figures[stage]
@@ -139,7 +144,6 @@ def main(argv=None) -> int:
                   f"{f['wall_s']:.1f}s wall, {f['cpu_s']:.1f}s CPU, peak RSS {f['peak_rss_mib']:.0f} MiB"
                   + (" (setup, not a stage of a run)" if stage == "seed" else ""), flush=True)
         (ROOT / "bench" / "results").mkdir(exist_ok=True)
-        out = ROOT / "bench" / "results" / f"simulate-{args.keys}.json"
         out.write_text(json.dumps(figures, indent=1))
         print(f"results: {out.relative_to(ROOT)}")
         return 0

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
@@ -160,6 +160,7 @@ class CommitProtocol:
                 #      its index is written while the lease is released.
                 try:
                     index = self._commit(streamed, committed, etag.result(), lease, lost, reads)
+                    under_lease.append(index)  # the index is the winner's, written under its lease
                 finally:
                     lost.stop()
                 if self.segmented:
@@ -167,8 +168,9 @@ class CommitProtocol:
                 # 8. Only now, and only if asked, delete the archived sources.
                 self._delete_sources()
             finally:
-                wait(under_lease)  # nothing of this run touches the prefix once the lease is gone
-                lease.release()
+                # Nothing of this run touches the prefix once the lease is gone; the lease's
+                # HEAD goes out while the last of it (the index) is written.
+                lease.release(after=under_lease)
             index.result()
         return self._done()
 

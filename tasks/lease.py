@@ -23,10 +23,11 @@ import socket
 import threading
 import time
 import uuid
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Callable
+from typing import Callable, Iterable
 
 from .errors import IO_ERRORS, ArchiverError, ConcurrentRun, TransientError, none_if_missing, status_of, translate
 from .s3 import parse_s3_time
@@ -205,17 +206,20 @@ class PrefixLease:
         self._thread = threading.Thread(target=loop, name="s3arch-lease", daemon=True)
         self._thread.start()
 
-    def release(self) -> None:
-        """Delete the lease if it is still ours. Never raises: an unreleased lease only makes
-        the next run wait for the TTL (or notice this process is gone)."""
+    def release(self, after: Iterable[Future] = ()) -> None:
+        """Delete the lease if it is still ours, once the writes ``after`` are over (they
+        belong to the lease; its HEAD goes out meanwhile). Never raises: an unreleased lease
+        only makes the next run wait for the TTL (or notice this process is gone)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         with self._lock:
             if self._etag is None:
+                wait(list(after))
                 return
             try:
                 head = self.control.head_object(Bucket=self.bucket, Key=self.key)
+                wait(list(after))
                 if head["ETag"] == self._etag:
                     self.control.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self._etag)
             except Exception:  # noqa: BLE001
