@@ -53,6 +53,17 @@ def lockable(minio):
     return s3, src, dst
 
 
+def source_with_one_object(server, tag: str) -> tuple:
+    """(client, source, destination): two fresh buckets on ``server``, one object in the source."""
+    s3 = server.client()
+    suffix = uuid.uuid4().hex[:8]
+    src, dst = f"{tag}-src-{suffix}", f"{tag}-dst-{suffix}"
+    for bucket in (src, dst):
+        s3.create_bucket(Bucket=bucket)
+    seed(s3, src, {f"{PREFIX}a.log": b"a"})
+    return s3, src, dst
+
+
 def _denied(proc) -> str:
     message = proc.stderr.decode()
     assert proc.returncode == 2, message
@@ -119,12 +130,7 @@ def test_legal_hold_and_compliance_are_applied_to_archive_manifest_and_index(loc
 
 
 def test_object_lock_on_a_bucket_without_it_is_refused_before_any_get(minio, cli_env):
-    s3 = minio.client()
-    suffix = uuid.uuid4().hex[:8]
-    src, dst = f"nl-src-{suffix}", f"nl-dst-{suffix}"
-    for bucket in (src, dst):
-        s3.create_bucket(Bucket=bucket)
-    seed(s3, src, {f"{PREFIX}a.log": b"a"})
+    s3, src, dst = source_with_one_object(minio, "nl")
     proxy = FaultProxy(minio.endpoint_url)
     try:
         gets = proxy.add(Fault("status", rate=0.0, match=lambda r: r.method == "GET" and r.key.startswith(src)))
@@ -368,12 +374,7 @@ def test_cli_output_errors_and_manifest_carry_no_credential_or_token(minio, buck
 def test_expected_owner_self_is_the_callers_account_from_sts(moto_server, cli_env):
     """moto server answers sts:GetCallerIdentity (MinIO does not) and owns its buckets as
     account 123456789012: `self` resolves to it and the run goes through."""
-    s3 = moto_server.client()
-    suffix = uuid.uuid4().hex[:8]
-    src, dst = f"own-src-{suffix}", f"own-dst-{suffix}"
-    for bucket in (src, dst):
-        s3.create_bucket(Bucket=bucket)
-    seed(s3, src, {f"{PREFIX}a.log": b"a"})
+    s3, src, dst = source_with_one_object(moto_server, "own")
     proxy = FaultProxy(moto_server.endpoint_url)
     owners = []
     try:
