@@ -215,7 +215,7 @@ def ratios(ours: list[dict], ref: list[dict]) -> dict:
 
 
 def fmt(sp: dict, digits: int = 2) -> str:
-    return f"{sp['median']:.{digits}f} [{sp['min']:.{digits}f}-{sp['max']:.{digits}f}]"
+    return f"{sp['median']:,.{digits}f} [{sp['min']:,.{digits}f}-{sp['max']:,.{digits}f}]"
 
 
 def side(ds, runs: list[dict], bytes_in: int) -> dict:
@@ -278,6 +278,12 @@ def check_targets(results: dict, extra: dict) -> list[str]:
             small, many = (extra["segments"][n]["phases_s"]["assemble_archive_s"]["median"] for n in ("small", "many"))
             lines.append(f"{verdict(many <= 2 * small + 0.2)}  segments archive assembly {small:.2f}s at 20,000 "
                          f"objects, {many:.2f}s at 200,000 (target: does not grow with objects)")
+    if "plan" in extra:
+        for name, target in (("local", 100_000), ("latency", 50_000)):
+            rate = extra["plan"][name]["keys_per_s"]
+            lines.append(f"{verdict(rate['median'] >= target)}  plan    1,000,000 keys listed and planned "
+                         f"{'with ' + str(LATENCY_MS) + ' ms' if name == 'latency' else 'locally'}: "
+                         f"{fmt(rate, 0)} keys/s (target >= {target:,})")
     if "fixed" in extra:
         trips = extra["fixed"]["round_trips"]
         lines.append(f"{verdict(round(trips['median']) <= 8)}  fixed cost {fmt(trips, 1)} sequential round trips per "
@@ -433,34 +439,67 @@ def segments_line(names: list[str], server, env, repeat: int) -> dict:
 PLAN_OBJECTS = 1_000_000
 
 
-def plan_line(server) -> dict:
-    """The segment plan of a 1,000,000-object prefix: the listing the fault proxy synthesises
-    (served page by page, never stored), planned into 8 segments, timed."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from faultproxy import FaultProxy
+def _synthetic_listing_server(objects: int) -> tuple[subprocess.Popen, str]:
+    """The test fault proxy's synthetic listing in a process of its own (its CPU is not ours):
+    ``synthetic/`` answers at once, ``distant/`` 40 ± 10 ms late, like S3 from a nearby region."""
+    code = (f"import sys, time; sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+            "from faultproxy import FaultProxy\n"
+            "p = FaultProxy('http://127.0.0.1:9', max_lifetime=3600)\n"
+            f"p.synthesize_listing('bench-src', 'synthetic/', {objects})\n"
+            f"p.synthesize_listing('bench-src', 'distant/', {objects}, latency={LATENCY_MS / 1000}, "
+            f"jitter={LATENCY_JITTER_MS / 1000})\n"
+            "print(p.endpoint_url, flush=True)\ntime.sleep(3600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    return proc, proc.stdout.readline().strip()
 
+
+def plan_line(server, repeat: int) -> dict:
+    """The segment plan of a 1,000,000-object prefix (a synthetic listing, served page by page,
+    never stored) into 8 segments, with and without 40 ms on every page, alternating with one
+    LIST after another of the same prefix (round 2's plan): keys/s and client CPU per key."""
     import boto3
 
     from tasks.config import ArchiveSpec, S3Url
+    from tasks.listing import iter_pages
     from tasks.segments import plan_segments
     from tasks.s3 import S3Clients
 
-    proxy = FaultProxy(server.endpoint_url)
+    proc, endpoint = _synthetic_listing_server(PLAN_OBJECTS)
+    line: dict = {"objects": PLAN_OBJECTS, "runs": []}
     try:
-        proxy.synthesize_listing("bench-src", "synthetic/", PLAN_OBJECTS)
         session = boto3.Session(aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,
                                 region_name=server.region)
-        clients = S3Clients.from_session(session, endpoint_url=proxy.endpoint_url)
-        spec = ArchiveSpec(S3Url("bench-src", "synthetic/"), S3Url(DEST_BUCKET, "plan/"), processes=8)
-        cpu, started = time.process_time(), time.monotonic()
-        plan = plan_segments(spec, clients.control, "plan.tar.gz", 8)
-        wall, cpu = time.monotonic() - started, time.process_time() - cpu
+        clients = S3Clients.from_session(session, endpoint_url=endpoint)
+
+        def timed(work) -> tuple[float, float]:
+            cpu, started = time.process_time(), time.monotonic()
+            work()
+            return time.monotonic() - started, time.process_time() - cpu
+
+        for i in range(repeat):
+            for prefix, delay in (("synthetic/", 0), ("distant/", LATENCY_MS)):
+                spec = ArchiveSpec(S3Url("bench-src", prefix), S3Url(DEST_BUCKET, "plan/"), processes=8)
+                plan_s, plan_cpu = timed(lambda: plan_segments(spec, clients.control, "plan.tar.gz", 8))
+                one_s, one_cpu = timed(lambda: sum(map(len, iter_pages(clients.control, "bench-src", prefix))))
+                run = {"delay_ms": delay, "plan_keys_per_s": PLAN_OBJECTS / plan_s,
+                       "plan_cpu_us_per_key": 1e6 * plan_cpu / PLAN_OBJECTS,
+                       "sequential_keys_per_s": PLAN_OBJECTS / one_s,
+                       "sequential_cpu_us_per_key": 1e6 * one_cpu / PLAN_OBJECTS}
+                line["runs"].append(run)
+                print(f"  plan #{i + 1} at {delay} ms: {run['plan_keys_per_s']:,.0f} keys/s "
+                      f"({run['plan_cpu_us_per_key']:.1f} us CPU/key); one LIST after another "
+                      f"{run['sequential_keys_per_s']:,.0f} keys/s ({run['sequential_cpu_us_per_key']:.1f} us/key)",
+                      flush=True)
     finally:
-        proxy.stop()
-    line = {"objects": plan.objects, "segments": plan.count, "wall_s": wall, "cpu_s": cpu,
-            "keys_per_s": plan.objects / wall}
-    print(f"plan: {plan.objects:,} objects into {plan.count} segments in {wall:.1f}s ({plan.objects / wall:,.0f} keys/s, "
-          f"{cpu:.1f}s CPU)", flush=True)
+        proc.kill()
+    for delay, name in ((0, "local"), (LATENCY_MS, "latency")):
+        runs = [r for r in line["runs"] if r["delay_ms"] == delay]
+        line[name] = {"keys_per_s": spread(runs, "plan_keys_per_s"),
+                      "cpu_us_per_key": spread(runs, "plan_cpu_us_per_key"),
+                      "vs_sequential": {"median": statistics.median(r["plan_keys_per_s"] / r["sequential_keys_per_s"]
+                                                                    for r in runs)}}
+        print(f"plan ({name}): {fmt(line[name]['keys_per_s'], 0)} keys/s, "
+              f"{line[name]['vs_sequential']['median']:.2f}x one LIST after another", flush=True)
     return line
 
 
@@ -557,7 +596,7 @@ def main(argv=None) -> int:
                 extra[name] = segments_line(on, server, env, args.repeat)
                 continue
             if name == "plan":
-                extra[name] = plan_line(server)
+                extra[name] = plan_line(server, repeat)
                 continue
             if name == "fixed":
                 extra[name] = fixed_cost_line(server, env, repeat)

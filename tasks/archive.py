@@ -15,7 +15,7 @@ from .cost import short_of_minimum
 from .compression import codec_for
 from .config import ArchiveSpec, MiB
 from .errors import IO_ERRORS, BadArgument, EmptyPrefix, translate
-from .listing import iter_pages
+from .listing import LISTING_WORKERS, iter_pages
 from .manifest import layout_for
 from .outcome import Outcome
 from .progress import Progress
@@ -115,7 +115,7 @@ def _dry_run(spec, clients, result, started) -> ArchiveResult:
     tar_bound = short = 0
     sample: list = []
     sample_bytes = 0
-    for page in iter_pages(clients.control, spec.source.bucket, spec.source.key):
+    for page in iter_pages(clients.control, spec.source.bucket, spec.source.key, workers=LISTING_WORKERS, ordered=False):
         for o in page:
             result.objects += 1
             result.bytes_in += o.size

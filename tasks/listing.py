@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import bisect
 import queue
 import re
 import threading
 import urllib.parse
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from .errors import IO_ERRORS, translate
 from .s3 import parse_s3_time
 
 
-@dataclass(slots=True, frozen=True)
-class ListedObject:
+class ListedObject(NamedTuple):  # a tuple: a listing makes millions of them
     key: str
     size: int
     etag: str
@@ -23,19 +24,27 @@ class ListedObject:
 
 
 def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None,
-               last_key: str | None = None, page_size: int = 1000) -> Iterator[list[ListedObject]]:
+               last_key: str | None = None, page_size: int = 1000, workers: int = 1,
+               ordered: bool = True) -> Iterator[list[ListedObject]]:
     """Pages of up to ``page_size`` objects in S3's (UTF-8 binary) key order; with
-    ``start_after``/``last_key``, only the keys after the one and up to the other (a segment)."""
+    ``start_after``/``last_key``, only the keys after the one and up to the other (a segment).
+    With ``workers`` > 1, key ranges are listed in parallel (``RangeListing``), in the same order
+    unless ``ordered`` is False."""
+    if workers > 1:
+        listing = RangeListing(control, bucket, prefix, start_after, last_key, workers,
+                               ordered=ordered, page_size=page_size)
+        try:
+            yield from listing
+        finally:
+            listing.close()
+        return
     paginator = control.get_paginator("list_objects_v2")
     extra = {"StartAfter": start_after} if start_after else {}
     end = key_order(last_key) if last_key is not None else None
     try:
         for page in paginator.paginate(Bucket=bucket, Prefix=prefix, **extra,
                                        PaginationConfig={"PageSize": page_size}):
-            listed = page.get(PAGE_KEY)
-            if listed is None:  # an answer the page parser left to botocore
-                listed = [ListedObject(o["Key"], o["Size"], o["ETag"], parse_s3_time(o["LastModified"]))
-                          for o in page.get("Contents") or ()]
+            listed = _listed(page)
             if listed:
                 if end is not None and key_order(listed[-1].key) > end:
                     listed = [o for o in listed if key_order(o.key) <= end]
@@ -47,13 +56,22 @@ def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None
         raise translate(exc, f"list s3://{bucket}/{prefix}") from exc
 
 
+def _listed(page: dict) -> list[ListedObject]:
+    listed = page.get(PAGE_KEY)
+    if listed is None:  # an answer the page parser left to botocore
+        listed = [ListedObject(o["Key"], o["Size"], o["ETag"], parse_s3_time(o["LastModified"]))
+                  for o in page.get("Contents") or ()]
+    return listed
+
+
 # ListObjectsV2 pages read without botocore's XML parser (tasks/s3.py installs it): one regex
 # over the page's bytes makes the ListedObjects, and botocore parses what is left (the
 # continuation token). S3 writes each <Contents> with its elements in one order (Key,
 # LastModified, ETag, checksums, Size, ...); a page any of whose entries does not match is
 # left to botocore whole, so an endpoint that writes them otherwise is slower, never wrong.
 _ENTRY = re.compile(rb"<Contents><Key>([^<]*)</Key><LastModified>([^<]*)</LastModified><ETag>([^<]*)</ETag>"
-                    rb"(?:<Checksum\w*>[^<]*</Checksum\w*>)*<Size>(\d+)</Size>.*?</Contents>", re.S)
+                    rb"(?:<Checksum\w*>[^<]*</Checksum\w*>)*<Size>(\d+)</Size>"
+                    rb"[^<]*(?:<(?!/Contents>)[^<]*)*</Contents>")  # the rest of the entry, without backtracking
 _ENTITY = re.compile(rb"&(#x[0-9a-fA-F]+|#[0-9]+|quot|amp|lt|gt|apos);")
 _NAMED = {b"quot": b'"', b"amp": b"&", b"lt": b"<", b"gt": b">", b"apos": b"'"}
 PAGE_KEY = "S3archListed"
@@ -66,30 +84,65 @@ def _unescape(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
+def _time(text: bytes) -> datetime:
+    try:
+        return datetime.fromisoformat(text.decode())  # S3's form, with its Z, on Python >= 3.11
+    except ValueError:
+        return parse_s3_time(text.decode())
+
+
 def parse_listing_page(body: bytes) -> tuple[list[ListedObject], bytes] | None:
-    """(objects, the page without them) of a ListObjectsV2 answer, or None to leave it to botocore."""
-    entries = _ENTRY.findall(body)
-    if len(entries) != body.count(b"<Contents>"):
-        return None
+    """(objects, the page without them) of a ListObjectsV2 answer, or None to leave it to botocore.
+
+    One pass over the entries, which S3 writes one after the other: anything between or after
+    them that the pattern does not take (an entry in another shape) leaves the page to botocore.
+    """
+    first = end = body.find(b"<Contents>")
+    if first < 0:
+        return [], body
     url = b"<EncodingType>url</EncodingType>" in body
     listed = []
-    for key, modified, etag, size in entries:
-        k = _unescape(key)
+    for m in _ENTRY.finditer(body, first):
+        if m.start() != end:
+            return None
+        end = m.end()
+        key, modified, etag, size = m.groups()
+        k = _unescape(key) if b"&" in key else key.decode("utf-8", "surrogateescape")
         if url and (b"%" in key or b"+" in key):
             k = urllib.parse.unquote_plus(k, errors="surrogateescape")
-        listed.append(ListedObject(k, int(size), _unescape(etag), parse_s3_time(modified.decode())))
-    return listed, _ENTRY.sub(b"", body)
+        etag = etag.replace(b"&quot;", b'"')
+        listed.append(ListedObject(k, int(size), _unescape(etag) if b"&" in etag else etag.decode(), _time(modified)))
+    if body.find(b"<Contents>", end) >= 0:
+        return None
+    return listed, body[:first] + body[end:]
 
 
 def install_page_parser(client) -> None:
-    def before_parse(response_dict, customized_response_dict, **_):
-        if response_dict.get("status_code") != 200:
-            return
-        parsed = parse_listing_page(response_dict["body"])
-        if parsed is not None:
-            customized_response_dict[PAGE_KEY], response_dict["body"] = parsed
+    """Read ``client``'s ListObjectsV2 pages with ``parse_listing_page``.
 
-    client.meta.events.register("before-parse.s3.ListObjectsV2", before_parse)
+    botocore checks every S3 answer for an error inside a 200 by parsing the whole body as
+    XML, ahead of any handler of ours (its handler is on ``before-parse.s3.*``, which runs
+    before ``before-parse.s3.ListObjectsV2``): a third of a listing's CPU. Its handler is
+    wrapped instead, so that on a listing page it sees only what is left once the entries are
+    taken; an error page or a body cut short still reaches it whole or unparseable, and is
+    retried as before.
+    """
+    import botocore.handlers
+
+    check = getattr(botocore.handlers, "_handle_200_error", None)
+    events = client.meta.events
+
+    def before_parse(operation_model, response_dict, customized_response_dict, **kwargs):
+        if operation_model.name == "ListObjectsV2" and response_dict.get("status_code") == 200:
+            parsed = parse_listing_page(response_dict["body"])
+            if parsed is not None:
+                customized_response_dict[PAGE_KEY], response_dict["body"] = parsed
+        if check is not None:
+            check(operation_model=operation_model, response_dict=response_dict, **kwargs)
+
+    if check is not None:
+        events.unregister("before-parse.s3.*", check)
+    events.register_first("before-parse.s3.*", before_parse)
 
 
 def key_order(key: str) -> bytes:
@@ -160,3 +213,235 @@ class ListingFeed:
 
     def close(self):
         self._stop.set()
+
+
+LISTING_WORKERS = 8  # key ranges listed at once where a whole prefix is listed (plan, dry run)
+
+
+class KeySpace:
+    """The keys under a prefix as numbers, to cut a key range about in half.
+
+    The digits are the characters a sample of the keys uses (a first page), so that halving
+    lands among real keys after a few cuts instead of in the empty expanse of Unicode. A key
+    with other characters maps onto a neighbour: its cuts are less even, never wrong, since a
+    cut is only used when it falls strictly inside its range.
+    """
+
+    def __init__(self, prefix: str, sample: list[str]):
+        suffixes = [k[len(prefix):] for k in sample if k.startswith(prefix)]
+        self.prefix = prefix
+        self.alphabet = sorted(set("".join(suffixes))) or [chr(c) for c in range(0x21, 0x7F)]
+        self.base = len(self.alphabet) + 1  # digit 0: the key has ended
+        self.digits = min(64, max(map(len, suffixes), default=16) + 4)
+        self.top = self.base ** self.digits  # above every key
+
+    def number(self, key: str) -> int:
+        suffix, n = key[len(self.prefix):], 0
+        for i in range(self.digits):
+            n = n * self.base + (bisect.bisect_right(self.alphabet, suffix[i]) if i < len(suffix) else 0)
+        return n
+
+    def key(self, number: int) -> str:
+        digits = []
+        for _ in range(self.digits):
+            number, d = divmod(number, self.base)
+            digits.append(d)
+        while digits and digits[0] == 0:  # trailing zeros: a shorter key
+            digits.pop(0)
+        return self.prefix + "".join(self.alphabet[max(d, 1) - 1] for d in reversed(digits))
+
+    def cut(self, after: str, upto: str | None) -> str | None:
+        """A key strictly between ``after`` and ``upto`` (None: the end of the prefix), about
+        halfway, or None where there is none to be found."""
+        if not after.startswith(self.prefix) or (upto is not None and not upto.startswith(self.prefix)):
+            return None
+        high = self.top if upto is None else self.number(upto)
+        middle = self.key((self.number(after) + high) // 2)
+        if key_order(middle) <= key_order(after) or (upto is not None and key_order(middle) >= key_order(upto)):
+            return None
+        return middle
+
+    def remaining(self, first: str, last: str, listed: int, upto: str | None) -> float:
+        """Keys still to come in a range that listed ``listed`` keys from ``first`` to ``last``,
+        if the rest of it is as dense."""
+        if upto is None or listed < 2:
+            return float("inf")
+        done = self.number(last) - self.number(first)
+        return (listed - 1) * (self.number(upto) - self.number(last)) / max(1, done)
+
+
+@dataclass(eq=False)
+class _Range:
+    """Keys (``after``, ``upto``] of a prefix; ``upto`` None: to its end. ``upto`` shrinks when
+    the range is cut; a page already under way is then trimmed to it."""
+
+    after: str | None
+    upto: str | None
+    next: "_Range | None" = None
+    first: str | None = None
+    last: str | None = None
+    listed: int = 0
+    more: bool = True
+    uncuttable_at: str | None = None
+    pages: deque = field(default_factory=deque)
+
+
+class RangeListing:
+    """A prefix listed as contiguous key ranges in parallel, its pages handed on in key order
+    or, with ``ordered=False``, as they arrive.
+
+    One worker lists from the start. A worker with nothing to do cuts the range with the most
+    keys still to come in two, at a key between the last one listed and the range's end, and
+    lists the upper half from there (``StartAfter``); a half with no keys costs one LIST.
+    At most ``workers`` x ``pages_ahead`` pages wait for the consumer, whatever the prefix's
+    size. In order, each range holds up to ``pages_ahead`` of them; and since every range has
+    its own worker, the consumer, taking ranges in order, never waits on one nobody lists.
+    In key order the ranges ahead of the consumer soon wait for it, so a consumer that can
+    take pages in any order (one that counts, or sorts small page records) lists faster.
+    """
+
+    def __init__(self, control, bucket: str, prefix: str, start_after: str | None = None,
+                 last_key: str | None = None, workers: int = 8, pages_ahead: int = 4, ordered: bool = True,
+                 page_size: int = 1000):
+        self._control, self._bucket, self._prefix = control, bucket, prefix
+        self._page_size = page_size
+        self._min_cut = 2 * page_size  # keys: cutting off less than two pages is not worth a LIST
+        self._ahead = pages_ahead
+        self._ready: deque | None = None if ordered else deque()  # unordered: pages from any range
+        self._waiting = pages_ahead * workers
+        self._first = _Range(start_after, last_key)
+        self._ranges = [self._first]
+        self._space: KeySpace | None = None
+        self._error: BaseException | None = None
+        self._stopped = False
+        self._cond = threading.Condition()
+        self.requests = 0
+        for i in range(workers):
+            threading.Thread(target=self._work, args=(self._first if i == 0 else None,),
+                             name=f"s3arch-list-{i}", daemon=True).start()
+
+    @property
+    def ranges(self) -> int:
+        return len(self._ranges)
+
+    def __iter__(self) -> Iterator[list[ListedObject]]:
+        if self._ready is not None:
+            yield from (page for _, page in self.by_range() if page is not None)
+            return
+        r: _Range | None = self._first
+        while r is not None:
+            with self._cond:
+                while not r.pages and r.more and self._error is None:
+                    self._cond.wait()
+                if self._error is not None:
+                    raise self._error
+                page = r.pages.popleft() if r.pages else None
+                self._cond.notify_all()
+            if page is None:
+                r = r.next
+            else:
+                yield page
+
+    def by_range(self) -> Iterator[tuple[object, list[ListedObject] | None]]:
+        """Unordered: (its key range, page) as they come, and (key range, None) once a range
+        is listed. A range's pages come in key order, one range's after another's in any."""
+        while True:
+            with self._cond:
+                while not self._ready and self._error is None and any(r.more for r in self._ranges):
+                    self._cond.wait()
+                if self._error is not None:
+                    raise self._error
+                if not self._ready:
+                    return
+                item = self._ready.popleft()
+                self._cond.notify_all()
+            yield item
+
+    def _full(self, r: _Range) -> bool:
+        return len(r.pages) >= self._ahead if self._ready is None else len(self._ready) >= self._waiting
+
+    def close(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def _work(self, r: _Range | None) -> None:
+        try:
+            while True:
+                if r is None:
+                    r = self._cut()
+                    if r is None:
+                        return
+                self._list(r)
+                r = None
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            with self._cond:
+                self._error = self._error or exc
+                self._stopped = True
+                self._cond.notify_all()
+
+    def _list(self, r: _Range) -> None:
+        token = None
+        while True:
+            with self._cond:
+                while self._full(r) and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                args = {"ContinuationToken": token} if token else {"StartAfter": r.after} if r.after else {}
+            try:
+                page = self._control.list_objects_v2(Bucket=self._bucket, Prefix=self._prefix,
+                                                     MaxKeys=self._page_size, **args)
+            except IO_ERRORS as exc:
+                raise translate(exc, f"list s3://{self._bucket}/{self._prefix}") from exc
+            listed = _listed(page)
+            with self._cond:
+                self.requests += 1
+                upto = r.upto
+                trimmed = upto is not None and bool(listed) and key_order(listed[-1].key) > key_order(upto)
+                if upto is not None and trimmed:
+                    end = key_order(upto)
+                    listed = [o for o in listed if key_order(o.key) <= end]
+                if listed:
+                    if self._space is None:
+                        self._space = KeySpace(self._prefix, [o.key for o in listed])
+                    if self._ready is None:
+                        r.pages.append(listed)
+                    else:
+                        self._ready.append((r, listed))
+                    r.first = r.first or listed[0].key
+                    r.last = listed[-1].key
+                    r.listed += len(listed)
+                token = page.get("NextContinuationToken")
+                r.more = bool(page.get("IsTruncated")) and bool(token) and not trimmed
+                if not r.more and self._ready is not None:
+                    self._ready.append((r, None))
+                self._cond.notify_all()
+                if not r.more:
+                    return
+
+    def _cut(self) -> _Range | None:
+        """Wait until some range can be cut, cut it, and return its upper half; None when
+        every range is listed (or the listing stopped)."""
+        with self._cond:
+            while True:
+                if self._stopped or not any(r.more for r in self._ranges):
+                    return None
+                space = self._space
+                best: _Range | None = None
+                most: float = self._min_cut
+                for r in self._ranges:
+                    if space is not None and r.more and r.first and r.last and r.uncuttable_at != r.last:
+                        keys = space.remaining(r.first, r.last, r.listed, r.upto)
+                        if keys >= most:
+                            best, most = r, keys
+                if space is not None and best is not None and best.last is not None:
+                    at = space.cut(best.last, best.upto)
+                    if at is None:
+                        best.uncuttable_at = best.last
+                        continue
+                    upper = _Range(at, best.upto, next=best.next)
+                    best.upto, best.next = at, upper
+                    self._ranges.append(upper)
+                    return upper
+                self._cond.wait()

@@ -19,6 +19,7 @@ after ``max_lifetime`` seconds, and ``stop()`` shuts it down and releases stalle
 
 from __future__ import annotations
 
+import bisect
 import http.client
 import random
 import socket
@@ -144,10 +145,12 @@ class FaultProxy:
         self._timer.daemon = True
         self._timer.start()
 
-    def synthesize_listing(self, bucket: str, prefix: str, count: int, size: int = 1024) -> None:
+    def synthesize_listing(self, bucket: str, prefix: str, count: int, size: int = 1024,
+                           latency: float = 0.0, jitter: float = 0.0) -> None:
         """Answer ListObjectsV2 for bucket/prefix with ``count`` generated entries, page by
-        page and without holding them: a prefix of millions of keys without seeding them."""
-        self._synthetic[(bucket, prefix)] = (count, size)
+        page and without holding them: a prefix of millions of keys without seeding them;
+        each page ``latency`` ± ``jitter`` seconds late, as from a distant region."""
+        self._synthetic[(bucket, prefix)] = (count, size, latency, jitter)
 
     def add(self, fault: Fault) -> Fault:
         self.faults.append(fault)
@@ -250,11 +253,14 @@ def _upstream_connection(handler, host, port) -> http.client.HTTPConnection:
     return connection
 
 
-def _send_synthetic_page(handler, request: Request, prefix: str, count: int, size: int) -> None:
+def _send_synthetic_page(handler, request: Request, prefix: str, count: int, size: int,
+                         latency: float, jitter: float) -> None:
+    if latency:
+        time.sleep(max(0.0, random.uniform(latency - jitter, latency + jitter)))
     start = int(request.query.get("continuation-token", ["0"])[0])
     after = request.query.get("start-after", [""])[0]
-    if after.startswith(prefix) and "continuation-token" not in request.query:
-        start = int(after[len(prefix):].split(".")[0]) + 1  # keys are PREFIX + 9 digits + .log
+    if after and "continuation-token" not in request.query:  # the first key after it: keys sort as numbers
+        start = bisect.bisect_right(range(count), after.encode(), key=lambda i: f"{prefix}{i:09d}.log".encode())
     end = min(count, start + int(request.query.get("max-keys", ["1000"])[0]))
     bucket = request.key.rstrip("/")
     entries = "".join(

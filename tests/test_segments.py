@@ -323,3 +323,36 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
     durations = workers._run_workers(None, None, None, plan, 1, threading.Event())
     assert list(durations) == [0]
     assert seen == ["token-1", "token-2"]
+
+
+def test_segments_read_the_plans_listing_and_archive_exactly_what_it_planned(minio, s3, buckets, clients):
+    """The prefix is listed once per segmented run: segment steps list nothing (they read the
+    listing the plan recorded), and a key written into a segment's range after the plan is
+    left for the next run instead of failing the segment."""
+    from helpers import engine_clients
+    from faultproxy import is_list
+
+    from tasks.archive import archive_segment, assemble_segments, prepare_segments
+    from tasks.config import ArchiveSpec, S3Url
+
+    src, dst = buckets
+    objects = segmented_prefix()
+    seed(s3, src, objects)
+    spec = ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, "once/"), storage_class="STANDARD", processes=1)
+    assert prepare_segments(spec, 3, clients).segments == 3
+    assert [k for k in keys_in(s3, dst) if "/listing/" in k], "the plan recorded no listing"
+    late = f"{PREFIX}06/event-late.log"
+    s3.put_object(Bucket=src, Key=late, Body=b"written after the plan\n")
+    proxy = FaultProxy(minio.endpoint_url)
+    try:
+        lists = proxy.add(Fault("status", rate=0.0, match=lambda r: is_list(r) and r.key.rstrip("/") == src))
+        for k in (2, 0, 1):
+            archive_segment(spec, k, engine_clients(minio, proxy.endpoint_url))
+    finally:
+        proxy.stop()
+    assert lists.seen == 0, f"segments listed the source {lists.seen} times"
+    result = assemble_segments(spec, clients)
+    assert result.status == "archived" and result.objects == len(objects)
+    files = {k: v for k, v in objects.items() if not k.endswith("/")}
+    assert read_archive(s3, dst, f"once/{src}/{PREFIX.rstrip('/')}.tar.gz") == files  # without the late key
+    assert [k for k in keys_in(s3, dst) if ".segments/" in k] == []

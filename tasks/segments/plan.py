@@ -15,10 +15,11 @@ from typing import Iterator
 
 from ..config import ArchiveSpec
 from ..errors import EmptyPrefix
-from ..listing import ListedObject, iter_pages
-from ..manifest import ArchiveLayout
+from ..listing import LISTING_WORKERS, ListedObject, RangeListing, iter_pages, key_order
+from ..manifest import ArchiveLayout, layout_for
 from ..tarwriter import END_OF_ARCHIVE, member_size
 from ..upload import MAX_PARTS, create_upload
+from .recorded import ListingChunk, ListingRecorder
 
 # What one object costs beyond its bytes, as bytes of the same cost: about 1,300 small
 # objects/s against 200 MB/s per process here (bench/README.md), so one object ~ 150 KB.
@@ -62,6 +63,7 @@ class SegmentPlan:
     short_of_min_billable: int
     ranges: tuple[SegmentRange, ...]
     planned_in_s: float = 0.0
+    listing: tuple[ListingChunk, ...] = ()  # the prefix as the plan listed it (older plans: none)
 
     @property
     def count(self) -> int:
@@ -75,11 +77,13 @@ class SegmentPlan:
         return f"{segments_prefix(layout)}{self.run}/{k:05d}{what}"
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "ranges": [asdict(r) for r in self.ranges]}
+        return {**asdict(self), "ranges": [asdict(r) for r in self.ranges],
+                "listing": [[c.first, c.last, c.objects, c.key] for c in self.listing]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "SegmentPlan":
-        return cls(**{**d, "ranges": tuple(SegmentRange(**r) for r in d["ranges"])})
+        return cls(**{**d, "ranges": tuple(SegmentRange(**r) for r in d["ranges"]),
+                      "listing": tuple(ListingChunk(*c) for c in d.get("listing", ()))})
 
 
 @dataclass(frozen=True)
@@ -189,7 +193,7 @@ def processes_within(budget: int) -> int:
 
 @dataclass
 class _Page:
-    after: str | None  # the key before the page
+    first: str
     last: str
     objects: int
     bytes: int
@@ -198,19 +202,33 @@ class _Page:
 
 def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int) -> SegmentPlan:
     """List the prefix and cut it into at most ``count`` segments of about equal weight
-    (bytes plus ``OBJECT_WEIGHT`` per object). Memory is one small record per listing page:
-    the pages a cut falls in are listed again to find the exact key."""
+    (bytes plus ``OBJECT_WEIGHT`` per object). The prefix is listed in parallel key ranges,
+    its pages taken as they come; memory is one small record per page, put in key order once
+    all are in. The pages a cut falls in are listed again to find the exact key."""
     from ..cost import short_of_minimum
 
     started = time.monotonic()
+    run = secrets.token_hex(8)
     pages: list[_Page] = []
     short = 0
-    after = None
-    for page in iter_pages(control, spec.source.bucket, spec.source.key):
-        tar = sum(member_size(o.key, o.size) for o in page)
-        pages.append(_Page(after, page[-1].key, len(page), sum(o.size for o in page), tar))
-        short += sum(short_of_minimum(o.size) for o in page)
-        after = page[-1].key
+    listing = RangeListing(control, spec.source.bucket, spec.source.key, workers=LISTING_WORKERS, ordered=False)
+    recorder = ListingRecorder(spec, control, layout_for(spec.source, spec.destination), run)
+    try:
+        for source, page in listing.by_range():
+            if page is None:
+                recorder.end(source)
+                continue
+            recorder.add(source, page)
+            tar = sum(member_size(o.key, o.size) for o in page)
+            pages.append(_Page(page[0].key, page[-1].key, len(page), sum(o.size for o in page), tar))
+            short += sum(short_of_minimum(o.size) for o in page)
+        recorded = recorder.close()
+    except BaseException:
+        recorder.abandon()  # what it wrote is left to the temporaries' cleanup
+        raise
+    finally:
+        listing.close()
+    pages.sort(key=lambda p: key_order(p.first))
     objects = sum(p.objects for p in pages)
     if not objects:
         raise EmptyPrefix(f"{spec.source} holds no objects; nothing was written",
@@ -221,7 +239,7 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int) -> S
     # Walk pages; where a cut falls inside a page, list that page again object by object.
     ends: list[tuple[str, int, int, int]] = []  # (last key, objects, bytes, tar end) per segment
     weight = n = nbytes = tar = 0
-    for p in pages:
+    for i, p in enumerate(pages):
         # Every segment gets at least one object: a cut is forced where only as many objects
         # are left as segments still to fill (one huge object would otherwise take two cuts).
         if not cuts or (weight + p.tar + OBJECT_WEIGHT * p.objects < cuts[0]
@@ -229,7 +247,7 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int) -> S
             weight += p.tar + OBJECT_WEIGHT * p.objects
             n, nbytes, tar = n + p.objects, nbytes + p.bytes, tar + p.tar
             continue
-        for o in _page_objects(control, spec, p):
+        for o in _page_objects(control, spec, pages[i - 1].last if i else None, p.last):
             weight += member_size(o.key, o.size) + OBJECT_WEIGHT
             n, nbytes, tar = n + 1, nbytes + o.size, tar + member_size(o.key, o.size)
             if cuts and (weight >= cuts[0] or objects - n == len(cuts)) and n > (ends[-1][1] if ends else 0):
@@ -243,14 +261,14 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int) -> S
         ranges.append(SegmentRange(k, before[0], end[0], end[1] - before[1], end[2] - before[2], before[3], end[3],
                                    first_part=k * parts_each + 2, parts=parts_each - 1))
         before = end
-    return SegmentPlan(run=secrets.token_hex(8), upload_id="",
+    return SegmentPlan(run=run, upload_id="",
                        archive_key=archive_key, objects=objects, bytes=ends[-1][2],
                        tar_size=ends[-1][3] + END_OF_ARCHIVE, short_of_min_billable=short, ranges=tuple(ranges),
-                       planned_in_s=time.monotonic() - started)
+                       planned_in_s=time.monotonic() - started, listing=recorded)
 
 
-def _page_objects(control, spec: ArchiveSpec, page: _Page) -> Iterator[ListedObject]:
-    for listed in iter_pages(control, spec.source.bucket, spec.source.key, page.after, page.last):
+def _page_objects(control, spec: ArchiveSpec, after: str | None, last: str) -> Iterator[ListedObject]:
+    for listed in iter_pages(control, spec.source.bucket, spec.source.key, after, last):
         yield from listed
 
 

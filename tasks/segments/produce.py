@@ -19,6 +19,7 @@ from ..s3 import S3Clients
 from ..tarwriter import END_OF_ARCHIVE
 from ..upload import PartSizer, PartUploader
 from .plan import SegmentPlan, plan_key
+from .recorded import recorded_pages
 from .temporaries import put_temporary, read_plan, segment_done
 
 
@@ -97,7 +98,9 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
     temporaries. Idempotent: a re-run overwrites the segment's parts and temporaries."""
     target = SegmentTarget(spec, layout, plan, k)
     started = time.monotonic()
-    streamed = stream_archive(spec, clients, target, progress, abort)
+    listed = recorded_pages(clients.control, layout, plan.listing, target.start_after, target.range.last_key) \
+        if plan.listing else None  # a plan made before plans recorded their listing: list the range
+    streamed = stream_archive(spec, clients, target, progress, abort, listed=listed)
     uploader = streamed.uploader
     parts = uploader.finish_parts(keep_short_tail=True)
     result = {
