@@ -439,12 +439,13 @@ def segments_line(names: list[str], server, env, repeat: int) -> dict:
 PLAN_OBJECTS = 1_000_000
 
 
-def _synthetic_listing_server(objects: int) -> tuple[subprocess.Popen, str]:
+def _synthetic_listing_server(objects: int, upstream: str) -> tuple[subprocess.Popen, str]:
     """The test fault proxy's synthetic listing in a process of its own (its CPU is not ours):
-    ``synthetic/`` answers at once, ``distant/`` 40 ± 10 ms late, like S3 from a nearby region."""
+    ``synthetic/`` answers at once, ``distant/`` 40 ± 10 ms late, like S3 from a nearby region.
+    Everything else goes to ``upstream``."""
     code = (f"import sys, time; sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
             "from faultproxy import FaultProxy\n"
-            "p = FaultProxy('http://127.0.0.1:9', max_lifetime=3600)\n"
+            f"p = FaultProxy({upstream!r}, max_lifetime=3600)\n"
             f"p.synthesize_listing('bench-src', 'synthetic/', {objects})\n"
             f"p.synthesize_listing('bench-src', 'distant/', {objects}, latency={LATENCY_MS / 1000}, "
             f"jitter={LATENCY_JITTER_MS / 1000})\n"
@@ -464,7 +465,7 @@ def plan_line(server, repeat: int) -> dict:
     from tasks.segments import plan_segments
     from tasks.s3 import S3Clients
 
-    proc, endpoint = _synthetic_listing_server(PLAN_OBJECTS)
+    proc, endpoint = _synthetic_listing_server(PLAN_OBJECTS, server.endpoint_url)
     line: dict = {"objects": PLAN_OBJECTS, "runs": []}
     try:
         session = boto3.Session(aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,

@@ -16,7 +16,7 @@ import json
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
 from ..config import ArchiveSpec
@@ -24,6 +24,7 @@ from ..listing import ListedObject, key_order
 from ..manifest import ArchiveLayout
 
 CHUNK_PAGES = 20  # about 20,000 keys, 0.5-1 MB gzipped
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,10 @@ class ListingRecorder:
         chunk = self._open.get(source)
         if chunk is None:
             chunk = self._open[source] = _Open(page[0].key)
-        chunk.lines.append(json.dumps([[o.key, o.size, o.etag, o.last_modified.isoformat()] for o in page]).encode())
+        # By column, and times as seconds since the epoch: no Python loop per object (isoformat
+        # alone would cost more than the listing), and exact to the microsecond.
+        keys, sizes, etags, times = zip(*page)
+        chunk.lines.append(json.dumps([keys, sizes, etags, list(map(datetime.timestamp, times))]).encode())
         chunk.last, chunk.objects = page[-1].key, chunk.objects + len(page)
         if len(chunk.lines) >= CHUNK_PAGES:
             self.end(source)
@@ -124,7 +128,8 @@ def recorded_pages(control, layout: ArchiveLayout, chunks: tuple[ListingChunk, .
             raise ObjectMissing(f"s3://{layout.bucket}/{chunk.key}, the plan's listing, is missing: the run's "
                                 "temporaries were cleaned up", hint="run the prefix again; a new plan is made")
         for line in gzip.decompress(body).splitlines():
-            page = [ListedObject(k, s, e, datetime.fromisoformat(t)) for k, s, e, t in json.loads(line)]
+            keys, sizes, etags, times = json.loads(line)
+            page = [ListedObject(k, s, e, _EPOCH + timedelta(seconds=t)) for k, s, e, t in zip(keys, sizes, etags, times)]
             if after is not None and key_order(page[0].key) <= after:
                 page = [o for o in page if key_order(o.key) > after]
             if page and key_order(page[-1].key) > end:
