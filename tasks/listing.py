@@ -431,7 +431,10 @@ class RangeListing:
                 best: _Range | None = None
                 most: float = self._min_cut
                 for r in self._ranges:
-                    if space is not None and r.more and r.first and r.last and r.uncuttable_at != r.last:
+                    # A range is cut once it has shown two full pages: a prefix of a page or two
+                    # (most days) costs no LIST more than one after another would.
+                    if (space is not None and r.more and r.first and r.last and r.uncuttable_at != r.last
+                            and r.listed >= self._min_cut):
                         keys = space.remaining(r.first, r.last, r.listed, r.upto)
                         if keys >= most:
                             best, most = r, keys
