@@ -284,6 +284,13 @@ def check_targets(results: dict, extra: dict) -> list[str]:
             lines.append(f"{verdict(rate['median'] >= target)}  plan    1,000,000 keys listed and planned "
                          f"{'with ' + str(LATENCY_MS) + ' ms' if name == 'latency' else 'locally'}: "
                          f"{fmt(rate, 0)} keys/s (target >= {target:,})")
+    if "getpath" in extra:
+        paths = extra["getpath"]
+        crt = paths["crt_meta_request"]["cpu_ms_per_object"]["median"]
+        for name in ("obstore", "boto3"):
+            lines.append(f"info  get path {name} / CRT meta-request client CPU per small GET: "
+                         f"{paths[name]['cpu_ms_per_object']['median'] / crt:.2f}x "
+                         f"({paths[name]['cpu_ms_per_object']['median']:.3f} vs {crt:.3f} ms)")
     if "fixed" in extra:
         trips = extra["fixed"]["round_trips"]
         lines.append(f"{verdict(round(trips['median']) <= 8)}  fixed cost {fmt(trips, 1)} sequential round trips per "
@@ -504,6 +511,39 @@ def plan_line(server, repeat: int) -> dict:
     return line
 
 
+GET_PATH_OBJECTS = 5_000
+
+
+def get_path_line(ds, server, repeat: int) -> dict:
+    """Client CPU per small GET on the CRT meta-requests the archiver uses, obstore and boto3,
+    alternating, on the first 5,000 objects of ``small`` (bench/get_paths.py)."""
+    from bench.get_paths import PATHS
+
+    s3 = server.client()
+    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=SOURCE_BUCKET, Prefix=f"{ds.name}/", PaginationConfig={"MaxItems": GET_PATH_OBJECTS})
+        for o in page.get("Contents", [])]
+    runs: dict[str, list[dict]] = {name: [] for name in PATHS}
+    for i in range(repeat):
+        for name, fetch in PATHS.items():
+            run = fetch(server, SOURCE_BUCKET, keys)
+            run["cpu_ms_per_object"] = 1000 * run["cpu_s"] / len(keys)
+            run["objects_per_s"] = len(keys) / run["wall_s"]
+            runs[name].append(run)
+        print(f"  get paths #{i + 1}: " + ", ".join(f"{name} {r[-1]['cpu_ms_per_object']:.3f} ms CPU/object "
+                                                  f"({r[-1]['objects_per_s']:,.0f}/s)" for name, r in runs.items()),
+              flush=True)
+    sizes = {name: {r["bytes"] for r in rs} for name, rs in runs.items()}
+    assert len(set().union(*sizes.values())) == 1, f"the paths fetched different bytes: {sizes}"
+    line = {"objects": len(keys), "in_flight": 32,
+            **{name: {"cpu_ms_per_object": spread(rs, "cpu_ms_per_object"), "objects_per_s": spread(rs, "objects_per_s"),
+                      "runs": rs} for name, rs in runs.items()}}
+    for name in PATHS:
+        print(f"get path {name}: {fmt(line[name]['cpu_ms_per_object'], 3)} ms CPU/object, "
+              f"{fmt(line[name]['objects_per_s'], 0)} objects/s", flush=True)
+    return line
+
+
 def size_line(ds, server, env, reference: dict, repeat: int) -> dict:
     """The lowest gzip level whose archive is no larger than pigz -6's, then its time
     against the reference pipeline's runs of the same invocation."""
@@ -547,14 +587,14 @@ def metadata_line(server, env, repeat: int) -> dict:
     return line
 
 
-LINES = {"latency": "day2k", "size": "medium", "segments": "small", "plan": "small",
+LINES = {"latency": "day2k", "size": "medium", "segments": "small", "plan": "small", "getpath": "small",
          "metadata": "tagged", "fixed": "single"}  # line -> its data set
 SLOW_SETS = {"many": 3}  # at most this many runs: 200,000 objects take minutes per run
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sets", default="small,medium,large,many,latency,size,metadata,fixed",
+    parser.add_argument("--sets", default="small,medium,large,many,latency,size,metadata,fixed,segments,plan,getpath",
                         help=f"data sets ({', '.join(SETS)}) and lines ({', '.join(LINES)}) to run")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--segments-on", default="small,many", help="the data sets the segments line runs on")
@@ -598,6 +638,9 @@ def main(argv=None) -> int:
                 continue
             if name == "plan":
                 extra[name] = plan_line(server, repeat)
+                continue
+            if name == "getpath":
+                extra[name] = get_path_line(ds, server, repeat)
                 continue
             if name == "fixed":
                 extra[name] = fixed_cost_line(server, env, repeat)

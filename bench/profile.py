@@ -1,0 +1,185 @@
+"""Where the client's CPU goes: one run of ours on a data set under py-spy (sampled, every
+thread that is on a CPU), each sample put in the pipeline stage its innermost engine frame
+belongs to, printed as a table of CPU seconds, shares and (for many objects) ms per object.
+
+    python -m bench.profile --set many        # client CPU per small object, stage by stage
+    python -m bench.profile --set large       # the time split: fetch, hash, compress, upload
+
+py-spy sees Python threads only: the CRT's own event-loop threads (TLS, HTTP parsing) show up
+only while they call back into Python. What it cannot see is the process's CPU (from wait4,
+py-spy attached from outside so its own CPU is not counted) minus the sampled total, printed
+as its own row rather than spread over the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from bench.bench import DATA_DIR, DEST_BUCKET, S5CMD, _clear_ours, _ours_argv
+from bench.datasets import SETS, SOURCE_BUCKET, seed
+from devtools.servers import ROOT, start_minio
+
+RATE = 200  # samples per second per thread
+FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*):(?P<line>\d+)\)$")
+
+# (stage, test on the innermost engine frame's module, function and source line), first match
+# wins, tried from the innermost engine frame outwards.
+STAGES = [
+    ("hash (SHA-256 per object)", lambda m, f, src: "hasher" in src or "sha256" in src),
+    ("compress", lambda m, f, src: m == "compression"),
+    ("upload (parts, manifest, index PUTs)", lambda m, f, src: m == "upload"),
+    ("fetch (GETs and their callbacks)", lambda m, f, src: m == "fetching"),
+    ("tar headers and member names", lambda m, f, src: m == "tarwriter"),
+    ("listing (requests, page parsing)", lambda m, f, src: m == "listing"),
+    ("manifest records", lambda m, f, src: m == "manifest" or f == "_record"),
+    ("object attributes from headers", lambda m, f, src: m == "attributes"),
+    ("segments (plan, workers, assembly)", lambda m, f, src: m.startswith("segments")),
+    ("commit protocol, lease, control plane", lambda m, f, src: m in {"commit", "lease", "s3", "archive", "cli"}),
+    ("member loop (pipeline hand-over)", lambda m, f, src: m == "pipeline"),
+]
+STARTUP = "interpreter start and imports"
+NATIVE_CALLBACK = "CRT native code calling into Python"
+OTHER = "other (threading, logging, interpreter)"
+UNSEEN = "not sampled: native threads (CRT I/O, TLS, HTTP), the start before py-spy attached"
+
+
+class Sources:
+    """Source lines of the engine's modules, read once."""
+
+    def __init__(self):
+        self._files: dict[str, list[str]] = {}
+
+    def line(self, path: str, number: int) -> str:
+        if path not in self._files:
+            try:
+                self._files[path] = Path(path).read_text().splitlines()
+            except OSError:
+                self._files[path] = []
+        lines = self._files[path]
+        return lines[number - 1] if 0 < number <= len(lines) else ""
+
+
+def engine_module(path: str) -> str | None:
+    """``tasks/segments/plan.py`` -> ``segments.plan``; None outside the engine."""
+    parts = Path(path).parts
+    if "tasks" not in parts:
+        return None
+    rel = parts[len(parts) - 1 - parts[::-1].index("tasks") + 1:]
+    return ".".join(rel)[: -len(".py")] if rel else None
+
+
+def stage_of(frames: list[tuple[str, str, int]], sources: Sources) -> str:
+    """The stage of one stack (outermost frame first)."""
+    for function, path, line in reversed(frames):
+        module = engine_module(path)
+        if module is None:
+            continue
+        src = sources.line(path, line)
+        for stage, test in STAGES:
+            if test(module, function, src):
+                return stage
+    if any("importlib" in path or function == "<module>" for function, path, _ in frames):
+        return STARTUP
+    if any("awscrt" in path for _, path, _ in frames):
+        return NATIVE_CALLBACK
+    return OTHER
+
+
+def parse_raw(text: str) -> Counter:
+    """py-spy's raw (collapsed) output -> samples per stack, frames outermost first."""
+    stacks: Counter = Counter()
+    for row in text.splitlines():
+        stack, _, count = row.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = []
+        for frame in stack.split(";"):
+            m = FRAME.match(frame.strip())
+            if m:
+                frames.append((m["function"], m["file"], int(m["line"])))
+        stacks[tuple(frames)] += int(count)
+    return stacks
+
+
+def profile(set_name: str, rate: int) -> dict:
+    ds = SETS[set_name]
+    server = start_minio(data_dir=DATA_DIR, access_key="s3arch-bench", secret_key="s3arch-bench-secret-key")
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(server.env(), PYTHONPATH=str(ROOT))
+        s3 = server.client(max_pool_connections=32)
+        for bucket in (SOURCE_BUCKET, DEST_BUCKET):
+            try:
+                s3.create_bucket(Bucket=bucket)
+            except s3.exceptions.BucketAlreadyOwnedByYou:
+                pass
+        if seed(ds, s3, [str(S5CMD), "--endpoint-url", server.endpoint_url], env):
+            print(f"seeded {ds.name}", flush=True)
+        _clear_ours(server, ds)
+        with tempfile.TemporaryDirectory() as tmp:
+            raw = Path(tmp) / "profile.txt"
+            started = time.monotonic()
+            ours = subprocess.Popen(_ours_argv(ds.prefix), env=env, cwd=ROOT, stdout=subprocess.PIPE)
+            # Attached rather than launching ours, so that wait4 gives ours' CPU without py-spy's.
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(ours.pid),
+                                    "--format", "raw", "--rate", str(rate), "--nonblocking", "--output", str(raw)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            stdout = ours.stdout.read()
+            _, status, usage = os.wait4(ours.pid, 0)
+            wall = time.monotonic() - started
+            _, spy_err = spy.communicate(timeout=60)
+            if os.waitstatus_to_exitcode(status) or not raw.exists():
+                raise RuntimeError(f"the profiled run failed (exit {os.waitstatus_to_exitcode(status)}); "
+                                   f"py-spy said: {spy_err.decode(errors='replace')[-2000:]}")
+            summary = json.loads(stdout.decode().strip().splitlines()[-1])
+            stacks = parse_raw(raw.read_text())
+    finally:
+        server.stop()
+    sources = Sources()
+    seconds: Counter = Counter()
+    for frames, count in stacks.items():
+        seconds[stage_of(list(frames), sources)] += count / rate
+    return {"set": set_name, "objects": summary["objects"], "bytes_in": summary["bytes_in"], "wall_s": wall,
+            "cpu_s": usage.ru_utime + usage.ru_stime, "rate_hz": rate, "stages_s": dict(seconds.most_common())}
+
+
+def table(result: dict) -> str:
+    stages = dict(result["stages_s"])
+    sampled = sum(stages.values())
+    if result["cpu_s"] > sampled:
+        stages[UNSEEN] = result["cpu_s"] - sampled
+    total = sum(stages.values())
+    objects = result["objects"]
+    rows = ["| stage | CPU s | share | ms per object |", "|---|---|---|---|"]
+    for stage, s in sorted(stages.items(), key=lambda kv: -kv[1]):
+        rows.append(f"| {stage} | {s:.2f} | {100 * s / total:.1f}% | {1000 * s / objects:.3f} |")
+    rows.append(f"| **total** | **{total:.2f}** | | **{1000 * total / objects:.3f}** |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--set", default="many", choices=sorted(SETS))
+    parser.add_argument("--rate", type=int, default=RATE)
+    args = parser.parse_args(argv)
+    result = profile(args.set, args.rate)
+    print(f"{result['objects']:,} objects, {result['bytes_in'] / 2**20:,.0f} MiB in {result['wall_s']:.1f} s "
+          f"under py-spy at {args.rate} Hz, client CPU {result['cpu_s']:.2f} s\n")
+    print(table(result))
+    out = ROOT / "bench" / "results" / f"profile-{args.set}.json"
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\nresults: {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
