@@ -620,7 +620,17 @@ def main(argv=None) -> int:
                 pass
         s5cmd_seed = [str(S5CMD), "--endpoint-url", server.endpoint_url]
         results, extra = {}, {}
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        RESULTS.mkdir(exist_ok=True)
+        out = RESULTS / f"{stamp}.json"
+
+        def save(targets: list[str]) -> None:  # after every line too: an interrupted run keeps what it measured
+            out.write_text(json.dumps({
+                "when": stamp, "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+                "repeat": args.repeat, "results": results, "lines": extra, "targets": targets}, indent=1))
+
         for name in names:
+            save([])
             ds = SETS[LINES.get(name, name)]
             started = time.monotonic()
             if seed(ds, s3, s5cmd_seed, env):
@@ -672,12 +682,7 @@ def main(argv=None) -> int:
             print("\n" + table(results) + "\n")
         print("times are median [min-max] of the runs; ratios are ours/reference per alternating pair\n")
         print("\n".join(targets))
-        RESULTS.mkdir(exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        out = RESULTS / f"{stamp}.json"
-        out.write_text(json.dumps({
-            "when": stamp, "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
-            "repeat": args.repeat, "results": results, "lines": extra, "targets": targets}, indent=1))
+        save(targets)
         print(f"\nresults: {out.relative_to(ROOT)}")
         return 0
     finally:

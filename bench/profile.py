@@ -31,8 +31,10 @@ from devtools.servers import ROOT, start_minio
 RATE = 200  # samples per second per thread
 FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*):(?P<line>\d+)\)$")
 
-# (stage, test on the innermost engine frame's module, function and source line), first match
-# wins, tried from the innermost engine frame outwards.
+# (stage, test on an engine frame's module, function and source line). The stages are tried
+# on the engine frames from the innermost outwards, so the S3 client glue that a GET or a part
+# upload goes through counts for the stage that called it; only a stack without any of them
+# falls to the generic rows.
 STAGES = [
     ("hash (SHA-256 per object)", lambda m, f, src: "hasher" in src or "sha256" in src),
     ("compress", lambda m, f, src: m == "compression"),
@@ -43,12 +45,15 @@ STAGES = [
     ("manifest records", lambda m, f, src: m == "manifest" or f == "_record"),
     ("object attributes from headers", lambda m, f, src: m == "attributes"),
     ("segments (plan, workers, assembly)", lambda m, f, src: m.startswith("segments")),
-    ("commit protocol, lease, control plane", lambda m, f, src: m in {"commit", "lease", "s3", "archive", "cli"}),
+]
+GENERIC = [
     ("member loop (pipeline hand-over)", lambda m, f, src: m == "pipeline"),
+    ("commit protocol, lease, control plane", lambda m, f, src: True),
 ]
 STARTUP = "interpreter start and imports"
 NATIVE_CALLBACK = "CRT native code calling into Python"
 OTHER = "other (threading, logging, interpreter)"
+UNSEEN_WITHOUT_GIL = "CPU without the GIL: CRT's native threads, compression and hashing of large buffers"
 UNSEEN = "not sampled: native threads (CRT I/O, TLS, HTTP), the start before py-spy attached"
 
 
@@ -79,14 +84,13 @@ def engine_module(path: str) -> str | None:
 
 def stage_of(frames: list[tuple[str, str, int]], sources: Sources) -> str:
     """The stage of one stack (outermost frame first)."""
-    for function, path, line in reversed(frames):
-        module = engine_module(path)
-        if module is None:
-            continue
-        src = sources.line(path, line)
-        for stage, test in STAGES:
-            if test(module, function, src):
-                return stage
+    engine = [(engine_module(path), function, sources.line(path, line))
+              for function, path, line in reversed(frames) if engine_module(path) is not None]
+    for rules in (STAGES, GENERIC):
+        for module, function, src in engine:
+            for stage, test in rules:
+                if test(module, function, src):
+                    return stage
     if any("importlib" in path or function == "<module>" for function, path, _ in frames):
         return STARTUP
     if any("awscrt" in path for _, path, _ in frames):
@@ -110,7 +114,7 @@ def parse_raw(text: str) -> Counter:
     return stacks
 
 
-def profile(set_name: str, rate: int) -> dict:
+def profile(set_name: str, rate: int, gil: bool = False) -> dict:
     ds = SETS[set_name]
     server = start_minio(data_dir=DATA_DIR, access_key="s3arch-bench", secret_key="s3arch-bench-secret-key")
     try:
@@ -131,38 +135,51 @@ def profile(set_name: str, rate: int) -> dict:
             ours = subprocess.Popen(_ours_argv(ds.prefix), env=env, cwd=ROOT, stdout=subprocess.PIPE)
             # Attached rather than launching ours, so that wait4 gives ours' CPU without py-spy's.
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(ours.pid),
-                                    "--format", "raw", "--rate", str(rate), "--nonblocking", "--output", str(raw)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                    "--format", "raw", "--rate", str(rate), "--nonblocking", "--output", str(raw),
+                                    *(["--gil"] if gil else [])],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             stdout = ours.stdout.read()
             _, status, usage = os.wait4(ours.pid, 0)
             wall = time.monotonic() - started
-            _, spy_err = spy.communicate(timeout=60)
+            spy_err, _ = spy.communicate(timeout=60)  # its stdout and stderr together
             if os.waitstatus_to_exitcode(status) or not raw.exists():
                 raise RuntimeError(f"the profiled run failed (exit {os.waitstatus_to_exitcode(status)}); "
                                    f"py-spy said: {spy_err.decode(errors='replace')[-2000:]}")
             summary = json.loads(stdout.decode().strip().splitlines()[-1])
             stacks = parse_raw(raw.read_text())
+            # py-spy's own account (samples taken, errors, falling behind), for the reader to judge.
+            spy_said = [line for line in spy_err.decode(errors="replace").splitlines() if line.strip()][-3:]
     finally:
         server.stop()
+    # On two busy cores py-spy takes fewer samples than it was asked for (it reports how many
+    # it took): each one stands for wall / samples seconds of a thread's time, not 1 / rate.
+    taken = next((int(m[1]) for line in spy_said if (m := re.search(r"Samples: (\d+)", line))), 0)
+    per_sample = wall / taken if taken else 1 / rate
     sources = Sources()
     seconds: Counter = Counter()
     for frames, count in stacks.items():
-        seconds[stage_of(list(frames), sources)] += count / rate
+        seconds[stage_of(list(frames), sources)] += count * per_sample
     return {"set": set_name, "objects": summary["objects"], "bytes_in": summary["bytes_in"], "wall_s": wall,
-            "cpu_s": usage.ru_utime + usage.ru_stime, "rate_hz": rate, "stages_s": dict(seconds.most_common())}
+            "cpu_s": usage.ru_utime + usage.ru_stime, "rate_hz": rate, "gil_only": gil, "samples": taken, "py_spy": spy_said, "stages_s": dict(seconds.most_common())}
 
 
 def table(result: dict) -> str:
+    """Seconds per stage, and the process's CPU that the samples do not account for. With
+    ``gil_only`` the stages are seconds the GIL was held, and the rest is CPU spent without it."""
     stages = dict(result["stages_s"])
     sampled = sum(stages.values())
+    unseen = UNSEEN_WITHOUT_GIL if result.get("gil_only") else UNSEEN
     if result["cpu_s"] > sampled:
-        stages[UNSEEN] = result["cpu_s"] - sampled
+        stages[unseen] = result["cpu_s"] - sampled
+    else:  # sampling noise: the samples say more than the process used; shares stay right
+        stages = {stage: s * result["cpu_s"] / sampled for stage, s in stages.items()}
     total = sum(stages.values())
     objects = result["objects"]
-    rows = ["| stage | CPU s | share | ms per object |", "|---|---|---|---|"]
+    unit = "GIL held s" if result.get("gil_only") else "CPU s"
+    rows = [f"| stage | {unit} | share | ms per object |", "|---|---|---|---|"]
     for stage, s in sorted(stages.items(), key=lambda kv: -kv[1]):
         rows.append(f"| {stage} | {s:.2f} | {100 * s / total:.1f}% | {1000 * s / objects:.3f} |")
-    rows.append(f"| **total** | **{total:.2f}** | | **{1000 * total / objects:.3f}** |")
+    rows.append(f"| **process CPU** | **{total:.2f}** | | **{1000 * total / objects:.3f}** |")
     return "\n".join(rows)
 
 
@@ -170,14 +187,20 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--set", default="many", choices=sorted(SETS))
     parser.add_argument("--rate", type=int, default=RATE)
+    parser.add_argument("--reprint", metavar="JSON", help="print the table of an earlier profile's results file")
+    parser.add_argument("--gil", action="store_true",
+                        help="sample only the thread holding the GIL: the Python side's own time, no thread "
+                             "counted while it waits for the GIL (the table's rows are then shares of GIL time)")
     args = parser.parse_args(argv)
-    result = profile(args.set, args.rate)
+    result = json.loads(Path(args.reprint).read_text()) if args.reprint else profile(args.set, args.rate, args.gil)
     print(f"{result['objects']:,} objects, {result['bytes_in'] / 2**20:,.0f} MiB in {result['wall_s']:.1f} s "
-          f"under py-spy at {args.rate} Hz, client CPU {result['cpu_s']:.2f} s\n")
+          f"under py-spy at {result['rate_hz']} Hz, client CPU {result['cpu_s']:.2f} s\n")
+    print("py-spy: " + " / ".join(result["py_spy"]) + "\n")
     print(table(result))
-    out = ROOT / "bench" / "results" / f"profile-{args.set}.json"
-    out.write_text(json.dumps(result, indent=1))
-    print(f"\nresults: {out.relative_to(ROOT)}")
+    if not args.reprint:
+        out = ROOT / "bench" / "results" / f"profile-{result['set']}{'-gil' if args.gil else ''}.json"
+        out.write_text(json.dumps(result, indent=1))
+        print(f"\nresults: {out.relative_to(ROOT)}")
     return 0
 
 
