@@ -151,7 +151,7 @@ class CommitProtocol:
                 # 5. Stream the archive and manifest as two open uploads.
                 lost = _LeaseWatch(lease, self.cancel)
                 try:
-                    streamed = self._produce(planned, lost.event, sizing)
+                    streamed = self._produce(planned, lost, sizing)
                 except BaseException as exc:
                     lost.stop()
                     lost.raise_if_stopped(exc)
@@ -174,7 +174,7 @@ class CommitProtocol:
             index.result()
         return self._done()
 
-    def _produce(self, planned: SegmentPlan | None, abort: threading.Event,
+    def _produce(self, planned: SegmentPlan | None, lost: "_LeaseWatch",
                  sizing: SizingListing | None) -> StreamedArchive:
         """Step 5: the archive and manifest as two open uploads, made by one of three
         producers: the assembly of a plan whose segments other tasks produced, N segments on
@@ -184,16 +184,20 @@ class CommitProtocol:
         segments."""
         spec = self.spec
         if planned:
-            streamed = assemble(spec, self.clients, self.layout, planned, abort, keep_open=True)
+            streamed = assemble(spec, self.clients, self.layout, planned, lost.event, keep_open=True)
         else:
             if not spec.segments:
                 try:
+                    # The pipeline sets its abort event when it stops, PrefixIsLarge included:
+                    # its own event, so that the segments that follow do not start aborted.
                     return stream_archive(spec, self.clients, WholeArchive(spec, self.layout, self.archive_key),
-                                          self.progress, abort=abort, listed=sizing.pages() if sizing else None)
+                                          self.progress, abort=lost.linked(),
+                                          listed=sizing.pages() if sizing else None)
                 except PrefixIsLarge:
                     if self.progress:
                         self.progress.reset()
-            streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key, self.progress, abort=abort)
+            streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key, self.progress,
+                                        abort=lost.event)
             self.result.notes += streamed.notes
         self.segmented = True
         self.result.segments, self.result.timings = streamed.segments, streamed.timings
@@ -404,18 +408,36 @@ class _LeaseWatch:
         self.cancelled = False
         self._cancel = cancel
         self._stopped = threading.Event()
+        self._linked: list[threading.Event] = []
+        self._lock = threading.Lock()
         lease.keep_alive(self._lost)
         threading.Thread(target=self._watch_cancel, name="s3arch-cancel", daemon=True).start()
 
+    def linked(self) -> threading.Event:
+        """An abort event of its own for one producer: set with ``event`` (lease lost,
+        cancelled), while the producer setting it to stop itself leaves ``event`` alone."""
+        own = threading.Event()
+        with self._lock:
+            self._linked.append(own)
+            if self.event.is_set():
+                own.set()
+        return own
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.event.set()
+            for own in self._linked:
+                own.set()
+
     def _lost(self, error: ArchiverError) -> None:
         self.error = error
-        self.event.set()
+        self._fire()
 
     def _watch_cancel(self) -> None:
         while not self._stopped.wait(0.1):
             if self._cancel.is_set():
                 self.cancelled = True
-                self.event.set()
+                self._fire()
                 return
 
     def stop(self) -> None:

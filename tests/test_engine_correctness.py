@@ -14,7 +14,7 @@ from tasks.config import ArchiveSpec, S3Url
 from tasks.errors import Cancelled, ConcurrentRun, SourceChanged
 from tasks.manifest import ManifestWriter, layout_for, read_index
 
-from helpers import keys_in, open_uploads, seed
+from helpers import keys_in, open_uploads, read_archive, seed
 
 
 def _spec(src, dst, **kw):
@@ -194,3 +194,33 @@ def test_the_index_is_written_before_the_lease_is_released(s3, buckets, minio):
     lease_delete = next(t for t, method, key in seen if method == "DELETE" and key.endswith(".lease.json"))
     assert lease_delete - index_put >= 1.9
     assert not [k for k in keys_in(s3, dst) if k.endswith(".lease.json")]
+
+
+def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_segments(s3, buckets, clients,
+                                                                                         monkeypatch):
+    """The pipeline starts on the first page while the prefix is still being sized; when the
+    sizing shows it is large, the pipeline stops and the run goes on as segments. Stopping the
+    pipeline must not abort the segments: the run commits, byte for byte."""
+    import tasks.segments.plan
+
+    src, dst = buckets
+    objects = {f"day/{i:05d}.log": f"line {i}\n".encode() * (i % 7 + 1) for i in range(1_500)}  # two pages
+    seed(s3, src, objects)
+    real_pages = tasks.segments.plan.iter_pages
+
+    def sizing_slow_after_the_first_page(*args, **kwargs):
+        for n, page in enumerate(real_pages(*args, **kwargs)):
+            if n == 1 and threading.current_thread().name == "s3arch-sizing":
+                time.sleep(2)  # the pipeline is streaming the first page meanwhile
+            yield page
+
+    monkeypatch.setattr(tasks.segments.plan, "iter_pages", sizing_slow_after_the_first_page)
+    stopped = []
+    real_stop = tasks.pipeline._Stream._stop
+    monkeypatch.setattr(tasks.pipeline._Stream, "_stop", lambda self, exc: (stopped.append(type(exc)),
+                                                                             real_stop(self, exc)))
+    result = archive_prefix(_spec(src, dst, processes=2, segment_min_objects=1_200), clients)
+    assert stopped and stopped[0].__name__ == "PrefixIsLarge", "the pipeline never started before the sizing"
+    assert (result.status, result.segments, result.objects) == ("archived", 2, len(objects))
+    assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == objects
+    assert open_uploads(s3, dst) == []
