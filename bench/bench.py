@@ -592,6 +592,31 @@ LINES = {"latency": "day2k", "size": "medium", "segments": "small", "plan": "sma
 SLOW_SETS = {"many": 3}  # at most this many runs: 200,000 objects take minutes per run
 
 
+def start_bench_minio():
+    """The bench's MinIO on its data directory (the seeded sets survive between runs), with
+    the source and destination buckets."""
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    server = start_minio(data_dir=DATA_DIR, access_key="s3arch-bench", secret_key="s3arch-bench-secret-key")
+    try:
+        s3 = server.client()
+        for bucket in (SOURCE_BUCKET, DEST_BUCKET):
+            try:
+                s3.create_bucket(Bucket=bucket)
+            except s3.exceptions.BucketAlreadyOwnedByYou:
+                pass
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def bench_env(server) -> dict:
+    """The environment of the processes a bench runs: the server's credentials, no others."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(server.env(), PYTHONPATH=str(ROOT))
+    return env
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sets", default="small,medium,large,many,latency,size,metadata,fixed,segments,plan,getpath",
@@ -607,17 +632,9 @@ def main(argv=None) -> int:
         if not tool.exists():
             parser.error(f"{tool} is missing: run `make bench-tools`")
 
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-    server = start_minio(data_dir=DATA_DIR, access_key="s3arch-bench", secret_key="s3arch-bench-secret-key")
+    server = start_bench_minio()
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env.update(server.env(), PYTHONPATH=str(ROOT))
-        s3 = server.client(max_pool_connections=32)
-        for bucket in (SOURCE_BUCKET, DEST_BUCKET):
-            try:
-                s3.create_bucket(Bucket=bucket)
-            except s3.exceptions.BucketAlreadyOwnedByYou:
-                pass
+        env, s3 = bench_env(server), server.client(max_pool_connections=32)
         s5cmd_seed = [str(S5CMD), "--endpoint-url", server.endpoint_url]
         results, extra = {}, {}
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")

@@ -24,9 +24,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.bench import DATA_DIR, DEST_BUCKET, S5CMD, _clear_ours, _ours_argv
-from bench.datasets import SETS, SOURCE_BUCKET, seed
-from devtools.servers import ROOT, start_minio
+from bench.bench import S5CMD, _clear_ours, _ours_argv, bench_env, start_bench_minio
+from bench.datasets import SETS, seed
+from devtools.servers import ROOT
 
 RATE = 200  # samples per second per thread
 FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^()]*):(?P<line>\d+)\)$")
@@ -116,16 +116,9 @@ def parse_raw(text: str) -> Counter:
 
 def profile(set_name: str, rate: int, gil: bool = False) -> dict:
     ds = SETS[set_name]
-    server = start_minio(data_dir=DATA_DIR, access_key="s3arch-bench", secret_key="s3arch-bench-secret-key")
+    server = start_bench_minio()
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env.update(server.env(), PYTHONPATH=str(ROOT))
-        s3 = server.client(max_pool_connections=32)
-        for bucket in (SOURCE_BUCKET, DEST_BUCKET):
-            try:
-                s3.create_bucket(Bucket=bucket)
-            except s3.exceptions.BucketAlreadyOwnedByYou:
-                pass
+        env, s3 = bench_env(server), server.client()
         if seed(ds, s3, [str(S5CMD), "--endpoint-url", server.endpoint_url], env):
             print(f"seeded {ds.name}", flush=True)
         _clear_ours(server, ds)

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from bench.bench import DATA_DIR, DEST_BUCKET, ROOT, measure, start_minio
+from bench.bench import DEST_BUCKET, ROOT, bench_env, measure, start_bench_minio
 
 SEGMENTS = 8
 STAGE_BUCKET = "bench-simulate"
@@ -122,16 +122,14 @@ def main(argv=None) -> int:
         out = {"plan": stage_plan, "seed": lambda n: seed_segments(n) or {}, "merge": stage_merge}[args.stage](args.keys)
         print(json.dumps(out))
         return 0
-    server = start_minio(data_dir=DATA_DIR, access_key="s3arch-bench", secret_key="s3arch-bench-secret-key")
+    server = start_bench_minio()
     try:
         s3 = server.client()
-        for bucket in (STAGE_BUCKET, DEST_BUCKET):
-            try:
-                s3.create_bucket(Bucket=bucket)
-            except s3.exceptions.BucketAlreadyOwnedByYou:
-                pass
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env.update(server.env(), PYTHONPATH=str(ROOT))
+        try:
+            s3.create_bucket(Bucket=STAGE_BUCKET)
+        except s3.exceptions.BucketAlreadyOwnedByYou:
+            pass
+        env = bench_env(server)
         argv = [sys.executable, "-m", "bench.simulate", "--keys", str(args.keys), "--stage"]
         out = ROOT / "bench" / "results" / f"simulate-{args.keys}.json"
         figures = json.loads(out.read_text()) if out.exists() else {}
