@@ -17,7 +17,7 @@ $(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt pypro
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements-test.txt -c constraints.txt
-	# The engine in editable mode, so Airflow's DAG and task processes import `tasks`.
+	# The engine in editable mode, so Airflow's DAG and task processes import `s3arch`.
 	$(VENV)/bin/pip install --quiet --no-deps -e .
 	touch $@
 
@@ -66,7 +66,8 @@ airflow-celery: venv minio
 
 # The type check first (seconds), then the suite.
 test: venv minio
-	$(PY) -m mypy tasks/ plugins/
+	mkdir -p .cache/typecheck && ln -sfn ../../tasks .cache/typecheck/s3arch
+	MYPYPATH=.cache/typecheck:plugins $(PY) -m mypy -p s3arch -p s3arch_airflow
 	$(PY) -m pytest
 
 lock:

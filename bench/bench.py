@@ -3,7 +3,7 @@
 Reference (what a strong engineer would run today):
     s5cmd cp 's3://SRC/PREFIX*' /dev/shm/dir && tar -C /dev/shm/dir -cf - . | pigz -p 2 -6 | s5cmd pipe s3://DEST/KEY
 Ours:
-    python -m tasks archive s3://SRC/PREFIX/ s3://DEST/ours/ --storage-class STANDARD  (previous archive removed, untimed)
+    python -m s3arch archive s3://SRC/PREFIX/ s3://DEST/ours/ --storage-class STANDARD  (previous archive removed, untimed)
 
 For every run: wall time, client CPU (user+sys of the whole process tree, from wait4),
 peak RSS (sampled from /proc every 20 ms, summed over the process tree; for ours also the
@@ -128,7 +128,7 @@ def measure(argv: list[str], env: dict, minio_pid: int) -> dict:
 
 
 def _ours_argv(prefix: str, extra: tuple = ()) -> list[str]:
-    return [sys.executable, "-m", "tasks", "archive", f"s3://{SOURCE_BUCKET}/{prefix}",
+    return [sys.executable, "-m", "s3arch", "archive", f"s3://{SOURCE_BUCKET}/{prefix}",
             f"s3://{DEST_BUCKET}/ours/", "--storage-class", "STANDARD", "--json", "--quiet", *extra]
 
 
@@ -467,10 +467,10 @@ def plan_line(server, repeat: int) -> dict:
     LIST after another of the same prefix (round 2's plan): keys/s and client CPU per key."""
     import boto3
 
-    from tasks.config import ArchiveSpec, S3Url
-    from tasks.listing import iter_pages
-    from tasks.segments import plan_segments
-    from tasks.s3 import S3Clients
+    from s3arch.config import ArchiveSpec, S3Url
+    from s3arch.listing import iter_pages
+    from s3arch.segments import plan_segments
+    from s3arch.s3 import S3Clients
 
     proc, endpoint = _synthetic_listing_server(PLAN_OBJECTS, server.endpoint_url)
     line: dict = {"objects": PLAN_OBJECTS, "runs": []}

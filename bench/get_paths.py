@@ -15,7 +15,7 @@ IN_FLIGHT = 32
 def crt_meta_requests(server, bucket: str, keys: list[str]) -> int:
     import boto3
 
-    from tasks.s3 import S3Clients
+    from s3arch.s3 import S3Clients
 
     clients = S3Clients.from_session(boto3.Session(aws_access_key_id=server.access_key,
                                                    aws_secret_access_key=server.secret_key,

@@ -20,7 +20,7 @@ from s3arch_airflow.operators import (ROWS_XCOM_KEY, S3ArchivePrefixOperator, S3
                                      S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
 from s3arch_airflow.report import job_task_args
 
-from tasks.jobs import ArchiveJob, load_jobs
+from s3arch.jobs import ArchiveJob, load_jobs
 
 JOBS_FILE = Path(os.environ.get("S3ARCH_JOBS_FILE") or Path(__file__).with_name("archive_jobs.yaml"))
 
@@ -61,8 +61,8 @@ def archive_dag(job: ArchiveJob) -> DAG:
             from airflow.sdk import conf
             from airflow.sdk.exceptions import AirflowFailException
 
-            from tasks.errors import ArchiverError
-            from tasks.jobs import batches, plan
+            from s3arch.errors import ArchiverError
+            from s3arch.jobs import batches, plan
 
             reference = logical_date or dag_run.run_after
             try:
@@ -88,7 +88,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
                 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
                 from s3arch_airflow.operators import engine_clients
 
-                from tasks.jobs import split_by_size
+                from s3arch.jobs import split_by_size
 
                 control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id),
                                          job.expected_owner).control if job.segments > 1 else None

@@ -18,7 +18,7 @@ from airflow.sdk import DAG, Param, TriggerRule, task
 from s3arch_airflow.report import job_task_args
 from s3arch_airflow.restore import RESTORE_ROWS_XCOM_KEY, S3RestoreArchiveOperator
 
-from tasks.jobs import ArchiveJob, load_jobs
+from s3arch.jobs import ArchiveJob, load_jobs
 
 JOBS_FILE = Path(os.environ.get("S3ARCH_JOBS_FILE") or Path(__file__).with_name("archive_jobs.yaml"))
 
@@ -66,8 +66,8 @@ def restore_dag(job: ArchiveJob) -> DAG:
             from airflow.sdk import conf
             from airflow.sdk.exceptions import AirflowFailException
 
-            from tasks.errors import ArchiverError, BadArgument
-            from tasks.jobs import plan
+            from s3arch.errors import ArchiverError, BadArgument
+            from s3arch.jobs import plan
 
             try:
                 if not (params.get("prefixes") or params.get("date_from") or params.get("date_to")):

@@ -40,7 +40,7 @@ def _port(preferred: int) -> int:
 
 def _large_day_objects() -> int:
     """Objects that make one sample day large enough for the shipped job's segments."""
-    from tasks.jobs import load_jobs
+    from s3arch.jobs import load_jobs
 
     return load_jobs(JOBS_FILE)["app_logs"].segment_min_objects
 

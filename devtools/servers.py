@@ -68,7 +68,7 @@ class S3Server:
         return self.process.pid if self.process else -1
 
     def env(self) -> dict[str, str]:
-        """Environment that points the AWS SDKs (and so `python -m tasks`) at this server."""
+        """Environment that points the AWS SDKs (and so `python -m s3arch`) at this server."""
         return {
             "AWS_ACCESS_KEY_ID": self.access_key,
             "AWS_SECRET_ACCESS_KEY": self.secret_key,

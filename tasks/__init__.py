@@ -1,7 +1,7 @@
 """s3arch: pack an S3 prefix into one verified, indexed, compressed tar archive.
 
 The engine is plain Python (no Airflow import): the Airflow operators in plugins/ and the
-CLI (``python -m tasks``) both drive ``archive_prefix``.
+CLI (``python -m s3arch``) both drive ``archive_prefix``.
 """
 
 __version__ = "0.3.0"

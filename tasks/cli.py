@@ -1,4 +1,4 @@
-"""s3arch (python -m tasks): archive | restore | extract | delete-sources | ls | cat | verify.
+"""s3arch (python -m s3arch): archive | restore | extract | delete-sources | ls | cat | verify.
 
 Exit codes: 0 success (archived, skipped, dry run), 2 a permanent error (fix the input),
 3 a retryable error (a fault that outlasted the retries, or another run of the same prefix

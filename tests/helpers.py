@@ -17,10 +17,10 @@ def seed(s3, bucket: str, objects: dict[str, bytes]) -> None:
 
 
 def run_cli(env, *args, check=True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "tasks", *args], env=env, cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "s3arch", *args], env=env, cwd=ROOT,
                           capture_output=True, timeout=600)
     if check and proc.returncode != 0:
-        raise AssertionError(f"python -m tasks {' '.join(args)} exited {proc.returncode}:\n"
+        raise AssertionError(f"python -m s3arch {' '.join(args)} exited {proc.returncode}:\n"
                              f"{proc.stderr.decode(errors='replace')}")
     return proc
 
@@ -81,7 +81,7 @@ def put_exact_key(server, bucket: str, key: str, body: bytes) -> None:
     from botocore.credentials import Credentials
     from botocore.httpsession import URLLib3Session
 
-    from tasks.s3 import quote_key
+    from s3arch.s3 import quote_key
 
     request = AWSRequest("PUT", f"{server.endpoint_url}/{bucket}/{quote_key(key)}", data=body,
                          headers={"Content-Length": str(len(body))})
@@ -95,7 +95,7 @@ def engine_clients(server, endpoint_url: str | None = None, **config):
     endpoint (the fault proxy)."""
     import boto3
 
-    from tasks.s3 import S3Clients
+    from s3arch.s3 import S3Clients
 
     session = boto3.Session(aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,
                             region_name=server.region)

@@ -238,7 +238,7 @@ def test_timed_out_try_leaves_no_upload_and_the_next_try_archives(af, capfd, mon
 
     # Airflow's own timeout (SIGALRM), brought forward to fire once 40 of the 160 objects are
     # in the tar stream, so the try is always interrupted mid-upload, never before or after.
-    from tasks.tarwriter import TarStream
+    from s3arch.tarwriter import TarStream
 
     begin, started = TarStream.begin, []
 
@@ -370,7 +370,7 @@ def test_dry_run_of_a_deleting_job_deletes_nothing_and_is_accepted_by_job_and_op
     jobs file and from the operator alike: the one rule is ArchiveSpec.previewed."""
     from s3arch_airflow.operators import S3ArchivePrefixOperator
 
-    from tasks.jobs import job_from_dict
+    from s3arch.jobs import job_from_dict
 
     deleting = job_from_dict("logs", {"source": "s3://app-logs/", "prefix_template": "logs/{date:%Y/%m/%d}/",
                                       "destination": "s3://vault/archive/", "delete_source": True,
@@ -391,13 +391,13 @@ def test_a_bug_in_an_archive_task_fails_it_without_spending_retries(af, monkeypa
     from airflow.sdk.exceptions import AirflowFailException
 
     import s3arch_airflow.operators as operators
-    import tasks.archive
+    import s3arch.archive
 
     def broken(*args, **kwargs):
         return {}["no such key"]
 
     monkeypatch.setattr(operators, "engine_clients", lambda hook: object())
-    monkeypatch.setattr(tasks.archive, "archive_prefix", broken)
+    monkeypatch.setattr(s3arch.archive, "archive_prefix", broken)
     pushed = {}
 
     class TaskInstance:
@@ -420,7 +420,7 @@ def test_operator_commits_under_the_jobs_object_lock_and_the_report_shows_it(af,
     from s3arch_airflow import S3ArchivePrefixOperator
     from s3arch_airflow.report import LOCK_COLUMNS, COLUMNS, format_table
 
-    from tasks.jobs import job_from_dict
+    from s3arch.jobs import job_from_dict
 
     day = date(2026, 9, 15)
     seed(af, day)

@@ -65,12 +65,12 @@ def xcom_rows(run, task_id: str) -> list[dict]:
 
 
 def test_large_day_fans_out_into_segment_tasks_one_fails_once_and_retries_alone(af, monkeypatch):
-    from tasks.errors import TransientError
-    import tasks.segments.produce
+    from s3arch.errors import TransientError
+    import s3arch.segments.produce
 
     large = seed_day(af.s3, af.src, TEMPLATE, LARGE, files_per_hour=2, lines_per_file=20)  # 48 objects
     small = seed_day(af.s3, af.src, TEMPLATE, SMALL, files_per_hour=1, lines_per_file=20)  # 24 objects
-    produce, failed = tasks.segments.produce.produce_segment, []
+    produce, failed = s3arch.segments.produce.produce_segment, []
 
     def fail_segment_2_once(spec, clients, layout, plan, k, *args, **kwargs):
         if k == 1 and not failed:
@@ -78,7 +78,7 @@ def test_large_day_fans_out_into_segment_tasks_one_fails_once_and_retries_alone(
             raise TransientError("injected: segment 2's worker lost its network")
         return produce(spec, clients, layout, plan, k, *args, **kwargs)
 
-    monkeypatch.setattr(tasks.segments.produce, "produce_segment", fail_segment_2_once)
+    monkeypatch.setattr(s3arch.segments.produce, "produce_segment", fail_segment_2_once)
     run, tis = run_dag({"date_from": str(LARGE), "date_to": str(SMALL)})
     assert run.state == "success"
     assert failed == [1]
@@ -142,18 +142,18 @@ def test_segmented_dry_run_writes_nothing_and_estimates_every_day(af):
 def test_a_failed_segment_task_fails_the_run_even_when_its_day_reports_skipped(af, monkeypatch):
     """The report's rows can all be fine while a task failed (here: the segment tasks of a day
     already archived, made to fail): the run must still be red."""
-    import tasks.archive
-    from tasks.errors import BadArgument
-    from tasks.jobs import load_jobs
+    import s3arch.archive
+    from s3arch.errors import BadArgument
+    from s3arch.jobs import load_jobs
 
     seed_day(af.s3, af.src, TEMPLATE, BROKEN, files_per_hour=2, lines_per_file=20)
     job = load_jobs(af.env["S3ARCH_JOBS_FILE"])["seg"]
-    assert tasks.archive.archive_prefix(job.spec_for(job.prefix_for(BROKEN))).status == "archived"
+    assert s3arch.archive.archive_prefix(job.spec_for(job.prefix_for(BROKEN))).status == "archived"
 
     def broken(*args, **kwargs):
         raise BadArgument("injected: this segment task is broken")
 
-    monkeypatch.setattr(tasks.archive, "archive_segment", broken)
+    monkeypatch.setattr(s3arch.archive, "archive_segment", broken)
     run, tis = run_dag({"date_from": str(BROKEN), "date_to": str(BROKEN)})
     assert {tis[("segment", k)].state for k in range(3)} == {"failed"}
     assert tis[("prepare", 0)].state == tis[("assemble", 0)].state == "success"  # both: skipped

@@ -1,5 +1,5 @@
 """The archive engine end to end against a real MinIO: a user seeds a prefix, archives it
-with `python -m tasks`, and reads it back with every common reader."""
+with `python -m s3arch`, and reads it back with every common reader."""
 
 from __future__ import annotations
 

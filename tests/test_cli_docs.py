@@ -53,7 +53,7 @@ def test_readme_shows_the_s3arch_commands_it_documents():
 
 @pytest.mark.parametrize("line", documented_command_lines())
 def test_documented_command_line_parses(line):
-    from tasks.cli import _parser
+    from s3arch.cli import _parser
 
     args = concrete(line)[1:]
     try:
@@ -64,7 +64,7 @@ def test_documented_command_line_parses(line):
 
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_connection_flags_work_before_or_after_the_subcommand(where):
-    from tasks.cli import _parser
+    from s3arch.cli import _parser
 
     flags = ["--endpoint-url", "http://127.0.0.1:9000", "--profile", "p"]
     argv = ["ls", "s3://vault/a/b.tar.gz"]
@@ -83,7 +83,7 @@ def test_progress_is_one_live_line_on_a_terminal_and_plain_lines_otherwise(s3, b
 
     src, dst = buckets
     seed(s3, src, {f"day/{i:04d}.bin": os.urandom(200_000) for i in range(300)})
-    args = [sys.executable, "-m", "tasks", "archive", f"s3://{src}/day/", f"s3://{dst}/", "--storage-class",
+    args = [sys.executable, "-m", "s3arch", "archive", f"s3://{src}/day/", f"s3://{dst}/", "--storage-class",
             "STANDARD", "--concurrency", "4", "--memory-budget", "48MiB"]
     leader, follower = pty.openpty()
     proc = subprocess.Popen(args, env=cli_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=follower)

@@ -96,7 +96,7 @@ def test_init_script_creates_connection_pool_and_buckets_the_compose_file_names(
 
 
 def test_shipped_jobs_file_uses_the_connection_pool_and_buckets_compose_creates():
-    from tasks.jobs import load_jobs
+    from s3arch.jobs import load_jobs
 
     compose = _compose()
     env = compose["services"]["airflow-init"]["environment"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from helpers import run_json, seed
-from tasks.cost import GiB, KiB, PRICES, estimate, prices_with
-from tasks.errors import BadArgument
+from s3arch.cost import GiB, KiB, PRICES, estimate, prices_with
+from s3arch.errors import BadArgument
 
 
 def test_ten_million_8_kib_objects_in_deep_archive():

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-import tasks.pipeline
-from tasks.archive import archive_prefix
-from tasks.config import ArchiveSpec, S3Url
-from tasks.errors import Cancelled, ConcurrentRun, SourceChanged
-from tasks.manifest import ManifestWriter, layout_for, read_index
+import s3arch.pipeline
+from s3arch.archive import archive_prefix
+from s3arch.config import ArchiveSpec, S3Url
+from s3arch.errors import Cancelled, ConcurrentRun, SourceChanged
+from s3arch.manifest import ManifestWriter, layout_for, read_index
 
 from helpers import keys_in, open_uploads, read_archive, seed
 
@@ -28,7 +28,7 @@ def test_a_bug_in_the_pipeline_propagates_as_itself_not_as_a_retryable_error(s3,
     def broken(*args, **kwargs):
         return {}["no such key"]  # a KeyError in our own code
 
-    monkeypatch.setattr(tasks.pipeline, "member_name", broken)
+    monkeypatch.setattr(s3arch.pipeline, "member_name", broken)
     with pytest.raises(KeyError):
         archive_prefix(_spec(src, dst, processes=1), clients)
     assert open_uploads(s3, dst) == []  # and the uploads were still cleaned up
@@ -36,18 +36,18 @@ def test_a_bug_in_the_pipeline_propagates_as_itself_not_as_a_retryable_error(s3,
 
 
 def test_a_dry_run_sample_of_an_object_changed_since_listing_is_a_typed_error(s3, buckets, clients, monkeypatch):
-    import tasks.archive
+    import s3arch.archive
 
     src, dst = buckets
     seed(s3, src, {f"day/{i:03d}.log": b"x" * 100 for i in range(5)})
-    real = tasks.archive.iter_pages
+    real = s3arch.archive.iter_pages
 
     def listed_then_changed(*args, **kwargs):
         for page in real(*args, **kwargs):
             s3.put_object(Bucket=src, Key="day/002.log", Body=b"changed")
             yield page
 
-    monkeypatch.setattr(tasks.archive, "iter_pages", listed_then_changed)
+    monkeypatch.setattr(s3arch.archive, "iter_pages", listed_then_changed)
     with pytest.raises(SourceChanged, match="day/002.log"):
         archive_prefix(_spec(src, dst, dry_run=True), clients)
 
@@ -55,7 +55,7 @@ def test_a_dry_run_sample_of_an_object_changed_since_listing_is_a_typed_error(s3
 def test_an_upload_cannot_be_created_after_it_was_aborted(s3, buckets, clients):
     """The collector may still be inside write -> submit when the pipeline aborts: the
     upload it would create lazily must be refused, not created unseen and left to bill."""
-    from tasks.upload import PartSizer, PartUploader
+    from s3arch.upload import PartSizer, PartUploader
 
     _, dst = buckets
     uploader = PartUploader(clients.control, dst, "late.tar.gz", sizer=PartSizer(5 << 20))
@@ -67,7 +67,7 @@ def test_an_upload_cannot_be_created_after_it_was_aborted(s3, buckets, clients):
 
 def test_compression_refuses_a_block_after_abort_instead_of_dropping_it():
     """A dropped block made a cancelled run end in a retryable 'corrupt' IntegrityError."""
-    from tasks.compression import ParallelCompressor, codec_for
+    from s3arch.compression import ParallelCompressor, codec_for
 
     release = threading.Event()
     delivered = []
@@ -90,22 +90,22 @@ def test_compression_refuses_a_block_after_abort_instead_of_dropping_it():
 def test_a_cancelled_segment_says_cancelled(s3, buckets, clients, monkeypatch):
     """A segment task killed mid-stream (on_kill sets its cancel event) reports Cancelled, not a
     retryable integrity error."""
-    from tasks.archive import archive_segment, prepare_segments
-    import tasks.compression
+    from s3arch.archive import archive_segment, prepare_segments
+    import s3arch.compression
 
     src, dst = buckets
     seed(s3, src, {f"day/{i:03d}.bin": bytes([i]) * (1 << 20) for i in range(12)})  # 12 blocks
     spec = _spec(src, dst, segments=2, segment_min_objects=1, compress_threads=1)
     assert prepare_segments(spec, 2, clients).status == "planned"
     cancel = threading.Event()
-    real = tasks.compression.ParallelCompressor._compress
+    real = s3arch.compression.ParallelCompressor._compress
 
     def cancel_at_first_block(self, *args):
         cancel.set()
         time.sleep(0.5)  # the tar writer runs into a full queue with the cancel set
         return real(self, *args)
 
-    monkeypatch.setattr(tasks.compression.ParallelCompressor, "_compress", cancel_at_first_block)
+    monkeypatch.setattr(s3arch.compression.ParallelCompressor, "_compress", cancel_at_first_block)
     with pytest.raises(Cancelled):
         archive_segment(spec, 0, clients, cancel=cancel)
 
@@ -113,7 +113,7 @@ def test_a_cancelled_segment_says_cancelled(s3, buckets, clients, monkeypatch):
 def test_a_slow_lease_renewal_counts_as_time_and_stops_the_holder_before_the_ttl():
     """Renewals that each take longer than the TTL's margin must not look like success: the
     holder is told it lost the lease once 5/6 of the TTL passed, on the clock."""
-    from tasks.lease import PrefixLease
+    from s3arch.lease import PrefixLease
 
     class SlowS3:
         def put_object(self, **kwargs):
@@ -153,8 +153,8 @@ def test_the_loser_of_a_manifest_race_leaves_the_winners_index(s3, buckets, clie
 def test_step_4_aborts_the_records_upload_a_killed_large_segment_left(s3, buckets, clients):
     """A segmented run died while a large segment streamed its records (a multipart upload of
     its own): the next run's step 4 aborts it with the run's archive upload."""
-    from tasks.archive import prepare_segments
-    from tasks.segments import read_plan
+    from s3arch.archive import prepare_segments
+    from s3arch.segments import read_plan
 
     src, dst = buckets
     seed(s3, src, {f"day/{i:03d}.log": b"x" * 100 for i in range(20)})
@@ -201,12 +201,12 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
     """The pipeline starts on the first page while the prefix is still being sized; when the
     sizing shows it is large, the pipeline stops and the run goes on as segments. Stopping the
     pipeline must not abort the segments: the run commits, byte for byte."""
-    import tasks.segments.plan
+    import s3arch.segments.plan
 
     src, dst = buckets
     objects = {f"day/{i:05d}.log": f"line {i}\n".encode() * (i % 7 + 1) for i in range(1_500)}  # two pages
     seed(s3, src, objects)
-    real_pages = tasks.segments.plan.iter_pages
+    real_pages = s3arch.segments.plan.iter_pages
 
     def sizing_slow_after_the_first_page(*args, **kwargs):
         for n, page in enumerate(real_pages(*args, **kwargs)):
@@ -214,10 +214,10 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
                 time.sleep(2)  # the pipeline is streaming the first page meanwhile
             yield page
 
-    monkeypatch.setattr(tasks.segments.plan, "iter_pages", sizing_slow_after_the_first_page)
+    monkeypatch.setattr(s3arch.segments.plan, "iter_pages", sizing_slow_after_the_first_page)
     stopped = []
-    real_stop = tasks.pipeline._Stream._stop
-    monkeypatch.setattr(tasks.pipeline._Stream, "_stop", lambda self, exc: (stopped.append(type(exc)),
+    real_stop = s3arch.pipeline._Stream._stop
+    monkeypatch.setattr(s3arch.pipeline._Stream, "_stop", lambda self, exc: (stopped.append(type(exc)),
                                                                              real_stop(self, exc)))
     result = archive_prefix(_spec(src, dst, processes=2, segment_min_objects=1_200), clients)
     assert stopped and stopped[0].__name__ == "PrefixIsLarge", "the pipeline never started before the sizing"

@@ -11,10 +11,10 @@ import pytest
 
 from faultproxy import Fault, FaultProxy, is_complete_upload, is_get, is_upload_part
 from helpers import engine_clients, keys_in, open_uploads, read_archive, seed
-from tasks.archive import archive_prefix
-from tasks.config import ArchiveSpec, S3Url
-from tasks.errors import TransientError
-from tasks.s3 import S3Clients
+from s3arch.archive import archive_prefix
+from s3arch.config import ArchiveSpec, S3Url
+from s3arch.errors import TransientError
+from s3arch.s3 import S3Clients
 
 
 @pytest.fixture

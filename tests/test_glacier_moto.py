@@ -7,9 +7,9 @@ import uuid
 import boto3
 import pytest
 
-from tasks.archive import archive_prefix
-from tasks.config import ArchiveSpec, S3Url
-from tasks.s3 import S3Clients
+from s3arch.archive import archive_prefix
+from s3arch.config import ArchiveSpec, S3Url
+from s3arch.s3 import S3Clients
 
 from helpers import seed
 

@@ -16,9 +16,9 @@ import pytest
 from faultproxy import FaultProxy
 from helpers import (ROOT, engine_clients, keys_in, minio_user, open_uploads, put_exact_key, read_archive, run_json,
                      seed)
-from tasks.archive import archive_prefix
-from tasks.config import ArchiveSpec, S3Url
-from tasks.manifest import iter_manifest, layout_for
+from s3arch.archive import archive_prefix
+from s3arch.config import ArchiveSpec, S3Url
+from s3arch.manifest import iter_manifest, layout_for
 
 LONG_KEY = "p/" + "/".join(["seg-" + "é" * 60] * 8)  # non-ASCII, segments under NAME_MAX
 LONG_KEY = LONG_KEY + "x" * (1024 - len(LONG_KEY.encode()))
@@ -68,7 +68,7 @@ def test_unsafe_path_keys_round_trip_and_cannot_escape_gnu_tar(moto_server, tmp_
         assert members[records[key].get("name", key)] == data
     assert sorted(extracted.values()) == sorted(v for k, v in objects.items() if len(k) < 200)
     for key, data in objects.items():  # cat by key, one ranged GET each
-        out = subprocess.run([sys.executable, "-m", "tasks", "--endpoint-url", moto_server.endpoint_url, "cat",
+        out = subprocess.run([sys.executable, "-m", "s3arch", "--endpoint-url", moto_server.endpoint_url, "cat",
                               f"s3://{dst}/{src}/p.tar.gz", key], env={**os.environ, **moto_server.env()},
                              cwd=ROOT, capture_output=True)
         assert out.returncode == 0 and out.stdout == data, (key, out.stderr[-500:])
@@ -110,8 +110,8 @@ def _listing_peak_rss(proxy, minio, count) -> tuple[int, int, float]:
     proxy.synthesize_listing(bucket, "big/", count)
     script = textwrap.dedent(f"""
         import json, time, boto3
-        from tasks.listing import ListingFeed
-        from tasks.s3 import S3Clients
+        from s3arch.listing import ListingFeed
+        from s3arch.s3 import S3Clients
         session = boto3.Session(aws_access_key_id={minio.access_key!r}, aws_secret_access_key={minio.secret_key!r},
                                 region_name="us-east-1")
         clients = S3Clients.from_session(session, {proxy.endpoint_url!r})

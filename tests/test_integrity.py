@@ -16,9 +16,9 @@ import pytest
 from faultproxy import Fault, FaultProxy, is_get, is_list, is_upload_part, wait_until
 from helpers import (ROOT, engine_clients, keys_in, minio_user, open_uploads, read_archive, run_cli, run_json,
                      seed)
-from tasks.archive import archive_prefix
-from tasks.config import ArchiveSpec, S3Url
-from tasks.errors import ArchiverError, UploadLost
+from s3arch.archive import archive_prefix
+from s3arch.config import ArchiveSpec, S3Url
+from s3arch.errors import ArchiverError, UploadLost
 
 
 def spec(src, dst, **kw) -> ArchiveSpec:
@@ -56,7 +56,7 @@ def test_rerun_with_delete_source_finishes_a_deletion_that_was_cut_short(s3, buc
     # (the first POST ?delete is the probe of conditional-delete support, in the destination)
     proxy.add(Fault("stall", seconds=60, after=2, match=lambda r: r.method == "POST" and "delete" in r.query,
                     on_inject=fired.append))
-    process = subprocess.Popen([sys.executable, "-m", "tasks", "--endpoint-url", proxy.endpoint_url, "archive",
+    process = subprocess.Popen([sys.executable, "-m", "s3arch", "--endpoint-url", proxy.endpoint_url, "archive",
                                 f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
                                 "--delete-source", "--quiet"], env=cli_env, cwd=ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -133,8 +133,8 @@ def test_object_rewritten_right_before_its_delete_batch_survives(s3, buckets, da
 
 
 def test_minio_ignores_etags_in_delete_objects_so_the_probe_chooses_the_recheck(s3, buckets):
-    from tasks.deletion import _endpoint_honours_etag
-    from tasks.manifest import layout_for
+    from s3arch.deletion import _endpoint_honours_etag
+    from s3arch.manifest import layout_for
 
     src, dst = buckets
     assert _endpoint_honours_etag(s3, layout_for(S3Url(src, "day/"), S3Url(dst, "a/"))) is False
@@ -213,7 +213,7 @@ def test_two_runs_of_one_prefix_at_once_give_one_archive_and_two_truthful_result
     held = []
     proxy.add(Fault("stall", seconds=6, count=1, match=lambda r: r.method in ("PUT", "POST") and
                     r.key.endswith("day.tar.gz"), on_inject=held.append))
-    first = subprocess.Popen([sys.executable, "-m", "tasks", "archive", f"s3://{src}/day/", f"s3://{dst}/a/",
+    first = subprocess.Popen([sys.executable, "-m", "s3arch", "archive", f"s3://{src}/day/", f"s3://{dst}/a/",
                               "--storage-class", "STANDARD", "--overwrite", "--json",
                               "--endpoint-url", proxy.endpoint_url], env=cli_env, cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -327,7 +327,7 @@ def test_failed_abort_does_not_hide_the_error_that_caused_it(s3, buckets, proxy,
 
 
 def test_every_command_a_message_names_exists():
-    from tasks.cli import _parser
+    from s3arch.cli import _parser
 
     commands = set(_parser()._subparsers._group_actions[0].choices)
     named = set()
@@ -343,9 +343,9 @@ def test_every_command_a_message_names_exists():
 # settings (clients, CRT event loop and thread pools are up): what the big prefix adds.
 _PEAK = """
 import json, re, sys, boto3
-from tasks.archive import archive_prefix
-from tasks.config import ArchiveSpec, S3Url
-from tasks.s3 import S3Clients
+from s3arch.archive import archive_prefix
+from s3arch.config import ArchiveSpec, S3Url
+from s3arch.s3 import S3Clients
 args = json.loads(sys.argv[1])
 session = boto3.Session(aws_access_key_id=args["key"], aws_secret_access_key=args["secret"], region_name="us-east-1")
 clients = S3Clients.from_session(session, args["endpoint"])
@@ -417,7 +417,7 @@ def test_a_prefix_too_large_for_ten_thousand_parts_fails_before_any_get(proxy, m
 
 
 def test_compression_threads_default_to_the_cpus_the_process_may_use(tmp_path):
-    from tasks.config import _cgroup_cpu_quota, available_cpus
+    from s3arch.config import _cgroup_cpu_quota, available_cpus
 
     (tmp_path / "cpu.max").write_text("200000 100000\n")
     assert _cgroup_cpu_quota(str(tmp_path)) == 2.0
@@ -426,7 +426,7 @@ def test_compression_threads_default_to_the_cpus_the_process_may_use(tmp_path):
     import os
 
     assert available_cpus() <= len(os.sched_getaffinity(0))
-    script = "from tasks.config import available_cpus; print(available_cpus())"
+    script = "from s3arch.config import available_cpus; print(available_cpus())"
     pinned = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", script], cwd=ROOT,
                             capture_output=True, env={"PYTHONPATH": str(ROOT)}, check=True)
     assert pinned.stdout.strip() == b"1"
@@ -439,7 +439,7 @@ def test_gets_go_where_the_control_plane_resolved_the_bucket(minio, buckets, s3)
     for GETs too; here botocore resolves it, and the data plane must copy its host and style."""
     import boto3
 
-    from tasks.s3 import S3Clients
+    from s3arch.s3 import S3Clients
 
     session = boto3.Session(aws_access_key_id="k", aws_secret_access_key="s", region_name="cn-north-1")
     clients = S3Clients.from_session(session)
@@ -495,7 +495,7 @@ def test_a_read_only_caller_is_told_a_committed_prefix_is_skipped(minio, s3, buc
 
 
 def test_rerun_of_a_committed_prefix_reads_the_small_index_not_the_manifest(s3, buckets, day, clients):
-    from tasks.manifest import iter_manifest, layout_for
+    from s3arch.manifest import iter_manifest, layout_for
 
     src, dst = buckets
     archive_prefix(spec(src, dst), clients)

@@ -6,8 +6,8 @@ from datetime import date, timedelta
 
 import pytest
 
-from tasks.errors import BadArgument
-from tasks.jobs import batches, job_from_dict, load_jobs, plan
+from s3arch.errors import BadArgument
+from s3arch.jobs import batches, job_from_dict, load_jobs, plan
 
 JOB = {"source": "s3://app-logs/", "prefix_template": "logs/{date:%Y/%m/%d}/",
        "destination": "s3://vault/archive/", "min_age_days": 2}

@@ -38,7 +38,7 @@ def source(s3, buckets):
 
 def start_archiver(cli_env, buckets, endpoint, *extra) -> subprocess.Popen:
     src, dst = buckets
-    return subprocess.Popen([sys.executable, "-m", "tasks", "--endpoint-url", endpoint, "archive",
+    return subprocess.Popen([sys.executable, "-m", "s3arch", "--endpoint-url", endpoint, "archive",
                              f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
                              "--memory-budget", "48MiB", "--quiet", *extra],
                             env=cli_env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

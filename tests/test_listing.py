@@ -12,7 +12,7 @@ ODD_KEYS = ["odd/plain.log", "odd/space and+plus.log", "odd/amp&lt;<>\"'.log", "
 
 
 def test_page_parser_reads_what_botocore_reads_for_keys_that_need_escaping(minio, s3, buckets):
-    from tasks.listing import PAGE_KEY, iter_pages
+    from s3arch.listing import PAGE_KEY, iter_pages
 
     src, _ = buckets
     for i, key in enumerate(ODD_KEYS):
@@ -32,7 +32,7 @@ def test_page_parser_reads_what_botocore_reads_for_keys_that_need_escaping(minio
 
 def test_pages_ending_inside_a_range_stop_at_its_last_key():
     """A segment's range ends inside a page: the page is cut there and listing stops."""
-    from tasks.listing import ListedObject, iter_pages
+    from s3arch.listing import ListedObject, iter_pages
     from datetime import datetime, timezone
 
     when = datetime(2026, 11, 21, tzinfo=timezone.utc)
@@ -51,7 +51,7 @@ def test_pages_ending_inside_a_range_stop_at_its_last_key():
 
 
 def test_a_page_in_another_shape_is_left_to_botocore():
-    from tasks.listing import parse_listing_page
+    from s3arch.listing import parse_listing_page
 
     usual = (b'<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>a</Key>'
              b'<LastModified>2026-11-21T00:00:00.000Z</LastModified><ETag>&quot;e&quot;</ETag><Size>3</Size>'
@@ -66,7 +66,7 @@ def test_a_page_in_another_shape_is_left_to_botocore():
 # -- parallel key ranges (tasks/listing.py, RangeListing) ------------------------------------
 
 def _listed_keys(control, bucket, prefix, **kwargs) -> list[str]:
-    from tasks.listing import RangeListing
+    from s3arch.listing import RangeListing
 
     listing = RangeListing(control, bucket, prefix, **kwargs)
     try:
@@ -80,7 +80,7 @@ def test_parallel_ranges_list_every_odd_key_once_in_s3_order(minio, s3, buckets)
     """Keys that need escaping, of every length and script, in hourly and flat layouts: cut
     into many ranges (pages of 40 keys), listed in order and out of order, each is listed once,
     as one LIST after another lists them."""
-    from tasks.listing import iter_pages, key_order
+    from s3arch.listing import iter_pages, key_order
 
     src, _ = buckets
     for i, key in enumerate(ODD_KEYS):
@@ -110,7 +110,7 @@ def test_keys_added_and_removed_while_listing_in_parallel_leave_the_others_liste
     import threading
     import time
 
-    from tasks.listing import RangeListing, key_order
+    from s3arch.listing import RangeListing, key_order
 
     src, _ = buckets
     stable = {f"live/{i:05d}.log": b"s" for i in range(0, 2400, 2)}
@@ -150,7 +150,7 @@ def test_cuts_racing_pages_under_way_lose_and_repeat_nothing():
     import time
     from datetime import datetime, timezone
 
-    from tasks.listing import ListedObject, key_order
+    from s3arch.listing import ListedObject, key_order
 
     when = datetime(2026, 11, 21, tzinfo=timezone.utc)
     rng = random.Random(7)
@@ -179,7 +179,7 @@ def test_cuts_racing_pages_under_way_lose_and_repeat_nothing():
 def test_a_cut_falls_strictly_inside_its_range():
     import random
 
-    from tasks.listing import KeySpace, key_order
+    from s3arch.listing import KeySpace, key_order
 
     rng = random.Random(11)
     alphabet = "09az-./é日" + chr(0x1F600)

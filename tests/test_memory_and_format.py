@@ -10,14 +10,14 @@ import sys
 import tarfile
 
 from helpers import ROOT, seed
-from tasks.tarwriter import member_header, member_name
-from tasks.upload import MAX_PARTS, PartSizer
+from s3arch.tarwriter import member_header, member_name
+from s3arch.upload import MAX_PARTS, PartSizer
 
 # VmHWM belongs to the address space, so unlike ru_maxrss it does not carry over the peak of
 # the (large) pytest process this child was forked from.
 _PEAK_RSS = """
 import json, re, sys
-from tasks.cli import main
+from s3arch.cli import main
 code = main(sys.argv[1:])
 hwm = int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
 print(json.dumps({"code": code, "peak_rss": hwm}))
@@ -83,7 +83,7 @@ def test_ten_thousand_parts_always_cover_five_tib():
 def test_quote_key_fast_path_agrees_with_full_percent_encoding():
     import urllib.parse
 
-    from tasks.s3 import quote_key
+    from s3arch.s3 import quote_key
 
     def full(key):
         return "/".join(urllib.parse.quote(s, safe="~").replace(".", "%2E") if s in (".", "..")

@@ -150,8 +150,8 @@ def test_object_lock_on_a_bucket_without_it_is_refused_before_any_get(minio, cli
 
 
 def test_expected_owner_goes_out_on_every_request_of_both_planes(minio, buckets, s3):
-    from tasks.archive import archive_prefix
-    from tasks.config import ArchiveSpec, S3Url
+    from s3arch.archive import archive_prefix
+    from s3arch.config import ArchiveSpec, S3Url
 
     src, dst = buckets
     seed(s3, src, {f"{PREFIX}{i}.log": b"x" * (i + 1) for i in range(20)})

@@ -167,7 +167,7 @@ def test_killed_segment_is_run_again_alone_and_the_archive_is_whole(minio, s3, b
                         on_inject=lambda r: stalled.set()))
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env.update(minio.env(), PYTHONPATH=str(ROOT), AWS_ENDPOINT_URL_S3=proxy.endpoint_url)
-        cli = subprocess.Popen([__import__("sys").executable, "-m", "tasks", "archive", f"s3://{src}/{PREFIX}",
+        cli = subprocess.Popen([__import__("sys").executable, "-m", "s3arch", "archive", f"s3://{src}/{PREFIX}",
                                 f"s3://{dst}/", "--storage-class", "STANDARD", "--segments", "2", "--processes", "2",
                                 "--segment-min-objects", "1", "--json"],
                                env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -210,9 +210,9 @@ def test_processes_beyond_the_memory_budget_run_fewer_at_once_and_say_so(cli_env
 
 
 def test_plan_balances_segments_by_bytes_and_objects_and_covers_every_key(minio, s3, buckets, clients):
-    from tasks.config import ArchiveSpec, S3Url
-    from tasks.segments import plan_segments
-    from tasks.tarwriter import member_size
+    from s3arch.config import ArchiveSpec, S3Url
+    from s3arch.segments import plan_segments
+    from s3arch.tarwriter import member_size
 
     src, dst = buckets
     objects = {f"{PREFIX}{i:04d}": b"x" * (i % 7) * 1000 for i in range(2500)}
@@ -237,9 +237,9 @@ def test_plan_balances_segments_by_bytes_and_objects_and_covers_every_key(minio,
 def test_segments_as_separate_tasks_plan_produce_in_any_order_retry_one_and_assemble(minio, s3, buckets, clients):
     """The Airflow shape without Airflow: a prepare step, segment steps that could run on any
     worker (here out of order, one failing once and retried alone), an assemble step."""
-    from tasks.archive import archive_segment, assemble_segments, prepare_segments
-    from tasks.config import ArchiveSpec, S3Url
-    from tasks.errors import AccessDenied, SegmentMissing
+    from s3arch.archive import archive_segment, assemble_segments, prepare_segments
+    from s3arch.config import ArchiveSpec, S3Url
+    from s3arch.errors import AccessDenied, SegmentMissing
 
     src, dst = buckets
     objects = segmented_prefix()
@@ -281,8 +281,8 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
     import multiprocessing
     import threading
 
-    import tasks.segments.workers as workers
-    from tasks.segments import SegmentPlan, SegmentRange
+    import s3arch.segments.workers as workers
+    from s3arch.segments import SegmentPlan, SegmentRange
 
     issued = iter(range(1, 10))
     monkeypatch.setattr(workers, "_connection_of", lambda clients: {"token": f"token-{next(issued)}"})
@@ -332,8 +332,8 @@ def test_segments_read_the_plans_listing_and_archive_exactly_what_it_planned(min
     from helpers import engine_clients
     from faultproxy import is_list
 
-    from tasks.archive import archive_segment, assemble_segments, prepare_segments
-    from tasks.config import ArchiveSpec, S3Url
+    from s3arch.archive import archive_segment, assemble_segments, prepare_segments
+    from s3arch.config import ArchiveSpec, S3Url
 
     src, dst = buckets
     objects = segmented_prefix()

@@ -80,7 +80,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
 
     def _spec(self, prefix: str, *, delete_source: bool = False, delete_versions: bool = False):
         """The one engine spec of this step for ``prefix``: a dry run deletes nothing."""
-        from tasks.config import ArchiveSpec, S3Url, parse_size
+        from s3arch.config import ArchiveSpec, S3Url, parse_size
 
         spec = ArchiveSpec(source=S3Url(self.source_bucket, prefix), destination=S3Url.parse(self.destination),
                            storage_class=self.storage_class, codec=self.codec, level=self.level,
@@ -90,14 +90,14 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         return spec.previewed() if as_bool(self.preview) else spec
 
     def _progress(self, label: str):
-        from tasks.progress import Progress
+        from s3arch.progress import Progress
 
         return Progress(lambda snap: self.log.info("%s: %s", label, snap.line()), interval=self.progress_interval)
 
     def _run_each(self, context: Context, prefixes: list[str], run: Callable[[Any, str], dict]) -> list[dict]:
         """``run(clients, prefix)`` for each prefix, one row each; fails the task (retryable
         or not, as the errors are) if any prefix failed."""
-        from tasks.errors import ArchiverError
+        from s3arch.errors import ArchiverError
 
         self._cancel = threading.Event()  # a fresh one per try
         orphan_watch = cancel_if_orphaned(self._cancel, self.log)
@@ -221,8 +221,8 @@ class S3ArchivePrefixOperator(S3ArchiveBaseOperator):
         return self._run_each(context, self.prefixes, lambda clients, prefix: self._archive(clients, prefix, context))
 
     def _archive(self, clients, prefix: str, context: Context) -> dict:
-        from tasks.archive import archive_prefix
-        from tasks.errors import EmptyPrefix
+        from s3arch.archive import archive_prefix
+        from s3arch.errors import EmptyPrefix
 
         spec = self._spec(prefix, delete_source=self.delete_source, delete_versions=self.delete_versions)
         self.log.info("archiving %s -> %s (%s, %s)", spec.source, spec.destination, spec.storage_class, spec.codec)
@@ -241,8 +241,8 @@ class S3ArchivePrefixOperator(S3ArchiveBaseOperator):
         from airflow.providers.common.compat.openlineage.facet import Dataset
         from airflow.providers.openlineage.extractors import OperatorLineage
 
-        from tasks.config import S3Url
-        from tasks.manifest import layout_for
+        from s3arch.config import S3Url
+        from s3arch.manifest import layout_for
 
         inputs, outputs = [], []
         for prefix in self.prefixes:
@@ -273,7 +273,7 @@ class S3PrepareSegmentsOperator(S3ArchiveBaseOperator):
         return self.prefix
 
     def execute(self, context: Context) -> list[dict]:
-        from tasks.archive import prepare_segments
+        from s3arch.archive import prepare_segments
 
         return self._run_each(context, [self.prefix], lambda clients, prefix: self._row(
             prefix, prepare_segments(self._spec(prefix), self.segments, clients)))
@@ -303,7 +303,7 @@ class S3ArchiveSegmentOperator(S3ArchiveBaseOperator):
         return self._run_each(context, [self.prefix], self._produce)
 
     def _produce(self, clients, prefix: str) -> dict:
-        from tasks.archive import archive_segment
+        from s3arch.archive import archive_segment
 
         produced = archive_segment(self._spec(prefix), int(self.segment), clients, self._progress(self.label),
                                    self._cancel)
@@ -336,7 +336,7 @@ class S3AssembleSegmentsOperator(S3ArchiveBaseOperator):
         return self.prefix
 
     def execute(self, context: Context) -> list[dict]:
-        from tasks.archive import assemble_segments
+        from s3arch.archive import assemble_segments
 
         def assemble(clients, prefix: str) -> dict:
             spec = self._spec(prefix, delete_source=self.delete_source, delete_versions=self.delete_versions)
@@ -376,8 +376,8 @@ def engine_clients(hook: S3Hook, expected_owner: str | None = None):
     """The engine's S3 clients from an amazon-provider hook: its session (credentials and
     region), the connection's endpoint_url, ``verify`` and ``botocore_config``; with
     ``expected_owner``, every request names the account that must own the bucket."""
-    from tasks.errors import BadArgument
-    from tasks.s3 import S3Clients
+    from s3arch.errors import BadArgument
+    from s3arch.s3 import S3Clients
 
     if hook.aws_conn_id:
         # The provider would quietly fall back to the default credential chain and AWS

@@ -45,8 +45,8 @@ class ArchiveRestoredTrigger(BaseTrigger):
                                      verify=self.verify, config=self.botocore_config)).control
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from tasks.errors import ArchiverError
-        from tasks.restore import archive_state
+        from s3arch.errors import ArchiverError
+        from s3arch.restore import archive_state
 
         url = f"s3://{self.bucket}/{self.key}"
         try:
