@@ -1,0 +1,296 @@
+"""The DAG factory: one archive DAG (``s3_archive__<job>``) and one restore DAG
+(``s3_restore__<job>``) per job of a jobs file (docs/JOBS.md).
+
+A DAG file in the DAGs folder needs only::
+
+    from s3arch_airflow.factory import archive_dags, restore_dags
+
+    globals().update(archive_dags("/path/to/archive_jobs.yaml"))
+    globals().update(restore_dags("/path/to/archive_jobs.yaml"))
+
+The DAGs must land in the DAG file's globals: that is where Airflow's DagBag finds them and
+what it records as their file. ``S3ARCH_JOBS_FILE``, when set, names the jobs file instead of
+the path given.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from airflow.sdk import DAG, AssetAlias, Param, TaskGroup, TriggerRule, task
+
+from s3arch.jobs import ArchiveJob, load_jobs
+from s3arch_airflow.operators import (ROWS_XCOM_KEY, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
+                                      S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
+from s3arch_airflow.report import job_task_args
+from s3arch_airflow.restore import RESTORE_ROWS_XCOM_KEY, S3RestoreArchiveOperator
+
+JOBS_FILE_ENV = "S3ARCH_JOBS_FILE"
+
+ARCHIVE_DOC = """Archive DAGs: one per job in the jobs file (docs/JOBS.md), named ``s3_archive__<job>``.
+
+Each run plans its prefixes (the logical date minus the job's age for scheduled runs and
+backfills; a date range or explicit prefixes from the trigger form), archives one mapped
+task per prefix, then reports. For a job with ``segments`` > 1, prefixes above its threshold
+are archived by a ``prepare`` task, ``segments`` mapped ``segment`` tasks named
+``<prefix> [k/N]`` that may run on any worker, and an ``assemble`` task. On-call re-runs one prefix by clearing its mapped task in the
+UI, or by triggering with ``{"prefixes": ["<prefix>"]}``; a prefix already archived is skipped
+unless ``overwrite`` is set.
+"""
+
+RESTORE_DOC = """Restore DAGs: one per job in the jobs file (docs/RESTORE.md), named ``s3_restore__<job>``.
+
+Triggered by hand (no schedule) with a form: a date range or exact prefixes, optionally only
+some keys or a glob, a target (another bucket/prefix, or empty for the original location), the
+restore tier and how many days the restored copy stays. It plans one mapped task per archived
+prefix: request the restore, **defer** on the triggerer until S3 has restored the archive (no
+worker is held during the hours that takes), then extract by ranged GETs. A report lists per
+prefix the objects restored, bytes, already present, and failures.
+"""
+
+
+def jobs_file(default: str | os.PathLike | None = None) -> Path:
+    """The jobs file a DAG file means: ``$S3ARCH_JOBS_FILE`` if set, else ``default``."""
+    chosen = os.environ.get(JOBS_FILE_ENV) or default
+    if not chosen:
+        raise ValueError(f"no jobs file: pass its path to the factory or set {JOBS_FILE_ENV}")
+    return Path(chosen)
+
+
+def archive_dags(path: str | os.PathLike | None = None) -> dict[str, DAG]:
+    """``{dag_id: DAG}``: the archive DAG of every job in the jobs file (see ``jobs_file``)."""
+    return {dag.dag_id: dag for dag in map(archive_dag, load_jobs(jobs_file(path)).values())}
+
+
+def restore_dags(path: str | os.PathLike | None = None) -> dict[str, DAG]:
+    """``{dag_id: DAG}``: the restore DAG of every job in the jobs file (see ``jobs_file``)."""
+    return {dag.dag_id: dag for dag in map(restore_dag, load_jobs(jobs_file(path)).values())}
+
+
+ARCHIVE_PARAMS = {
+    "date_from": Param(None, type=["null", "string"], format="date", title="First date",
+                       description="Archive a range of days: first day (YYYY-MM-DD). Leave both "
+                                   "dates empty to archive the run's logical date minus the job's age."),
+    "date_to": Param(None, type=["null", "string"], format="date", title="Last date",
+                     description="Last day of the range, inclusive (YYYY-MM-DD)."),
+    "prefixes": Param(None, type=["null", "array"], items={"type": "string"}, title="Prefixes (optional, on-call)",
+                      description="Exact prefixes to archive, one per line, e.g. logs/2026/11/03/. "
+                                  "Overrides the dates."),
+    "overwrite": Param(False, type=["boolean", "null"], title="Overwrite (optional)",
+                       description="Re-archive prefixes that already have a complete archive."),
+    "dry_run": Param(False, type=["boolean", "null"], title="Dry run (optional)",
+                     description="List and estimate only; write nothing."),
+}
+
+
+def archive_dag(job: ArchiveJob) -> DAG:
+    with DAG(
+        dag_id=f"s3_archive__{job.name}",
+        description=job.description or f"Archive s3://{job.source.bucket}/{job.source.key}"
+                                       f"{job.prefix_template} into {job.destination}",
+        schedule=job.schedule,
+        start_date=datetime.combine(job.start_date, datetime.min.time(), tzinfo=timezone.utc),
+        catchup=job.catchup,
+        max_active_runs=4,
+        params=ARCHIVE_PARAMS,
+        render_template_as_native_obj=True,
+        tags=["s3-archive"],
+        doc_md=ARCHIVE_DOC,
+        default_args={"retries": 0},
+    ) as dag:
+
+        @task(task_id="plan", execution_timeout=timedelta(minutes=10))
+        def plan_prefixes(params: dict, dag_run=None, logical_date=None) -> list[list[str]]:
+            from airflow.sdk import conf
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from s3arch.errors import ArchiverError
+            from s3arch.jobs import batches, plan
+
+            reference = logical_date or dag_run.run_after
+            try:
+                prefixes = plan(job, date_from=params.get("date_from"), date_to=params.get("date_to"),
+                                prefixes=params.get("prefixes"), logical_date=reference.date())
+            except ArchiverError as exc:
+                raise AirflowFailException(f"bad parameters, nothing was started: {exc}") from exc
+            planned = batches(prefixes, conf.getint("core", "max_map_length"))
+            print(f"{len(prefixes)} prefix(es) in {len(planned)} task(s): "
+                  f"{prefixes[0]}{' .. ' + prefixes[-1] if len(prefixes) > 1 else ''}")
+            return planned
+
+        planned = plan_prefixes()  # type: ignore[call-arg, misc]  # params come from the context
+
+        # The graph shows plan -> size -> archive | prepare -> segment -> assemble -> report:
+        # Airflow maps only over a task's whole return value, so the three lists the sizing
+        # makes are handed out by three one-line tasks folded into the size group.
+        with TaskGroup("size", tooltip="Which prefixes are large enough for segment tasks"):
+            @task(task_id="measure", execution_timeout=timedelta(minutes=30))
+            def size_prefixes(planned: list[list[str]]) -> dict:
+                """Large prefixes go to segment tasks: each prefix is listed up to the job's
+                threshold (no listing at all for a job without segments)."""
+                from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+                from s3arch_airflow.operators import engine_clients
+
+                from s3arch.jobs import split_by_size
+
+                control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id),
+                                         job.expected_owner).control if job.segments > 1 else None
+                split = split_by_size(job, planned, control)
+                for size in split["sizes"]:
+                    print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} "
+                          f"objects, {size['bytes']:,} bytes ({size['requests']} LIST requests, "
+                          f"{size['seconds']:.2f}s)")
+                if split["large"]:
+                    print(f"{len(split['large'])} prefix(es) in {job.segments} segments each: "
+                          f"{', '.join(split['large'])}")
+                return split
+
+            sized = size_prefixes(planned)  # type: ignore[arg-type]  # an XComArg, resolved at run time
+
+            @task(task_id="small")
+            def small_prefixes(split: dict) -> list[list[str]]:
+                return split["batches"]
+
+            @task(task_id="large")
+            def large_prefixes(split: dict) -> list[str]:
+                return split["large"]
+
+            @task(task_id="segments")
+            def segment_tasks(split: dict) -> list[dict]:
+                return split["segments"]
+
+            small = small_prefixes(sized)  # type: ignore[arg-type]
+            large = large_prefixes(sized)  # type: ignore[arg-type]
+            segment_kwargs = segment_tasks(sized)  # type: ignore[arg-type]
+
+        # What every step of this job shares; each operator takes only its own on top.
+        step = dict(
+            source_bucket=job.source.bucket,
+            destination=str(job.destination),
+            storage_class=job.storage_class,
+            codec=job.codec,
+            level=job.level,
+            memory_budget=job.memory_budget,
+            overwrite="{{ params.overwrite }}",
+            preview="{{ params.dry_run }}",
+            lease_ttl=job.lease_ttl_seconds,
+            prices=job.prices,
+            spec_options=job.spec_options,
+            execution_timeout=timedelta(minutes=job.execution_timeout_minutes),
+            **job_task_args(job),
+        )
+        deleting = dict(delete_source=job.delete_source, delete_versions=job.delete_versions)
+        outlets = [AssetAlias(f"s3_archive__{job.name}")]  # one asset event per archive made
+
+        archived = S3ArchivePrefixOperator.partial(
+            task_id="archive", outlets=outlets, allow_empty=job.allow_empty, **deleting, **step).expand(prefix=small)
+        prepared = S3PrepareSegmentsOperator.partial(task_id="prepare", segments=job.segments, **step).expand(
+            prefix=large)
+        segmented = S3ArchiveSegmentOperator.partial(task_id="segment", **step).expand_kwargs(segment_kwargs)
+        # all_done: each assembly checks its own segments, so one prefix's failed segment
+        # does not hold back the others' assemblies.
+        assembled = S3AssembleSegmentsOperator.partial(
+            task_id="assemble", outlets=outlets, segments=job.segments, trigger_rule=TriggerRule.ALL_DONE,
+            **deleting, **step).expand(prefix=large)
+        prepared >> segmented >> assembled
+
+        @task(task_id="report", trigger_rule=TriggerRule.ALL_DONE, execution_timeout=timedelta(minutes=10))
+        def report(ti=None) -> list[dict]:
+            from s3arch_airflow.report import report_run
+
+            return report_run(ti, task_id="archive", rows_key=ROWS_XCOM_KEY, segmented_task_id="assemble")
+
+        [archived, assembled] >> report()
+    return dag
+
+
+RESTORE_PARAMS = {
+    "date_from": Param(None, type=["null", "string"], format="date", title="First date",
+                       description="Restore a range of archived days: first day (YYYY-MM-DD)."),
+    "date_to": Param(None, type=["null", "string"], format="date", title="Last date",
+                     description="Last day of the range, inclusive (YYYY-MM-DD)."),
+    "prefixes": Param(None, type=["null", "array"], items={"type": "string"}, title="Prefixes (optional)",
+                      description="Exact archived prefixes instead of dates, e.g. logs/2026/11/03/."),
+    "keys": Param(None, type=["null", "array"], items={"type": "string"}, title="Keys (optional)",
+                  description="Only these objects (full keys). Empty: every object of each prefix."),
+    "glob": Param(None, type=["null", "string"], title="Glob (optional)",
+                  description="Only keys matching this pattern, e.g. */app-7*.log. Empty: no filter."),
+    "target": Param(None, type=["null", "string"], title="Target (optional)",
+                    description="s3://BUCKET/PREFIX/ to restore under (each object keeps its full key "
+                                "below it). Empty: back to the original bucket and keys."),
+    "tier": Param("Standard", type="string", enum=["Expedited", "Standard", "Bulk"], title="Retrieval tier",
+                  description="GLACIER: Expedited 1-5 min, Standard 3-5 h, Bulk 5-12 h. DEEP_ARCHIVE: "
+                              "Standard within 12 h, Bulk within 48 h (Expedited falls back to Standard)."),
+    "days": Param(7, type="integer", minimum=1, maximum=365, title="Days restored",
+                  description="How long S3 keeps the restored copy of each archive."),
+    "overwrite": Param(False, type=["boolean", "null"], title="Overwrite (optional)",
+                       description="Replace objects that exist at the target with other content."),
+}
+
+
+def restore_dag(job: ArchiveJob) -> DAG:
+    with DAG(
+        dag_id=f"s3_restore__{job.name}",
+        description=f"Restore archived days of s3://{job.source.bucket}/{job.source.key}{job.prefix_template} "
+                    f"from {job.destination}",
+        schedule=None,
+        start_date=datetime.combine(job.start_date, datetime.min.time(), tzinfo=timezone.utc),
+        catchup=False,
+        params=RESTORE_PARAMS,
+        render_template_as_native_obj=True,
+        tags=["s3-archive", "restore"],
+        doc_md=RESTORE_DOC,
+        default_args={"retries": 0},
+    ) as dag:
+
+        @task(task_id="plan", execution_timeout=timedelta(minutes=10))
+        def plan_prefixes(params: dict) -> list[str]:
+            from airflow.sdk import conf
+            from airflow.sdk.exceptions import AirflowFailException
+
+            from s3arch.errors import ArchiverError, BadArgument
+            from s3arch.jobs import plan
+
+            try:
+                if not (params.get("prefixes") or params.get("date_from") or params.get("date_to")):
+                    raise BadArgument("give a date range or prefixes to restore")
+                prefixes = plan(job, date_from=params.get("date_from"), date_to=params.get("date_to"),
+                                prefixes=params.get("prefixes"))
+                if len(prefixes) > conf.getint("core", "max_map_length"):
+                    raise BadArgument(f"{len(prefixes)} prefixes are more than one run maps",
+                                      hint="restore a shorter range per run")
+            except ArchiverError as exc:
+                raise AirflowFailException(f"bad parameters, nothing was started: {exc}") from exc
+            print(f"{len(prefixes)} prefix(es) to restore: {prefixes[0]}"
+                  f"{' .. ' + prefixes[-1] if len(prefixes) > 1 else ''}")
+            return prefixes
+
+        planned = plan_prefixes()  # type: ignore[call-arg, misc]  # params come from the context
+        restored = S3RestoreArchiveOperator.partial(
+            task_id="restore",
+            source_bucket=job.source.bucket,
+            destination=str(job.destination),
+            target="{{ params.target }}",
+            keys="{{ params['keys'] }}",
+            glob="{{ params.glob }}",
+            tier="{{ params.tier }}",
+            days="{{ params.days }}",
+            overwrite="{{ params.overwrite }}",
+            memory_budget=job.memory_budget,
+            poll_interval=job.restore_poll_seconds,
+            expected_owner=job.expected_owner,
+            execution_timeout=timedelta(hours=72),  # the deferred wait counts towards it
+            **job_task_args(job),
+        ).expand(prefix=planned)
+
+        @task(task_id="report", trigger_rule=TriggerRule.ALL_DONE, execution_timeout=timedelta(minutes=10))
+        def report(ti=None) -> list[dict]:
+            from s3arch_airflow.report import RESTORE_COLUMNS, report_run
+
+            return report_run(ti, task_id="restore", rows_key=RESTORE_ROWS_XCOM_KEY, columns=RESTORE_COLUMNS)
+
+        restored >> report()
+    return dag
+
