@@ -1,0 +1,350 @@
+"""Scrub: prove every archive of a job is still the one its manifest describes (docs/CATALOG.md).
+
+No restore is needed for the main check, so it works on GLACIER and DEEP_ARCHIVE: for each
+committed day, one HEAD of the archive, the manifest and the index, checked against what the
+index (the manifest's header and summary) records: size, ETag, CRC32C, and Object Lock
+retention no shorter than recorded. For an archive in a readable class (or with a restored
+copy), a random sample of members is read by ranged GET and its SHA-256 checked.
+
+Drift is reported as one row per day with what to do:
+
+- ``archive missing``: the manifest commits an archive that is gone,
+- ``archive changed``: size, ETag or CRC32C differ from the manifest's,
+- ``manifest changed``: the manifest's size differs from the index's,
+- ``lock shorter``: the archive's retention ends before recorded (the manifest's own, or the job's),
+- ``archive without manifest``: an archive object no manifest commits (a run died before it),
+- ``member differs``: a sampled member's bytes do not match its SHA-256.
+
+A small result object goes beside the archives (``<archive prefix>_s3arch-scrub/<job>/``):
+one per scrub, and ``latest.json`` merged day by day, which the catalog shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timedelta, timezone
+
+from .catalog import SCRUB_DIR, _Counter, archive_prefix, read_scrub_result, scrub_result_key
+from .config import S3Url
+from .cost import usd
+from .errors import IO_ERRORS, ArchiverError, none_if_missing, translate
+from .jobs import ArchiveJob, days_between
+from .listing import _listed
+from .manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, layout_for, read_chunk, read_header_and_summary
+from .reading import _decompressor
+from .restore import NEEDS_RESTORE
+from .s3 import parse_s3_time
+
+# Request prices (us-east-1 list prices, as tasks/cost.py dates its table): LIST per 1,000,
+# GET/HEAD per 1,000 in STANDARD, and retrieval per GB where a class bills reads.
+LIST_PER_1000 = 0.005
+GET_PER_1000 = 0.0004
+PUT_PER_1000 = 0.005
+RETRIEVAL_PER_GB = {"STANDARD_IA": 0.01, "GLACIER_IR": 0.03}
+
+ACTIONS = {
+    "archive missing": "source still there: re-run the day with overwrite (s3arch archive ... --overwrite); "
+                       "source gone: recover the archive from a bucket version or replica",
+    "archive changed": "recover the committed archive from a bucket version or replica; if the source is still "
+                       "there, re-run the day with overwrite",
+    "manifest changed": "recover the manifest from a bucket version or replica, or re-run the day with overwrite "
+                        "while the source is there",
+    "lock shorter": "someone with s3:BypassGovernanceRetention shortened it: extend it again "
+                    "(aws s3api put-object-retention) and review who may bypass governance",
+    "archive without manifest": "a run died before committing: re-run the day (it starts clean and replaces it)",
+    "member differs": "the archive's bytes are damaged: recover it from a version or replica, or re-archive "
+                      "with overwrite while the source is there",
+    "unreadable": "read the message; check the manifest and index objects",
+}
+
+
+@dataclass
+class Drift:
+    day: str
+    prefix: str
+    kind: str
+    detail: str
+    action: str = ""
+
+    def __post_init__(self):
+        self.action = self.action or ACTIONS.get(self.kind, "")
+
+
+@dataclass
+class ScrubResult:
+    job: str
+    first: str
+    last: str
+    started: str
+    ended: str = ""
+    checked: int = 0
+    verified: list[str] = field(default_factory=list)
+    sampled: int = 0
+    sampled_bytes: int = 0
+    drift: list[Drift] = field(default_factory=list)
+    requests: dict = field(default_factory=dict)
+    cost_usd: float = 0.0
+    seconds: float = 0.0
+    result_url: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.drift
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+    def cost_line(self) -> str:
+        r = self.requests
+        return (f"scrub cost: {r.get('LIST', 0):,} LIST, {r.get('HEAD', 0):,} HEAD, {r.get('GET', 0):,} GET, "
+                f"{r.get('PUT', 0):,} PUT, {self.sampled_bytes:,} bytes sampled: {usd(self.cost_usd)} "
+                f"(us-east-1 list prices)")
+
+    def table(self) -> str:
+        if not self.drift:
+            return f"{self.checked} archive(s) of {self.job} from {self.first} to {self.last}: no drift"
+        rows = [("day", "drift", "detail", "what to do")] + [(d.day, d.kind, d.detail, d.action) for d in self.drift]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        return "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows)
+
+
+def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3, seed: int | None = None,
+          write_result: bool = True, now: datetime | None = None, workers: int = 8) -> ScrubResult:
+    started = time.monotonic()
+    now = now or datetime.now(timezone.utc)
+    counter = _Counter()
+    counter.counts["PUT"] = 0
+    result = ScrubResult(job.name, first.isoformat(), last.isoformat(), now.isoformat(timespec="seconds"))
+    rng = random.Random(seed)
+    days = days_between(first, last)
+    bucket, prefix = job.destination.bucket, archive_prefix(job)
+    listed = {}
+    try:
+        for page in control.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            counter.add("LIST")
+            listed.update({o.key: o for o in _listed(page)})
+    except IO_ERRORS as exc:
+        raise translate(exc, f"list the archives s3://{bucket}/{prefix}") from exc
+    verdicts: dict[str, dict] = {}
+    with ThreadPoolExecutor(workers, thread_name_prefix="s3arch-scrub") as pool:
+        futures = {}
+        for day in days:
+            source_prefix = job.prefix_for(day)
+            layout = layout_for(S3Url(job.source.bucket, source_prefix), job.destination)
+            archive_key = next((layout.archive_key(s) for s in ARCHIVE_SUFFIXES if layout.archive_key(s) in listed),
+                               None)
+            if layout.manifest_key in listed:
+                futures[day] = pool.submit(_check_day, job, control, layout, day, listed, sample,
+                                           random.Random(rng.random()), now, counter)
+            elif archive_key is not None and layout.lease_key not in listed:
+                result.drift.append(Drift(day.isoformat(), source_prefix, "archive without manifest",
+                                          f"s3://{bucket}/{archive_key} is committed by no manifest"))
+        retrieval = 0.0
+        for day, future in futures.items():
+            drift, sampled, sampled_bytes, dollars = future.result()
+            retrieval += dollars
+            result.checked += 1
+            result.sampled += sampled
+            result.sampled_bytes += sampled_bytes
+            if drift:
+                result.drift.extend(drift)
+            else:
+                result.verified.append(day.isoformat())
+    result.drift.sort(key=lambda d: d.day)
+    for d in result.drift:
+        verdicts.setdefault(d.day, {"scrubbed": result.started, "drift": []})["drift"].append(
+            {"kind": d.kind, "detail": d.detail, "action": d.action})
+    for day in result.verified:
+        verdicts[day] = {"scrubbed": result.started, "verified": result.started[:10], "sampled": sample}
+    result.requests = dict(counter.counts)
+    if write_result:
+        result.result_url = _write_result(job, control, result, verdicts, counter)
+        result.requests = dict(counter.counts)
+    result.cost_usd = _cost(result, retrieval)
+    result.ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def _cost(result: ScrubResult, retrieval: float) -> float:
+    r = result.requests
+    return (r.get("LIST", 0) + r.get("PUT", 0)) * LIST_PER_1000 / 1000 + \
+        (r.get("GET", 0) + r.get("HEAD", 0)) * GET_PER_1000 / 1000 + retrieval
+
+
+def _head(control, bucket: str, key: str, counter: _Counter, **kwargs) -> dict | None:
+    counter.add("HEAD")
+    return none_if_missing(lambda: control.head_object(Bucket=bucket, Key=key, **kwargs), f"check s3://{bucket}/{key}")
+
+
+def _until(head: dict) -> datetime | None:
+    value = head.get("ObjectLockRetainUntilDate")
+    if not value:
+        return None
+    return value if isinstance(value, datetime) else parse_s3_time(value)
+
+
+def _check_day(job: ArchiveJob, control, layout, day: date, listed: dict, sample: int, rng: random.Random,
+               now: datetime, counter: _Counter) -> tuple[list[Drift], int, int, float]:
+    iso, prefix = day.isoformat(), job.prefix_for(day)
+    drift: list[Drift] = []
+    try:
+        index = None
+        if layout.index_key in listed:
+            counter.add("GET")
+            body = none_if_missing(lambda: control.get_object(Bucket=layout.bucket, Key=layout.index_key)["Body"].read(),
+                                   f"read s3://{layout.bucket}/{layout.index_key}")
+            if body is not None:
+                import gzip
+
+                index = json.loads(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
+        if index and index.get("format") == INDEX_FORMAT and "summary" in index:
+            found = index["header"], index["summary"]
+        else:
+            index = None
+            counter.add("GET")
+            found = read_header_and_summary(control, layout)
+        header, summary = found
+        archive_key = header["archive"]["key"]
+        url = f"s3://{layout.bucket}/{archive_key}"
+        with ThreadPoolExecutor(3) as heads:
+            a = heads.submit(_head, control, layout.bucket, archive_key, counter, ChecksumMode="ENABLED")
+            m = heads.submit(_head, control, layout.bucket, layout.manifest_key, counter)
+            i = heads.submit(_head, control, layout.bucket, layout.index_key, counter) if index else None
+            archive, manifest = a.result(), m.result()
+            if i is not None:
+                i.result()
+        if archive is None:
+            return [Drift(iso, prefix, "archive missing", f"{layout.manifest_url} commits {url}, which is gone")], 0, 0, 0.0
+        expected = {"size": summary.get("archive_size"), "etag": summary.get("archive_etag"),
+                    "crc32c": summary.get("archive_crc32c") or None}
+        got = {"size": archive.get("ContentLength"), "etag": archive.get("ETag"), "crc32c": archive.get("ChecksumCRC32C")}
+        differs = [k for k in got if expected[k] is not None and got[k] is not None and got[k] != expected[k]]
+        if differs:
+            drift.append(Drift(iso, prefix, "archive changed",
+                               ", ".join(f"{k} {got[k]} (manifest: {expected[k]})" for k in differs)))
+        if manifest is not None and index and index.get("manifest_size") not in (None, manifest.get("ContentLength")):
+            drift.append(Drift(iso, prefix, "manifest changed",
+                               f"{manifest.get('ContentLength')} bytes, the index recorded {index['manifest_size']}"))
+        drift += _check_lock(job, iso, prefix, header, archive, manifest)
+        sampled = sampled_bytes = 0
+        if not differs and sample > 0 and index and index.get("chunks") and _readable(archive):
+            sampled, sampled_bytes, bad = _sample(control, layout, index, header, archive_key, sample, rng, counter)
+            drift += [Drift(iso, prefix, "member differs", problem) for problem in bad]
+        retrieval = sampled_bytes / (1 << 30) * RETRIEVAL_PER_GB.get(archive.get("StorageClass") or "STANDARD", 0.0)
+        return drift, sampled, sampled_bytes, retrieval
+    except ArchiverError as exc:
+        return [Drift(iso, prefix, "unreadable", str(exc))], 0, 0, 0.0
+
+
+def _check_lock(job: ArchiveJob, iso: str, prefix: str, header: dict, archive: dict, manifest: dict | None) -> list[Drift]:
+    """The archive's retention must end no earlier than recorded: the manifest's own (created
+    with the same lock arguments) and the job's ``retain_days`` from when the run started."""
+    until = _until(archive)
+    recorded: list[tuple[str, datetime]] = []
+    if manifest is not None and _until(manifest):
+        recorded.append(("the manifest's", _until(manifest)))
+    if job.object_lock and job.retain_days and header.get("started"):
+        recorded.append((f"the job's {job.retain_days} days",
+                         parse_s3_time(header["started"]) + timedelta(days=job.retain_days)))
+    if not recorded:
+        return []
+    # The archive's upload is created before the manifest's: a few minutes' slack.
+    wanted_name, wanted = max(recorded, key=lambda r: r[1])
+    if until is None:
+        return [Drift(iso, prefix, "lock shorter", f"no retention on the archive; {wanted_name} ends {wanted:%Y-%m-%d}")]
+    if until < wanted - timedelta(minutes=10):
+        return [Drift(iso, prefix, "lock shorter",
+                      f"retained until {until:%Y-%m-%d %H:%M}, {wanted_name} until {wanted:%Y-%m-%d %H:%M}")]
+    return []
+
+
+def _readable(head: dict) -> bool:
+    storage_class = head.get("StorageClass") or "STANDARD"
+    if storage_class not in NEEDS_RESTORE:
+        return True
+    restore = head.get("Restore") or ""
+    return 'ongoing-request="false"' in restore
+
+
+def _sample(control, layout, index: dict, header: dict, archive_key: str, sample: int, rng: random.Random,
+            counter: _Counter) -> tuple[int, int, list[str]]:
+    """Read ``sample`` random members by ranged GET (one GET of a manifest chunk, one of the
+    member's blocks) and check their SHA-256."""
+    chunks = index["chunks"]
+    records: list[dict] = []
+    for i in sorted({rng.randrange(len(chunks)) for _ in range(sample)}):
+        counter.add("GET")
+        got = read_chunk(control, layout, index, i)
+        records += got
+    picked = rng.sample(records, min(sample, len(records)))
+    bad, read = [], 0
+    for record in picked:
+        start, end = record["range"]
+        counter.add("GET")
+        try:
+            body = control.get_object(Bucket=layout.bucket, Key=archive_key, Range=f"bytes={start}-{end - 1}")["Body"]
+        except IO_ERRORS as exc:
+            raise translate(exc, f"read s3://{layout.bucket}/{archive_key}") from exc
+        d = _decompressor(header["codec"], from_block_start=True)
+        skip = record["data_offset"] - record["block"] * header["block_size"]
+        remaining = record["size"]
+        digest = hashlib.sha256()
+        try:
+            for chunk in body.iter_chunks(1 << 20):
+                read += len(chunk)
+                data = d.decompress(chunk)
+                if skip:
+                    cut = min(skip, len(data))
+                    data, skip = data[cut:], skip - cut
+                data = data[:remaining]
+                remaining -= len(data)
+                digest.update(data)
+                if not remaining:
+                    break
+        except Exception as exc:  # a damaged deflate stream is drift, not a crash
+            bad.append(f"{record['key']}: does not decompress ({exc})")
+            continue
+        finally:
+            body.close()
+        if remaining or digest.hexdigest() != record["sha256"]:
+            bad.append(f"{record['key']}: SHA-256 differs from the manifest's")
+    return len(picked), read, bad
+
+
+def _write_result(job: ArchiveJob, control, result: ScrubResult, verdicts: dict, counter: _Counter) -> str:
+    bucket = job.destination.bucket
+    latest_key = scrub_result_key(job)
+    stamp = result.started.replace(":", "").replace("+0000", "Z")
+    run_key = f"{archive_prefix(job)}{SCRUB_DIR}{job.name}/{stamp}.json"
+    counter.add("GET")
+    previous = read_scrub_result(control, job) or {}
+    days = dict(previous.get("days") or {})
+    for day in days_between(date.fromisoformat(result.first), date.fromisoformat(result.last)):
+        days.pop(day.isoformat(), None)  # this scrub's verdict replaces the last one's
+    days.update(verdicts)
+    summary = {k: v for k, v in result.to_dict().items() if k not in ("verified",)}
+    latest = {"job": job.name, "last_scrub": summary, "days": dict(sorted(days.items()))}
+    try:
+        counter.add("PUT", 2)
+        control.put_object(Bucket=bucket, Key=run_key, Body=json.dumps(summary, default=str).encode(),
+                           ContentType="application/json")
+        control.put_object(Bucket=bucket, Key=latest_key, Body=json.dumps(latest, default=str).encode(),
+                           ContentType="application/json")
+    except IO_ERRORS as exc:
+        raise translate(exc, f"write the scrub result s3://{bucket}/{latest_key}") from exc
+    return f"s3://{bucket}/{run_key}"
+
+
+def parse_range(job: ArchiveJob, date_from, date_to, today: date | None = None) -> tuple[date, date]:
+    """A scrub's dates: both given, or by default the job's start to its newest allowed day."""
+    from .jobs import parse_date
+
+    first = parse_date(date_from, "date_from") if date_from else job.start_date
+    last = parse_date(date_to, "date_to") if date_to else (today or date.today()) - timedelta(days=job.min_age_days)
+    return first, last
