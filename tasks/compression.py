@@ -22,6 +22,8 @@ from typing import Callable
 
 from isal import isal_zlib
 
+from .coordinator import Stopped
+
 
 @dataclass(slots=True)
 class CompressedBlock:
@@ -106,11 +108,13 @@ class ParallelCompressor:
     """Compresses blocks on a thread pool and delivers them in order to ``deliver``.
 
     ``submit`` blocks once ``max_pending`` blocks are queued or being compressed, which is
-    what bounds this stage's memory. ``deliver`` runs on one collector thread.
+    what bounds this stage's memory. ``deliver`` runs on one collector thread; what it or a
+    compression raises goes to ``on_error`` (the stream's ``set_exception``), and the
+    collector stops.
     """
 
     def __init__(self, codec, threads: int, max_pending: int,
-                 deliver: Callable[[CompressedBlock], None], on_error: Callable[[BaseException], None]):
+                 deliver: Callable[[CompressedBlock], None], on_error: Callable[[BaseException], object]):
         self.codec = codec
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="s3arch-compress")
         self._slots = threading.Semaphore(max_pending)
@@ -122,15 +126,16 @@ class ParallelCompressor:
         self._collector = threading.Thread(target=self._collect, name="s3arch-collect", daemon=True)
         self._collector.start()
 
-    def submit(self, index: int, block: bytes, final: bool, abort: threading.Event) -> None:
-        """Queue a block, or raise InterruptedError once ``abort`` is set: a block is never
-        dropped quietly (the stream would end short and read as corrupt, not cancelled)."""
+    def submit(self, index: int, block: bytes, final: bool, abort) -> None:
+        """Queue a block, or raise ``Stopped`` once ``abort`` (the stream's coordinator, or an
+        event) is set: a block is never dropped quietly (the stream would end short and read
+        as corrupt, not stopped). ``Stopped`` is a signal, not a cause: the stream raises the
+        cause its coordinator holds."""
         if abort.is_set():
-            raise InterruptedError("compression aborted")
+            raise Stopped("compression stopped")
         while not self._slots.acquire(timeout=0.2):
             if abort.is_set():
-                # Never drop a block quietly: the stream would end short and read as corrupt.
-                raise InterruptedError("compression aborted")
+                raise Stopped("compression stopped")
         fut = self._pool.submit(self._compress, index, block, final)
         with self._cond:
             self._pending.append(fut)

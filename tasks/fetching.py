@@ -9,7 +9,13 @@ the listing promised (a short body is fetched again, never archived short).
 
 An object's first piece also brings its attributes (tasks/attributes.py); the follow-ups
 they need (its tags, the checksum a ranged GET lacks) run before the piece is handed on, so
-the object's record is complete when the tar writer gets to it.
+the object's record is complete when the tar writer gets to it. Follow-ups are requests like
+the GETs: in the stream's table of requests in flight (the stall watchdog cancels them),
+retried with the same backoff, and whatever a callback raises on CRT's thread settles its
+piece with that error (CRT swallows exceptions: uncaught, the piece would never settle).
+
+Failures go to the stream's coordinator (tasks/coordinator.py), the one place a stream's
+failure is kept; a fetch stage stopped by the stream raises ``Stopped``, which is no cause.
 """
 
 from __future__ import annotations
@@ -20,10 +26,19 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from . import attributes
+from .coordinator import Request, Stopped, StreamCoordinator
 from .errors import AccessDenied, ArchiverError, IntegrityError, TransientError
 from .listing import ListedObject
 
-_LENGTH_RETRIES = 3
+_ATTEMPTS = 3  # of each GET, tag read and checksum read, beyond the CRT client's own retries
+_BACKOFF = 0.2  # seconds times the attempts made
+
+# What a piece holds besides its payload while it is in flight or waits for the tar writer:
+# the Piece, its listed object and record fields, its callbacks and its entry in the table of
+# requests in flight (its response headers are dropped once its attributes are captured).
+# Counted in the fetch budget, so that zero-byte and tiny objects waiting behind a stalled GET
+# are bounded too, not only their bytes.
+PIECE_COST = 4 << 10
 
 
 class ByteBudget:
@@ -36,7 +51,9 @@ class ByteBudget:
         self.peak = 0
         self._cond = threading.Condition()
 
-    def acquire(self, n: int, abort: threading.Event) -> bool:
+    def acquire(self, n: int, abort) -> bool:
+        """Reserve ``n`` bytes; False once ``abort`` (an event, or the stream's coordinator)
+        is set."""
         with self._cond:
             while self.used and self.used + n > self.cap:
                 if abort.is_set():
@@ -62,96 +79,64 @@ class Piece:
     chunks: list = field(default_factory=list)
     received: int = 0
     attempts: int = 0
-    active: float = 0.0  # when the GET last made progress
-    headers: list = field(default_factory=list)  # the first piece's response headers
+    headers: list | None = None  # the first piece's response headers, until they are captured
     captured: attributes.Captured | None = None  # the object's attributes (first piece only)
+    settled: bool = False  # handed on or failed; its GET slot released
 
     @property
     def size(self) -> int:
         return self.end - self.start
 
-
-@dataclass(slots=True)
-class _InFlight:
-    """A GET the stall watchdog may cancel. Kept apart from the piece: the CRT request holds
-    the callbacks, which hold the piece and its bytes, so a piece -> request reference would
-    make a cycle that only the cyclic GC frees (measured: 1.1 GiB peak on 4 x 256 MiB)."""
-
-    piece: Piece
-    request: Any = None  # the CRT's meta-request (awscrt.s3.S3Request) while one is in flight
+    @property
+    def cost(self) -> int:
+        """What the piece takes of the fetch budget."""
+        return self.end - self.start + PIECE_COST
 
 
 class Fetcher:
     def __init__(self, data_plane, bucket: str, *, budget: ByteBudget, concurrency: int,
-                 chunk: int, abort: threading.Event, stall_timeout: float = 60.0,
-                 without_tags: bool = False):
+                 chunk: int, coordinator: StreamCoordinator, without_tags: bool = False):
         self.data = data_plane
         self.without_tags = without_tags  # a denied tag read is recorded instead of failing the run
         self.tags_unread = 0
-        self.stall_timeout = stall_timeout
-        self._inflight: dict[int, _InFlight] = {}
+        self.coordinator = coordinator
         self.bucket = bucket
         self.budget = budget
         self.chunk = chunk
-        self.abort = abort
         self.gets = 0
+        self.follow_ups = 0
         self._slots = threading.Semaphore(concurrency)
         self._cond = threading.Condition()
         self._done: dict[int, Piece] = {}
-        self._error: BaseException | None = None
         self._total: int | None = None
 
     def pieces(self, objects: Iterable[ListedObject]) -> Iterator[Piece]:
         """Pieces in listing order; the consumer owns each piece's bytes until it asks for
-        the next one, when the piece's budget is released."""
-        scheduler = threading.Thread(target=self._schedule, args=(objects,),
-                                     name="s3arch-fetch", daemon=True)
-        scheduler.start()
-        finished = threading.Event()
-        threading.Thread(target=self._watch_stalls, args=(finished,), name="s3arch-stalls",
-                         daemon=True).start()
-        try:
-            yield from self._in_order()
-        finally:
-            finished.set()
-
-    def _watch_stalls(self, finished: threading.Event) -> None:
-        """Cancel GETs that made no progress for ``stall_timeout``: the CRT client has no read
-        timeout, and a server that stops sending would otherwise hang the prefix forever.
-        A cancelled GET fails as transient and is retried like any other."""
-        while not finished.wait(min(1.0, self.stall_timeout / 4)):
-            now = time.monotonic()
-            for entry in list(self._inflight.values()):
-                if now - entry.piece.active > self.stall_timeout and entry.request is not None:
-                    entry.piece.active = float("inf")  # cancel once per attempt
-                    entry.request.cancel()
-
-    def _in_order(self) -> Iterator[Piece]:
+        the next one, when the piece's budget is released. Raises ``Stopped`` once the stream
+        stopped (the cause is the coordinator's)."""
+        threading.Thread(target=self._schedule, args=(objects,), name="s3arch-fetch", daemon=True).start()
         seq = 0
         while True:
             with self._cond:
-                while seq not in self._done and self._error is None and self._total != seq:
-                    if self.abort.is_set():
-                        raise InterruptedError("fetch aborted")
+                while seq not in self._done and self._total != seq:
+                    self.coordinator.raise_if_stopped()
                     self._cond.wait(0.2)
-                if self._error is not None:
-                    raise self._error
-                if self._total == seq:
+                self.coordinator.raise_if_stopped()
+                if seq not in self._done:
                     return
                 piece = self._done.pop(seq)
             yield piece
-            self.budget.release(piece.size)
+            self.budget.release(piece.cost)
             seq += 1
 
     def _fail(self, exc: BaseException) -> None:
+        self.coordinator.set_exception(exc)
         with self._cond:
-            if self._error is None:
-                self._error = exc
             self._cond.notify_all()
-        self.abort.set()
 
     def _schedule(self, objects: Iterable[ListedObject]) -> None:
         seq = 0
+        coordinator = self.coordinator
         try:
             for obj in objects:
                 if obj.size <= self.chunk:
@@ -159,50 +144,83 @@ class Fetcher:
                 else:
                     spans = [(s, min(s + self.chunk, obj.size)) for s in range(0, obj.size, self.chunk)]
                 for i, (start, end) in enumerate(spans):
-                    if not self.budget.acquire(end - start, self.abort):
+                    piece = Piece(obj, i, i == len(spans) - 1, start, end)
+                    if not self.budget.acquire(piece.cost, coordinator):
                         return
                     while not self._slots.acquire(timeout=0.2):
-                        if self.abort.is_set():
+                        if coordinator.is_set():
                             return
-                    self._request(seq, Piece(obj, i, i == len(spans) - 1, start, end))
+                    self._request(seq, piece)
                     seq += 1
             with self._cond:
                 self._total = seq
                 self._cond.notify_all()
-        except BaseException as exc:  # noqa: BLE001 - listing errors end up here
+        except BaseException as exc:  # noqa: BLE001 - listing errors end up here (Stopped is no cause)
             self._fail(exc)
+
+    # -- settling a piece, whatever thread it is on --------------------------------------
+
+    def _settle(self, seq: int, piece: Piece, error: BaseException | None) -> None:
+        """Hand the piece on, or fail the stream with ``error``; its GET slot is released once."""
+        if piece.settled:
+            if error is not None:
+                self._fail(error)
+            return
+        piece.settled = True
+        self._slots.release()
+        if error is not None:
+            piece.chunks = []
+            self._fail(error)
+            return
+        with self._cond:
+            self._done[seq] = piece
+            self._cond.notify_all()
+
+    def _guarded(self, seq: int, piece: Piece, call, *args) -> None:
+        """Run ``call`` for ``piece`` on a thread that would lose what it raises (CRT's, a
+        timer's): an exception settles the piece with it, so the stream fails with it."""
+        try:
+            call(*args)
+        except BaseException as exc:  # noqa: BLE001 - never lost: it becomes the piece's failure
+            self._settle(seq, piece, exc)
+
+    def _retry_later(self, error: BaseException, attempt: int, again, seq: int, piece: Piece) -> bool:
+        """Send a request again after the backoff if ``error`` is one another try can cure;
+        whether it will be."""
+        if not (isinstance(error, (IntegrityError, TransientError)) and error.retryable
+                and attempt < _ATTEMPTS and not self.coordinator.is_set()):
+            return False
+        timer = threading.Timer(_BACKOFF * attempt, self._guarded, args=(seq, piece, again))
+        timer.daemon = True
+        timer.start()
+        return True
+
+    # -- the GET of a piece --------------------------------------------------------------
 
     def _request(self, seq: int, piece: Piece) -> None:
         piece.attempts += 1
         piece.chunks = []
         piece.received = 0
-        piece.headers = []
+        piece.headers = [] if piece.index == 0 else None
         whole = piece.index == 0 and piece.last
         # A ranged GET of a zero-byte object is answered 416, so whole objects go unranged.
         byte_range = None if whole else (piece.start, piece.end)
+        entry = self.coordinator.track(f"GET s3://{self.bucket}/{piece.obj.key}"
+                                       + ("" if whole else f" bytes {piece.start}-{piece.end - 1}"))
+        attempt = piece.attempts
 
         def on_body(chunk: bytes) -> None:
             piece.chunks.append(chunk)
             piece.received += len(chunk)
-            piece.active = time.monotonic()
-
-        def on_done(error: ArchiverError | None) -> None:
-            # This runs on CRT's thread, which swallows exceptions: a bug here would hang the
-            # prefix instead of failing it.
-            try:
-                finish(error)
-            except BaseException as exc:  # noqa: BLE001
-                self._fail(exc)
+            entry.active = time.monotonic()
 
         def finish(error: ArchiverError | None) -> None:
-            self._inflight.pop(seq, None)
+            self.coordinator.untrack(entry)
             if error is None and piece.received != piece.size:
                 error = IntegrityError(
                     f"GET s3://{self.bucket}/{piece.obj.key}: received {piece.received} bytes "
                     f"of {piece.size} for bytes {piece.start}-{piece.end}")
-            if error is not None and error.retryable and not self.abort.is_set() \
-                    and piece.attempts < _LENGTH_RETRIES and isinstance(error, (IntegrityError, TransientError)):
-                threading.Timer(0.2 * piece.attempts, self._retry, args=(seq, piece)).start()
+            if error is not None and self._retry_later(error, attempt, lambda: self._request(seq, piece), seq, piece):
                 return
             if error is None and piece.index == 0:
                 self._follow_up(seq, piece)
@@ -210,50 +228,64 @@ class Fetcher:
             self._settle(seq, piece, error)
 
         self.gets += 1
-        piece.active = time.monotonic()
-        entry = self._inflight[seq] = _InFlight(piece)
         request = self.data.get(piece.obj.key, etag=piece.obj.etag, byte_range=byte_range, on_body=on_body,
-                                on_done=on_done, on_headers=piece.headers.extend if piece.index == 0 else None)
-        if self._inflight.get(seq) is entry:  # not already done on CRT's thread
-            entry.request = request
+                                on_done=lambda error: self._guarded(seq, piece, finish, error),
+                                on_headers=piece.headers.extend if piece.headers is not None else None)
+        self.coordinator.cancellable(entry, request.cancel)
 
-    def _settle(self, seq: int, piece: Piece, error: ArchiverError | None) -> None:
-        self._slots.release()
-        if error is not None:
-            self._fail(error)
-            return
-        with self._cond:
-            self._done[seq] = piece
-            self._cond.notify_all()
+    # -- follow-ups: the object's tags, the checksum a ranged GET lacks ---------------------
 
     def _follow_up(self, seq: int, piece: Piece) -> None:
-        """Complete the object's attributes from its first piece's headers: its tags if it
-        has any, its checksum if it is fetched in ranges; then hand the piece on."""
-        captured = piece.captured = attributes.from_headers(piece.headers)
+        """Complete the object's attributes from its first piece's headers (dropped once
+        read): its tags if it has any, its checksum if it is fetched in ranges; then hand the
+        piece on."""
+        captured = piece.captured = attributes.from_headers(piece.headers or [])
+        piece.headers = None
         steps = []
         if captured.tag_count:
             steps.append(self._read_tags)
         if not piece.last and not captured.has_checksum:
             steps.append(self._read_checksum)
 
-        def next_step(error: ArchiverError | None = None) -> None:
-            try:
-                if error is None and steps and not self.abort.is_set():
-                    steps.pop(0)(piece, next_step)
+        def next_step(error: BaseException | None = None) -> None:
+            if error is None and steps:
+                if self.coordinator.is_set():
+                    self._settle(seq, piece, Stopped("fetch stopped"))
                 else:
-                    self._settle(seq, piece, error)
-            except BaseException as exc:  # noqa: BLE001 - on CRT's thread, as in _request
-                self._slots.release()
-                self._fail(exc)
+                    steps.pop(0)(seq, piece, next_step)
+            else:
+                self._settle(seq, piece, error)
 
         next_step()
 
-    def _read_tags(self, piece: Piece, then) -> None:
+    def _send(self, seq: int, piece: Piece, what: str, attempt: int, send, finish, again) -> None:
+        """One attempt of a follow-up request: tracked in flight (the watchdog may cancel it),
+        retried with the GETs' backoff, its callbacks guarded. ``send(on_body_progress,
+        on_done)`` starts it and returns CRT's request; ``finish(error)`` reads the answer."""
+        entry: Request = self.coordinator.track(what)
+
+        def done(error: ArchiverError | None) -> None:
+            self.coordinator.untrack(entry)
+            if error is not None and self._retry_later(error, attempt, again, seq, piece):
+                return
+            finish(error)
+
+        self.follow_ups += 1
+        request = send(entry.progressed, lambda error: self._guarded(seq, piece, done, error))
+        self.coordinator.cancellable(entry, request.cancel)
+
+    def _read_tags(self, seq: int, piece: Piece, then, attempt: int = 1) -> None:
         body: list[bytes] = []
         captured = piece.captured
         assert captured is not None
 
-        def done(error: ArchiverError | None) -> None:
+        def on_body(progressed):
+            def received(chunk: bytes) -> None:
+                body.append(chunk)
+                progressed()
+            return received
+
+        def finish(error: ArchiverError | None) -> None:
             if error is None:
                 captured.fields["tags"] = attributes.parse_tagging(b"".join(body))
             elif isinstance(error, AccessDenied):
@@ -270,25 +302,24 @@ class Fetcher:
                     error = None
             then(error)
 
-        self.data.tagging(piece.obj.key, version_id=captured.version_id, on_body=body.append, on_done=done)
+        self._send(seq, piece, f"GetObjectTagging s3://{self.bucket}/{piece.obj.key}", attempt,
+                   lambda progressed, on_done: self.data.tagging(piece.obj.key, version_id=captured.version_id,
+                                                                 on_body=on_body(progressed), on_done=on_done),
+                   finish, lambda: self._read_tags(seq, piece, then, attempt + 1))
 
-    def _read_checksum(self, piece: Piece, then) -> None:
+    def _read_checksum(self, seq: int, piece: Piece, then, attempt: int = 1) -> None:
         headers: list[tuple[str, str]] = []
         captured = piece.captured
         assert captured is not None
 
-        def done(error: ArchiverError | None) -> None:
+        def finish(error: ArchiverError | None) -> None:
             if error is None:
                 checksum = attributes.checksum_from_headers(headers)
                 if checksum:
                     captured.fields["checksum"] = checksum
             then(error)
 
-        self.data.head(piece.obj.key, etag=piece.obj.etag, on_headers=headers.extend, on_done=done)
-
-    def _retry(self, seq: int, piece: Piece) -> None:
-        try:
-            self._request(seq, piece)
-        except BaseException as exc:  # noqa: BLE001
-            self._slots.release()
-            self._fail(exc)
+        self._send(seq, piece, f"HeadObject s3://{self.bucket}/{piece.obj.key}", attempt,
+                   lambda progressed, on_done: self.data.head(piece.obj.key, etag=piece.obj.etag,
+                                                              on_headers=headers.extend, on_done=on_done),
+                   finish, lambda: self._read_checksum(seq, piece, then, attempt + 1))

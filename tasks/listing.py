@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterator, NamedTuple
 
+from .coordinator import Stopped, StreamCoordinator
 from .errors import IO_ERRORS, translate
 from .s3 import parse_s3_time
 
@@ -155,13 +156,22 @@ class ListingFeed:
 
     Memory stays bounded (``pages_ahead`` x 1,000 entries) whatever the prefix size, and the
     totals listed so far are visible to the stages that size things from them.
+
+    A failure of the listing goes to the stream's coordinator (``set_exception``), each page
+    request is in its table of requests in flight, and the consumer stops (``Stopped``) once
+    the stream stopped. A feed without a coordinator has one of its own, and then its
+    consumer gets the listing's failure itself.
     """
 
     _END = object()
 
     def __init__(self, control, bucket: str, prefix: str, pages_ahead: int = 8,
-                 start_after: str | None = None, last_key: str | None = None, pages=None):
+                 start_after: str | None = None, last_key: str | None = None, pages=None,
+                 coordinator: StreamCoordinator | None = None):
         """``pages``: a listing made already (iterated instead of listing again)."""
+        self._own = coordinator is None
+        self._coordinator = coordinator or StreamCoordinator(f"the listing of s3://{bucket}/{prefix}")
+        self._what = f"LIST s3://{bucket}/{prefix}"
         self.objects_listed = 0
         self.bytes_listed = 0
         self.tar_bytes_bound = 0
@@ -169,6 +179,7 @@ class ListingFeed:
         self.finished = False
         self._queue: queue.Queue = queue.Queue(pages_ahead)
         self._stop = threading.Event()
+        self._pages = 0
         if pages is None:
             pages = iter_pages(control, bucket, prefix, start_after, last_key)
         self._thread = threading.Thread(target=self._run, args=(pages,),
@@ -179,8 +190,18 @@ class ListingFeed:
         from .cost import short_of_minimum
         from .tarwriter import member_size_bound
 
+        coordinator = self._coordinator
+        pages = iter(pages)
         try:
-            for page in pages:
+            while True:
+                request = coordinator.track(f"{self._what} (page {self._pages + 1})")
+                try:
+                    page = next(pages, self._END)
+                finally:
+                    coordinator.untrack(request)
+                if page is self._END:
+                    break
+                self._pages += 1
                 for o in page:
                     self.tar_bytes_bound += member_size_bound(o.key, o.size)
                     self.short_of_min_billable += short_of_minimum(o.size)
@@ -190,11 +211,11 @@ class ListingFeed:
                     return
             self.finished = True
             self._put(self._END)
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-            self._put(exc)
+        except BaseException as exc:  # noqa: BLE001 - the stream's failure (Stopped is no cause)
+            coordinator.set_exception(exc)
 
     def _put(self, item) -> bool:
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self._coordinator.is_set():
             try:
                 self._queue.put(item, timeout=0.2)
                 return True
@@ -203,13 +224,23 @@ class ListingFeed:
         return False
 
     def __iter__(self) -> Iterator[ListedObject]:
+        coordinator = self._coordinator
         while True:
-            item = self._queue.get()
+            if coordinator.is_set():
+                self._stopped()
+            try:
+                item = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
             if item is self._END:
                 return
-            if isinstance(item, BaseException):
-                raise item
             yield from item
+
+    def _stopped(self):
+        exc = self._coordinator.exception
+        if self._own and exc is not None:
+            raise exc
+        raise Stopped("listing stopped")
 
     def close(self):
         self._stop.set()
@@ -298,11 +329,16 @@ class RangeListing:
     its own worker, the consumer, taking ranges in order, never waits on one nobody lists.
     In key order the ranges ahead of the consumer soon wait for it, so a consumer that can
     take pages in any order (one that counts, or sorts small page records) lists faster.
+
+    A worker's failure goes to the coordinator (``set_exception``, the first one wins) and
+    stops the other workers; every LIST is in its table of requests in flight. Without a
+    coordinator the listing has one of its own and its consumer gets the failure itself;
+    with a stream's, the consumer stops (``Stopped``) and the stream raises the cause.
     """
 
     def __init__(self, control, bucket: str, prefix: str, start_after: str | None = None,
                  last_key: str | None = None, workers: int = 8, pages_ahead: int = 4, ordered: bool = True,
-                 page_size: int = 1000):
+                 page_size: int = 1000, coordinator: StreamCoordinator | None = None):
         self._control, self._bucket, self._prefix = control, bucket, prefix
         self._page_size = page_size
         self._min_cut = 2 * page_size  # keys: cutting off less than two pages is not worth a LIST
@@ -312,8 +348,9 @@ class RangeListing:
         self._first = _Range(start_after, last_key)
         self._ranges = [self._first]
         self._space: KeySpace | None = None
-        self._error: BaseException | None = None
-        self._stopped = False
+        self._own = coordinator is None
+        self._coordinator = coordinator or StreamCoordinator(f"the listing of s3://{bucket}/{prefix}")
+        self._stopped = False  # closed by the consumer, or a worker failed
         self._cond = threading.Condition()
         self.requests = 0
         for i in range(workers):
@@ -331,10 +368,9 @@ class RangeListing:
         r: _Range | None = self._first
         while r is not None:
             with self._cond:
-                while not r.pages and r.more and self._error is None:
-                    self._cond.wait()
-                if self._error is not None:
-                    raise self._error
+                while not r.pages and r.more and not self._coordinator.is_set():
+                    self._cond.wait(0.2)
+                self._raise_if_failed()
                 page = r.pages.popleft() if r.pages else None
                 self._cond.notify_all()
             if page is None:
@@ -347,15 +383,24 @@ class RangeListing:
         is listed. A range's pages come in key order, one range's after another's in any."""
         while True:
             with self._cond:
-                while not self._ready and self._error is None and any(r.more for r in self._ranges):
-                    self._cond.wait()
-                if self._error is not None:
-                    raise self._error
+                while not self._ready and not self._coordinator.is_set() and any(r.more for r in self._ranges):
+                    self._cond.wait(0.2)
+                self._raise_if_failed()
                 if not self._ready:
                     return
                 item = self._ready.popleft()
                 self._cond.notify_all()
             yield item
+
+    def _raise_if_failed(self) -> None:
+        if self._coordinator.is_set():
+            exc = self._coordinator.exception
+            if self._own and exc is not None:
+                raise exc
+            raise Stopped("listing stopped")
+
+    def _halted(self) -> bool:
+        return self._stopped or self._coordinator.is_set()
 
     def _full(self, r: _Range) -> bool:
         return len(r.pages) >= self._ahead if self._ready is None else len(self._ready) >= self._waiting
@@ -374,9 +419,9 @@ class RangeListing:
                         return
                 self._list(r)
                 r = None
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+        except BaseException as exc:  # noqa: BLE001 - the coordinator's; the first one wins
+            self._coordinator.set_exception(exc)
             with self._cond:
-                self._error = self._error or exc
                 self._stopped = True
                 self._cond.notify_all()
 
@@ -384,16 +429,19 @@ class RangeListing:
         token = None
         while True:
             with self._cond:
-                while self._full(r) and not self._stopped:
-                    self._cond.wait()
-                if self._stopped:
+                while self._full(r) and not self._halted():
+                    self._cond.wait(0.2)
+                if self._halted():
                     return
                 args = {"ContinuationToken": token} if token else {"StartAfter": r.after} if r.after else {}
+            request = self._coordinator.track(f"LIST s3://{self._bucket}/{self._prefix} after {r.after or '(start)'}")
             try:
                 page = self._control.list_objects_v2(Bucket=self._bucket, Prefix=self._prefix,
                                                      MaxKeys=self._page_size, **args)
             except IO_ERRORS as exc:
                 raise translate(exc, f"list s3://{self._bucket}/{self._prefix}") from exc
+            finally:
+                self._coordinator.untrack(request)
             listed = _listed(page)
             with self._cond:
                 self.requests += 1

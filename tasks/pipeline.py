@@ -21,7 +21,8 @@ from isal import isal_zlib
 
 from .compression import CompressedBlock, ParallelCompressor, codec_for
 from .config import ArchiveSpec, MiB
-from .errors import ArchiverError, BadArgument, Cancelled, EmptyPrefix, IntegrityError
+from .coordinator import Stopped, StreamCoordinator
+from .errors import ArchiverError, BadArgument, EmptyPrefix, IntegrityError
 from .fetching import ByteBudget, Fetcher
 from .listing import ListingFeed
 from .manifest import MANIFEST_MEMORY, ArchiveLayout, ManifestWriter
@@ -132,9 +133,11 @@ class StreamTarget(Protocol):
 
     def sizer(self, plan: MemoryPlan, feed: ListingFeed) -> PartSizer: ...
 
-    def uploader(self, control, sizer: PartSizer, memory: int, abort: threading.Event) -> PartUploader: ...
+    # ``abort``: the stream's coordinator, handed to each PartUploader as its ``abort_event``
+    # (it registers its abort with it, reports failed parts to it, and stops when it stops).
+    def uploader(self, control, sizer: PartSizer, memory: int, abort: StreamCoordinator) -> PartUploader: ...
 
-    def records(self, control, abort: threading.Event) -> RecordWriter: ...
+    def records(self, control, abort: StreamCoordinator) -> RecordWriter: ...
 
     def check_produced(self, objects: int, tar_end: int) -> None: ...
 
@@ -170,12 +173,12 @@ class WholeArchive:
         return PartSizer(self.spec.min_part_size, lambda: (feed.tar_bytes_bound + MiB) if feed.finished else None,
                          max_part=plan.max_part, growth_every=self.spec.part_growth_every)
 
-    def uploader(self, control, sizer: PartSizer, memory: int, abort: threading.Event) -> PartUploader:
+    def uploader(self, control, sizer: PartSizer, memory: int, abort: StreamCoordinator) -> PartUploader:
         return PartUploader(control, self.layout.bucket, self.archive_key, storage_class=self.spec.storage_class,
                             sizer=sizer, memory=memory, extra_args={**self.spec.encryption_args, **self.spec.lock_args()},
                             abort_event=abort)
 
-    def records(self, control, abort: threading.Event) -> ManifestWriter:
+    def records(self, control, abort: StreamCoordinator) -> ManifestWriter:
         return open_manifest(self.spec, control, self.layout, self.archive_key, abort)
 
     def check_produced(self, objects: int, tar_end: int) -> None:
@@ -183,40 +186,57 @@ class WholeArchive:
 
 
 def stream_archive(spec: ArchiveSpec, clients: S3Clients, target: StreamTarget, progress: Progress | None = None,
-                   abort: threading.Event | None = None, listed: Iterable[list] | None = None) -> StreamedArchive:
-    """Stream ``target``'s objects into its uploads. Setting ``abort`` (the lease was lost,
-    the task was killed) stops every stage; on any failure the uploads are aborted and the
-    error is raised (``Cancelled`` when stopped from outside). ``listed``: the prefix's pages,
-    when an earlier step listed it already."""
-    return _Stream(spec, clients, target, progress or Progress(), abort or threading.Event(), listed).run()
+                   abort: threading.Event | None = None, listed: Iterable[list] | None = None,
+                   coordinator: StreamCoordinator | None = None) -> StreamedArchive:
+    """Stream ``target``'s objects into its uploads, and return them open.
+
+    A stream stops from above in either of two ways: ``abort``, an event of the caller's (the
+    task killed) that the stream reads and never sets, or ``coordinator.cancel(reason)``
+    (a lost lease: ``reason`` is then what the stream raises). On any failure the uploads
+    are aborted and the first real failure is raised, whichever stage saw it; ``Cancelled``
+    (or the cancel's reason) only when it was cancelled. ``listed``: the prefix's pages, when
+    an earlier step listed it already."""
+    if coordinator is None:
+        coordinator = StreamCoordinator(f"the archive of {target}", stall_timeout=spec.stall_timeout)
+    if abort is not None:
+        coordinator.cancel_on(abort)
+    return _Stream(spec, clients, target, progress or Progress(), coordinator, listed).run()
 
 
 class _Stream:
-    """One run of the member loop: list -> fetch -> tar -> compress -> upload, and records."""
+    """One run of the member loop: list -> fetch -> tar -> compress -> upload, and records.
+
+    Its stages report to one coordinator (tasks/coordinator.py): the listing thread, the
+    fetcher's scheduler and CRT callbacks, the compressors and collector, the part uploads
+    and this loop. The first real failure stops every stage; a stage stopped that way raises
+    ``Stopped``, and the loop then raises the coordinator's exception, never the signal."""
 
     def __init__(self, spec: ArchiveSpec, clients: S3Clients, target: StreamTarget, progress: Progress,
-                 abort: threading.Event, listed: Iterable[list] | None):
-        self.spec, self.clients, self.target, self.progress, self.abort = spec, clients, target, progress, abort
-        self.failure: list[BaseException] = []
+                 coordinator: StreamCoordinator, listed: Iterable[list] | None):
+        self.spec, self.clients, self.target, self.progress = spec, clients, target, progress
+        self.coordinator = coordinator
         self.plan = MemoryPlan.for_spec(spec)
         self.feed = ListingFeed(clients.control, spec.source.bucket, spec.source.key,
-                                start_after=target.start_after, last_key=target.last_key, pages=listed)
-
-    def _fail(self, exc: BaseException) -> None:
-        self.failure.append(exc)
-        self.abort.set()
+                                start_after=target.start_after, last_key=target.last_key, pages=listed,
+                                coordinator=coordinator)
 
     def run(self) -> StreamedArchive:
-        objects = self._first_listed()
-        self._open()
+        self.coordinator.start_watchdog()
         try:
-            self._members(objects)
-            self._finish()
-        except BaseException as exc:
-            self._stop(exc)
+            objects = self._first_listed()
+            self._open()
+            try:
+                self._members(objects)
+                self._finish()
+                if not self.coordinator.announce_done():  # cancelled at the last moment
+                    raise Stopped("stopped before the end")
+            except BaseException as exc:
+                self._stop(exc)
+            finally:
+                self.progress.stop()
         finally:
+            self.coordinator.stop_watchdog()
             self.feed.close()
-            self.progress.stop()
         return self._streamed()
 
     def _first_listed(self):
@@ -226,30 +246,36 @@ class _Stream:
             first = next(objects)
         except StopIteration:
             raise self.target.nothing_listed() from None
+        except BaseException as exc:
+            error = self.coordinator.failure(exc)
+            if error is exc:
+                raise
+            raise error  # noqa: B904 - the cause, not the signal that reported it
         return itertools.chain((first,), objects)
 
     def _open(self) -> None:
-        spec, plan, control = self.spec, self.plan, self.clients.control
+        spec, plan, control, coordinator = self.spec, self.plan, self.clients.control, self.coordinator
         self.progress.start(self.feed)
         self.budget = ByteBudget(plan.fetch)
         self.fetcher = Fetcher(self.clients.data_for(spec.source.bucket, plan.gets), spec.source.bucket,
                                budget=self.budget, concurrency=plan.gets,
-                               chunk=min(spec.large_object_chunk, plan.fetch // 8), abort=self.abort,
-                               stall_timeout=spec.stall_timeout, without_tags=spec.without_tags)
+                               chunk=min(spec.large_object_chunk, plan.fetch // 8), coordinator=coordinator,
+                               without_tags=spec.without_tags)
         self.sizer = self.target.sizer(plan, self.feed)
-        self.uploader = self.target.uploader(control, self.sizer, plan.upload_inflight, self.abort)
-        self.records = self.target.records(control, self.abort)
+        self.uploader = self.target.uploader(control, self.sizer, plan.upload_inflight, coordinator)
+        self.records = self.target.records(control, coordinator)
         self.codec = codec_for(spec.codec, spec.effective_level)
         self.out = _ArchiveOutput(self.uploader, self.records, self.codec, self.progress)
         self.compressor = ParallelCompressor(self.codec, plan.threads, plan.pending_blocks, self.out.deliver,
-                                             self._fail)
+                                             coordinator.set_exception)
         self.sink = BlockSink(spec.block_size,
-                              lambda i, b, final: self.compressor.submit(i, b, final, self.abort),
+                              lambda i, b, final: self.compressor.submit(i, b, final, coordinator),
                               start=self.target.tar_start)
         self.tar = TarStream(self.sink)
 
     def _members(self, objects) -> None:
         block_size, progress, out, tar, sink = self.spec.block_size, self.progress, self.out, self.tar, self.sink
+        stopping = self.coordinator.is_set
         if self.target.framed:
             out.write_header()
         hasher = hashlib.sha256()
@@ -275,16 +301,14 @@ class _Stream:
                     self.sizer.check_capacity(self.feed.tar_bytes_bound)
             progress.bytes_done += piece.size
             sink.emit_ready()
-            if self.failure:
-                raise self.failure[0]
+            if stopping():
+                raise Stopped("stream stopped")
 
     def _finish(self) -> None:
         self.tar.close(end_of_archive=self.target.end_of_archive)
         self.compressor.close(wait=True)
-        if self.failure:
-            raise self.failure[0]
-        if self.abort.is_set():
-            raise InterruptedError("aborted")  # blocks may have been refused: cancelled, not corrupt
+        # Blocks may have been refused once the stream stopped: stopped, never corrupt.
+        self.coordinator.raise_if_stopped()
         self.out.finish(self.sink.offset - self.target.tar_start, trailer=self.target.framed)
         self.uploader.finish_parts(keep_short_tail=self.target.keeps_tail)
         self.target.check_produced(self.progress.objects_done, self.sink.offset)
@@ -293,17 +317,25 @@ class _Stream:
                                  f"{self.progress.objects_done}; nothing was committed")
 
     def _stop(self, exc: BaseException) -> None:
-        self.abort.set()
-        # Join the collector first: once it is gone nothing can write to (or lazily create)
-        # an upload, so the aborts below are the last word on both.
+        """Stop every stage, run the failure cleanups (the uploads' aborts), and raise the
+        stream's first real failure: ``exc`` if it is one and came first, else the
+        coordinator's exception (``exc`` is then the signal that brought it here, or a later
+        failure). Ctrl-C is a cancel from above, and propagates as itself."""
+        coordinator = self.coordinator
+        interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit))
+        if interrupted:
+            coordinator.cancel(f"{coordinator.what} was interrupted: its uploads were aborted and nothing was "
+                               "committed")
+        error = coordinator.failure(exc)
+        coordinator.cancel_requests()  # GETs in flight are not waited for
+        # Join the collector: once it is gone nothing writes to (or lazily creates) an upload,
+        # so the aborts below are the last word on both.
         self.compressor.close(wait=True)
-        error = _stream_error(exc, self.failure, self.spec)
-        for problem in (self.uploader.abort(), self.records.abort()):
-            if problem is not None:
-                error.add_note(f"cleanup also failed: {problem}")
-        if error is exc:
+        for problem in coordinator.run_failure_cleanups():
+            error.add_note(f"cleanup also failed: {problem}")
+        if interrupted or error is exc:
             raise exc
-        raise error from exc
+        raise error
 
     def _streamed(self) -> StreamedArchive:
         out, sink = self.out, self.sink
@@ -330,20 +362,8 @@ def _record(obj, sha256: str, header_offset: int, data_offset: int, captured) ->
     return record
 
 
-def _stream_error(exc: BaseException, failure: list[BaseException], spec: ArchiveSpec) -> BaseException:
-    """What a stopped stream raises: the stage failure that stopped it; ``Cancelled`` if it
-    was stopped from outside (the abort event: a cancel, a lost lease, which the caller
-    names); else the exception itself (a bug propagates as itself, permanent)."""
-    if failure and (isinstance(exc, InterruptedError) or exc is failure[0]):
-        return failure[0]
-    if isinstance(exc, InterruptedError):
-        return Cancelled(f"the archive of {spec.source} was stopped: its uploads were aborted and nothing "
-                         "was committed")
-    return exc
-
-
 def open_manifest(spec: ArchiveSpec, control, layout: ArchiveLayout, archive_key: str,
-                  abort: threading.Event) -> ManifestWriter:
+                  abort: "threading.Event | StreamCoordinator | None" = None) -> ManifestWriter:
     """The manifest's upload, its header written; encrypted like the archive, since it names
     every key."""
     return ManifestWriter(control, layout, {

@@ -20,6 +20,7 @@ from typing import Callable
 
 from awscrt import checksums
 
+from .coordinator import Stopped, StreamCoordinator
 from .errors import IO_ERRORS, ArchiverError, BadArgument, IntegrityError, translate
 
 MAX_PARTS = 10_000
@@ -98,14 +99,18 @@ class PartUploader:
 
     def __init__(self, control, bucket: str, key: str, *, storage_class: str = "STANDARD",
                  sizer: PartSizer | None = None, memory: int = 32 << 20, threads: int = 4,
-                 extra_args: dict | None = None, abort_event: threading.Event | None = None,
+                 extra_args: dict | None = None, abort_event: "threading.Event | StreamCoordinator | None" = None,
                  upload_id: str | None = None, first_part: int = 1, max_parts: int = MAX_PARTS,
                  head_size: int = 0, owns_upload: bool = True):
         """``upload_id``, ``first_part`` and ``max_parts`` attach the stream to an upload that
         already exists, using only its own range of part numbers (a segment's). ``head_size``
         bytes at the start of the stream are held back (``head``), not uploaded. An uploader
         that does not ``own_upload`` never aborts it: ``abort`` only stops its own parts (the
-        upload is shared by segments, or kept for a retry of the assembly)."""
+        upload is shared by segments, or kept for a retry of the assembly).
+
+        ``abort_event`` stops the uploader from above and is never set by it: an event, or the
+        stream's coordinator, with which the uploader registers its ``abort`` as a failure
+        cleanup, reports a failed part, and lists its parts in flight."""
         self.control = control
         self.bucket = bucket
         self.key = key
@@ -117,7 +122,9 @@ class PartUploader:
         self.first_part = first_part
         self.max_parts = max_parts
         self.bytes_written = 0
-        self._abort = abort_event or threading.Event()
+        self._stop_signal = abort_event  # read, never set: a stop from above
+        self._coordinator = abort_event if isinstance(abort_event, StreamCoordinator) else None
+        self._aborted = threading.Event()  # this uploader's own abort
         self._buf: deque[bytes] = deque()
         self._buffered = 0
         self._part_size = self.sizer.next_size(0, 0)
@@ -132,6 +139,13 @@ class PartUploader:
         self.head = bytearray()
         self._head_size = head_size
         self.tail = b""
+        if self._coordinator is not None:
+            # Registered with the uploader, before its upload exists: once the cleanups ran, a
+            # lazy creation is refused (``_create``), so no upload is ever created unseen.
+            self._coordinator.add_failure_cleanup(self.abort)
+
+    def _stopping(self) -> bool:
+        return self._aborted.is_set() or (self._stop_signal is not None and self._stop_signal.is_set())
 
     @property
     def url(self) -> str:
@@ -172,6 +186,8 @@ class PartUploader:
         return PartBody(pieces)
 
     def _submit(self, part: "PartBody") -> None:
+        if self._stopping():
+            raise Stopped("upload stopped")
         if self.upload_id is None:
             self._create()
         for fut in self._parts:  # surface a failed part early instead of at the end
@@ -180,8 +196,8 @@ class PartUploader:
                 raise failure
         with self._cond:
             while self._inflight and self._inflight + len(part) > self.memory:
-                if self._abort.is_set():
-                    raise InterruptedError("upload aborted")
+                if self._stopping():
+                    raise Stopped("upload stopped")
                 self._cond.wait(0.2)
             self._inflight += len(part)
         number = self.first_part + len(self._parts)
@@ -191,17 +207,24 @@ class PartUploader:
         # Under the lock abort() takes: an upload is either created before an abort (which
         # then aborts it) or refused after it, never created unseen.
         with self._lifecycle:
-            if self._done:
-                raise InterruptedError("upload aborted")
+            if self._done or self._stopping():
+                raise Stopped("upload stopped")
             self.upload_id = create_upload(self.control, self.bucket, self.key, storage_class=self.storage_class,
                                            extra_args=self.extra_args)
 
     def _upload_part(self, number: int, data: "PartBody") -> UploadedPart:
+        request = self._coordinator.track(f"UploadPart {number} of {self.url}") if self._coordinator else None
         try:
-            if self._abort.is_set():
-                raise InterruptedError("upload aborted")
+            if self._stopping():
+                raise Stopped("upload stopped")
             return self.put_part(number, data)
+        except BaseException as exc:
+            if self._coordinator is not None:
+                self._coordinator.set_exception(exc)  # the first real failure wins; Stopped is none
+            raise
         finally:
+            if request is not None:
+                self._coordinator.untrack(request)  # type: ignore[union-attr]
             with self._cond:
                 self._inflight -= len(data)
                 self._cond.notify_all()
@@ -294,7 +317,7 @@ class PartUploader:
             if self._done:
                 return None
             self._done = True
-        self._abort.set()
+        self._aborted.set()
         if not self.owns_upload:
             self._pool.shutdown(wait=False, cancel_futures=True)
             return None

@@ -215,10 +215,17 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
             yield page
 
     monkeypatch.setattr(s3arch.segments.plan, "iter_pages", sizing_slow_after_the_first_page)
-    stopped = []
+    stopped = []  # what the pipeline raised when it stopped
     real_stop = s3arch.pipeline._Stream._stop
-    monkeypatch.setattr(s3arch.pipeline._Stream, "_stop", lambda self, exc: (stopped.append(type(exc)),
-                                                                             real_stop(self, exc)))
+
+    def recording_stop(self, exc):
+        try:
+            real_stop(self, exc)
+        except BaseException as raised:
+            stopped.append(type(raised))
+            raise
+
+    monkeypatch.setattr(s3arch.pipeline._Stream, "_stop", recording_stop)
     result = archive_prefix(_spec(src, dst, processes=2, segment_min_objects=1_200), clients)
     assert stopped and stopped[0].__name__ == "PrefixIsLarge", "the pipeline never started before the sizing"
     assert (result.status, result.segments, result.objects) == ("archived", 2, len(objects))
