@@ -261,7 +261,9 @@ class KeySpace:
     def __init__(self, prefix: str, sample: list[str]):
         suffixes = [k[len(prefix):] for k in sample if k.startswith(prefix)]
         self.prefix = prefix
-        self.alphabet = sorted(set("".join(suffixes))) or [chr(c) for c in range(0x21, 0x7F)]
+        # Never NUL or a lone surrogate (a key read with surrogateescape): no name holds them.
+        self.alphabet = sorted(c for c in set("".join(suffixes)) if c != "\0" and not "\ud800" <= c <= "\udfff") \
+            or [chr(c) for c in range(0x21, 0x7F)]
         self.base = len(self.alphabet) + 1  # digit 0: the key has ended
         self.digits = min(64, max(map(len, suffixes), default=16) + 4)
         self.top = self.base ** self.digits  # above every key
@@ -288,9 +290,10 @@ class KeySpace:
             return None
         high = self.top if upto is None else self.number(upto)
         middle = self.key((self.number(after) + high) // 2)
-        if key_order(middle) <= key_order(after) or (upto is not None and key_order(middle) >= key_order(upto)):
-            return None
-        return middle
+        for candidate in valid_names_near(middle, self.prefix):
+            if key_order(after) < key_order(candidate) and (upto is None or key_order(candidate) < key_order(upto)):
+                return candidate
+        return None
 
     def remaining(self, first: str, last: str, listed: int, upto: str | None) -> float:
         """Keys still to come in a range that listed ``listed`` keys from ``first`` to ``last``,
@@ -299,6 +302,61 @@ class KeySpace:
             return float("inf")
         done = self.number(last) - self.number(first)
         return (listed - 1) * (self.number(upto) - self.number(last)) / max(1, done)
+
+
+# What MinIO trims from a path segment before it refuses "." and ".." (Go's unicode.IsSpace
+# applied to each byte), and what it splits a name at.
+_SEGMENT_SPACE = b" \t\n\v\f\r\x85\xa0"
+_SEPARATORS = frozenset(b"/\\")
+MAX_KEY_BYTES = 1024
+
+
+def bad_segment(key: str, skip: int = 0) -> tuple[int, int] | None:
+    """(start, end), in characters, of the first path segment of ``key`` after its first
+    ``skip`` characters that an object name may not have: empty (``//``, a trailing ``/``),
+    ``.`` or ``..`` (whitespace around them ignored), ``\\`` separating as ``/`` does. MinIO
+    refuses such a name (``XMinioInvalidResourceName``), even as a ``StartAfter``; S3 takes any
+    string. None if there is none."""
+    start = 0
+    for i in range(len(key) + 1):
+        if i < len(key) and ord(key[i]) not in _SEPARATORS:
+            continue
+        if i >= skip and key[start:i].encode("utf-8", "surrogatepass").strip(_SEGMENT_SPACE) in (b"", b".", b".."):
+            return start, i
+        start = i + 1
+    return None
+
+
+def valid_name(key: str, prefix: str = "") -> bool:
+    """Whether ``key`` (which starts with ``prefix``, the caller's, taken as it is) is an
+    object name S3 and MinIO both accept, ``StartAfter`` included."""
+    try:
+        raw = key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return 0 < len(raw) <= MAX_KEY_BYTES and b"\0" not in raw and bad_segment(key, _prefix_end(prefix)) is None
+
+
+def _prefix_end(prefix: str) -> int:
+    """Where the checked part of a key under ``prefix`` starts: the prefix's last segment
+    goes on into the key, so it is checked with it; the segments before are the caller's."""
+    return max(prefix.rfind("/"), prefix.rfind("\\")) + 1
+
+
+def valid_names_near(key: str, prefix: str) -> list[str]:
+    """Valid names (``valid_name``) about where ``key`` lies in key order, nearest first:
+    ``key`` itself if it is one, else the key cut at its first bad segment, made valid both
+    upwards (the segment with a ``0`` after it: above ``key`` when ``/`` separated it) and
+    downwards (the key up to that segment's separator: below ``key``). Every one starts with
+    ``prefix``."""
+    if valid_name(key, prefix):
+        return [key]
+    bad = bad_segment(key, _prefix_end(prefix))
+    if bad is None:
+        return []  # too long, or a character no name holds
+    start, end = bad
+    near = [key[:end] + "0", key[:start].rstrip("/\\")]
+    return [k for k in near if k.startswith(prefix) and len(k) > len(prefix) and valid_name(k, prefix)]
 
 
 @dataclass(eq=False)
