@@ -132,6 +132,20 @@ class SourceDeletionFailed(ArchiverError):
         super().__init__(message if cause is None else f"{message}: {cause}", hint=hint)
 
 
+class LocalFileError(ArchiverError):
+    """A file or directory on this machine cannot be written (full disk, read-only, no
+    permission): permanent, the message names the path."""
+
+
+class MalformedRequest(ArchiverError):
+    """S3 answered 400 to a request this code built: retrying sends the same request again, so
+    it is never "try again"; it is a bug in s3arch (exit 1), and the message says what S3 said."""
+
+    @property
+    def exit_code(self) -> int:
+        return 1
+
+
 class TransientError(ArchiverError):
     """Throttling, 5xx or network faults that outlasted the engine's own retries."""
 
@@ -196,6 +210,11 @@ for _code in ("InvalidArgument", "InvalidRequest", "InvalidBucketName", "KeyTooL
               "InvalidEncryptionAlgorithmError"):
     _BY_CODE[_code] = (BadArgument, _code, None)
 
+# 400s that are faults on the way, not a request built wrong: another try can pass.
+_TRANSIENT_400 = frozenset({"RequestTimeout", "IncompleteBody", "BadDigest", "XAmzContentSHA256Mismatch",
+                            "InvalidDigest", "RequestTimeoutException", "SlowDown", "Throttling",
+                            "ThrottlingException", "TooManyRequestsException", "InternalError"})
+
 # Bodyless answers (HEAD) carry only a status; what it means depends on the subject.
 _BY_STATUS: dict[tuple[int, str], tuple[type[ArchiverError], str, str | None]] = {
     (404, "bucket"): _BY_CODE["NoSuchBucket"],
@@ -230,6 +249,10 @@ def error_for(code: str, status: int | None, message: str, *, what: str,
             entry = _BY_STATUS[(404, "object")]
         if entry is None and status == 412:
             entry = _BY_STATUS[(412, "source")]
+    if entry is None and status == 400 and code not in _TRANSIENT_400:
+        return MalformedRequest(f"{what}: S3 refused the request as malformed (400 {code or 'Bad Request'}"
+                                f"{': ' + message if message else ''}); retrying would send it again",
+                                hint="this is a bug in s3arch: please report it with this message")
     if entry is None:
         return TransientError(f"{what}: {code or status or 'error'}: {message}".rstrip(": "),
                               hint=_RETRY_LATER)
@@ -266,6 +289,10 @@ def translate(exc: BaseException, what: str, subject: Subject = "object") -> Arc
         code = err.get("Code", "")
         if code.isdigit():  # HEAD responses carry no body, only the status
             status, code = int(code), ""
+        region = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("x-amz-bucket-region")
+        if not code and status in (301, 400) and region:  # a HEAD of a bucket in another region
+            return WrongRegion(f"{what}: bucket is in region {region}",
+                               hint="set AWS_REGION / the connection's region_name to the bucket's region")
         return error_for(code, status, err.get("Message", ""), what=what, subject=subject)
     if isinstance(exc, NoCredentialsError):
         return BadCredentials(f"{what}: no AWS credentials found",

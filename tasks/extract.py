@@ -20,27 +20,31 @@ Targets:
 
 from __future__ import annotations
 
+import errno
 import fnmatch
-import json
 import hashlib
+import json
 import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from . import attributes
 from .config import MiB, S3Url
-from .errors import IO_ERRORS, BadArgument, DestinationConflict, IntegrityError, none_if_missing, translate
+from .errors import (IO_ERRORS, BadArgument, DestinationConflict, IntegrityError, LocalFileError, none_if_missing,
+                     translate)
 from .manifest import ArchiveLayout, find_records, iter_manifest
 from .reading import _decompressor
 from .restore import require_readable
-from .s3 import parse_s3_time
+from .s3 import parse_s3_time, stream_object
 from .tarwriter import member_name
 from .upload import PartSizer, PartUploader, abort_stale_uploads
 
 NAME_MAX = 255
 _RUN_GAP = 256 << 10      # fetch through a gap this small rather than issue another GET
-_RUN_MAX = 64 * MiB       # compressed bytes per GET, so a run's record list stays small
+_RUN_MAX = 64 * MiB       # compressed bytes per GET
+_RUN_RECORDS = 10_000     # records per GET: the run's record list is held while it is read
 _SMALL_OBJECT = 8 * MiB   # up to this size an object is PUT in one request
 SHA256_METADATA = "s3arch-sha256"
 
@@ -93,9 +97,10 @@ def extract_archive(control, layout: ArchiveLayout, *, to_s3: S3Url | None = Non
         assert to_dir is not None  # the CLI and the restore operator give one of the two
         writer = _DirWriter(Path(to_dir), prefix, original_keys, overwrite, metadata_file)
     result = ExtractResult(f"s3://{layout.bucket}/{archive_key}", writer.target)
+    cursor = None
     try:
         for run in _runs(records, header["block_size"]):
-            _extract_run(control, layout.bucket, archive_key, header, run, writer, result)
+            cursor = _extract_run(control, layout.bucket, archive_key, header, run, writer, result, cursor)
     finally:
         writer.close()
     result.conflicts = writer.conflicts
@@ -126,12 +131,14 @@ def _select(control, layout: ArchiveLayout, selection: Selection) -> tuple[dict,
 
 
 def _runs(records: Iterator[dict], block_size: int) -> Iterator[list[dict]]:
-    """Records grouped so that each group is one ranged GET."""
+    """Records grouped so that each group is one ranged GET, of at most ``_RUN_MAX`` compressed
+    bytes and ``_RUN_RECORDS`` records (tiny objects compress so well that 64 MiB can hold
+    every record of a million-object archive)."""
     run: list[dict] = []
     start = end = 0
     for record in records:
         r_start, r_end = record["range"]
-        if run and (r_start > end + _RUN_GAP or r_end - start > _RUN_MAX):
+        if run and (r_start > end + _RUN_GAP or r_end - start > _RUN_MAX or len(run) >= _RUN_RECORDS):
             yield run
             run = []
         if not run:
@@ -142,22 +149,35 @@ def _runs(records: Iterator[dict], block_size: int) -> Iterator[list[dict]]:
         yield run
 
 
-def _extract_run(control, bucket: str, key: str, header: dict, run: list[dict], writer, result) -> None:
+class _Cursor:
+    """Where decoding the archive stands: the decoder, decoded bytes not used yet, the tar offset
+    of the first of them, and the compressed offset read up to. A run that starts within reach
+    of where the previous one stopped continues from here instead of decoding its first block
+    again."""
+
+    def __init__(self, codec: str, tar_position: int, compressed: int):
+        self.decoder = _decompressor(codec, from_block_start=True)
+        self.pending = bytearray()
+        self.position = tar_position
+        self.fetched = compressed
+
+
+def _extract_run(control, bucket: str, key: str, header: dict, run: list[dict], writer, result,
+                 cursor: _Cursor | None = None) -> _Cursor:
     start = run[0]["range"][0]
     end = max(r["range"][1] for r in run)
-    try:
-        body = control.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"]
-    except IO_ERRORS as exc:
-        raise translate(exc, f"read s3://{bucket}/{key}") from exc
-    result.gets += 1
-    result.bytes_fetched += end - start
-    decoder = _decompressor(header["codec"], from_block_start=True)
-    position = run[0]["block"] * header["block_size"]  # tar offset of the first decoded byte
-    pending = bytearray()
-    chunks = body.iter_chunks(256 << 10)
+    if cursor is None or start > cursor.fetched + _RUN_GAP or run[0]["data_offset"] < cursor.position:
+        cursor = _Cursor(header["codec"], run[0]["block"] * header["block_size"], start)
+    what = f"read s3://{bucket}/{key}"
+    chunks: Iterator[bytes] = iter(())
+    if end > cursor.fetched:
+        chunks = stream_object(control, bucket, key, what, start=cursor.fetched, end=end, chunk=256 << 10)
+        result.gets += 1
+        result.bytes_fetched += end - cursor.fetched
+    pending = cursor.pending
     try:
         for record in run:
-            skip = record["data_offset"] - position
+            skip = record["data_offset"] - cursor.position
             if skip < 0:  # an earlier record of this run already passed it: impossible in order
                 raise IntegrityError(f"manifest records of s3://{bucket}/{key} are out of order")
             sink = writer.begin(record)
@@ -169,27 +189,26 @@ def _extract_run(control, bucket: str, key: str, header: dict, run: list[dict], 
                         compressed = next(chunks, None)
                         if compressed is None:
                             raise IntegrityError(f"s3://{bucket}/{key} ended before {record['key']!r} was read")
-                        pending += decoder.decompress(compressed)
+                        cursor.fetched += len(compressed)
+                        pending += cursor.decoder.decompress(compressed)
                         continue
                     if skip:
                         cut = min(skip, len(pending))
                         del pending[:cut]
                         skip -= cut
-                        position += cut
+                        cursor.position += cut
                         continue
                     take = min(remaining, len(pending))
                     piece = bytes(pending[:take])
                     del pending[:take]
                     remaining -= take
-                    position += take
+                    cursor.position += take
                     digest.update(piece)
                     if sink is not None:
                         sink.write(piece)
-            except BaseException as exc:
+            except BaseException:
                 if sink is not None:
                     sink.finish(False)  # no partial file, no open multipart upload
-                if isinstance(exc, Exception) and not isinstance(exc, IntegrityError):
-                    raise translate(exc, f"read s3://{bucket}/{key}") from exc
                 raise
             ok = digest.hexdigest() == record["sha256"]
             if sink is not None:
@@ -203,7 +222,10 @@ def _extract_run(control, bucket: str, key: str, header: dict, run: list[dict], 
                 result.objects += 1
                 result.bytes += record["size"]
     finally:
-        body.close()
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return cursor
 
 
 def _relative(key: str, prefix: str, original_keys: bool) -> str:
@@ -323,12 +345,37 @@ def safe_component(name: str) -> str:
     return f"{head}~{hashlib.sha256(raw).hexdigest()[:16]}"
 
 
+@contextmanager
+def _local(path: str | Path, doing: str):
+    """A local file system error while ``doing`` to ``path`` as the permanent error naming it
+    (a full disk, a read-only directory); S3's and the network's errors pass through."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, IO_ERRORS[:-1]) or exc.errno is None:
+            raise
+        reason = os.strerror(exc.errno)
+        hint = {errno.ENOSPC: "free space there or extract elsewhere; objects written so far are complete "
+                              "and a re-run skips them",
+                errno.EDQUOT: "free space within the quota or extract elsewhere",
+                errno.EFBIG: "the file system (or ulimit -f) does not allow a file this large; extract elsewhere",
+                errno.EROFS: "the file system is read-only; extract elsewhere",
+                errno.EACCES: "make it writable for this user, or extract elsewhere",
+                errno.EPERM: "make it writable for this user, or extract elsewhere"}.get(
+                    exc.errno, "check the path, or extract elsewhere")
+        raise LocalFileError(f"cannot {doing} {path}: {reason}", hint=hint) from exc
+
+
 class _DirWriter:
     def __init__(self, root: Path, prefix: str, original_keys: bool, overwrite: bool,
                  metadata_file: Path | None = None):
-        root.mkdir(parents=True, exist_ok=True)
-        self.root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-        self.metadata = open(metadata_file, "w", encoding="utf-8") if metadata_file is not None else None
+        with _local(root, "create the directory"):
+            root.mkdir(parents=True, exist_ok=True)
+        with _local(root, "open the directory"):
+            self.root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        with _local(metadata_file or "", "write the metadata file"):
+            self.metadata = open(metadata_file, "w", encoding="utf-8") if metadata_file is not None else None
+        self.metadata_path = metadata_file
         self.prefix = prefix
         self.original_keys = original_keys
         self.overwrite = overwrite
@@ -338,11 +385,16 @@ class _DirWriter:
     def _open_dir(self, parts: list[str]) -> int:
         """Open (creating) the directory ``parts`` under the root, never through a symlink."""
         fd = os.dup(self.root_fd)
-        for part in parts:
+        for i, part in enumerate(parts):
             try:
-                os.mkdir(part, 0o755, dir_fd=fd)
-            except FileExistsError:
-                pass
+                with _local(os.path.join(self.target, *parts[:i + 1]), "create the directory"):
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+            except BaseException:
+                os.close(fd)
+                raise
             try:
                 child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except OSError as exc:
@@ -375,12 +427,17 @@ class _DirWriter:
             os.close(dir_fd)
             self.conflicts.append(os.path.join(self.target, *parts))
             return _Discard()
-        return _LocalFile(dir_fd, parts[-1], record, lambda: self.describe(record, path))
+        try:
+            return _LocalFile(dir_fd, os.path.join(self.target, *parts), record, lambda: self.describe(record, path))
+        except BaseException:
+            os.close(dir_fd)
+            raise
 
     def describe(self, record: dict, path: str) -> None:
         """One line of the metadata file for an object now in the directory at ``path``."""
         if self.metadata is not None:
-            self.metadata.write(json.dumps({"path": path, **attributes.portable(record)}, ensure_ascii=False) + "\n")
+            with _local(self.metadata_path or "", "write the metadata file"):
+                self.metadata.write(json.dumps({"path": path, **attributes.portable(record)}, ensure_ascii=False) + "\n")
 
     @staticmethod
     def _existing(dir_fd: int, name: str, record: dict) -> str | None:
@@ -401,7 +458,8 @@ class _DirWriter:
     def close(self) -> None:
         os.close(self.root_fd)
         if self.metadata is not None:
-            self.metadata.close()
+            with _local(self.metadata_path or "", "write the metadata file"):
+                self.metadata.close()
 
 
 class _LocalFile:
@@ -409,24 +467,38 @@ class _LocalFile:
 
     written = True
 
-    def __init__(self, dir_fd: int, name: str, record: dict, written):
-        self.dir_fd, self.name, self.record, self.on_written = dir_fd, name, record, written
-        self.tmp = f".{name[:200]}.s3arch-partial-{os.getpid()}"
-        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+    def __init__(self, dir_fd: int, path: str, record: dict, written):
+        self.dir_fd, self.path, self.record, self.on_written = dir_fd, path, record, written
+        self.name = os.path.basename(path)
+        self.tmp = f".{self.name[:200]}.s3arch-partial-{os.getpid()}"
+        with _local(path, "write"):
+            fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
         self.file = os.fdopen(fd, "wb")
 
     def write(self, data: bytes) -> None:
-        self.file.write(data)
+        with _local(self.path, "write"):
+            self.file.write(data)
 
     def finish(self, ok: bool) -> None:
-        self.file.close()
         try:
-            if ok:
-                mtime = parse_s3_time(self.record["last_modified"]).timestamp()
-                os.utime(self.tmp, (mtime, mtime), dir_fd=self.dir_fd, follow_symlinks=False)
-                os.rename(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
-                self.on_written()
-            else:
-                os.unlink(self.tmp, dir_fd=self.dir_fd)
+            with _local(self.path, "write"):
+                try:
+                    self.file.close()
+                except OSError:
+                    if ok:
+                        raise
+                if ok:
+                    mtime = parse_s3_time(self.record["last_modified"]).timestamp()
+                    os.utime(self.tmp, (mtime, mtime), dir_fd=self.dir_fd, follow_symlinks=False)
+                    os.rename(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+                    self.on_written()
+        except BaseException:
+            ok = False
+            raise
         finally:
+            if not ok:
+                try:
+                    os.unlink(self.tmp, dir_fd=self.dir_fd)
+                except OSError:
+                    pass  # a partial file the next run replaces; the error that matters is raised
             os.close(self.dir_fd)

@@ -133,11 +133,12 @@ class PrefixLease:
                             hint="another run of this prefix is starting; retry later")
 
     def _read(self) -> tuple[Holder | None, str, float] | None:
-        response = none_if_missing(lambda: self.control.get_object(Bucket=self.bucket, Key=self.key),
-                                   f"read the lease {self.url}")
+        from .s3 import read_object
+
+        response = read_object(self.control, self.bucket, self.key, f"read the lease {self.url}", missing_ok=True)
         if response is None:
             return None
-        body = response["Body"].read()
+        body = response["Body"]
         date = response["ResponseMetadata"]["HTTPHeaders"].get("date")
         # S3's own clock when it says (it always does); a proxy that drops Date leaves ours.
         now = parsedate_to_datetime(date) if date else datetime.now(timezone.utc)

@@ -21,6 +21,7 @@ from .config import S3Url
 from .errors import (IO_ERRORS, ArchiverError, BadArgument, DestinationConflict, IntegrityError, none_if_missing,
                      translate)
 from .listing import key_order
+from .s3 import read_object, stream_object
 from .upload import PartSizer, PartUploader, UploadResult, upload_memory
 
 FORMAT_NAME = "s3arch-manifest"
@@ -215,18 +216,21 @@ class ManifestWriter:
         return self._uploader.url
 
 
+# A manifest is read in windows of this many compressed bytes, each one ranged GET read whole
+# before its records are used: no connection stays open while a caller works between records
+# (a deletion of ten million sources takes hours), and a fault costs one window, not the read.
+MANIFEST_WINDOW = 4 << 20
+
+
 def iter_manifest(control, layout: ArchiveLayout) -> Iterator[dict]:
     """Records of a manifest, streamed; raises IntegrityError if it does not end in a summary."""
     what = f"read manifest {layout.manifest_url}"
-    try:
-        body = control.get_object(Bucket=layout.bucket, Key=layout.manifest_key)["Body"]
-    except IO_ERRORS as exc:
-        raise translate(exc, what) from exc
     z = zlib.decompressobj(31)
     tail = b""
     last_type = None
     try:
-        for chunk in body.iter_chunks(1 << 20):
+        for chunk in stream_object(control, layout.bucket, layout.manifest_key, what, window=MANIFEST_WINDOW,
+                                   eager=True):
             lines = (tail + z.decompress(chunk)).split(b"\n")
             tail = lines.pop()
             for line in lines:
@@ -244,8 +248,6 @@ def iter_manifest(control, layout: ArchiveLayout) -> Iterator[dict]:
             yield record
     except (zlib.error, ValueError) as exc:
         raise IntegrityError(f"{layout.manifest_url} is corrupt: {exc}") from exc
-    finally:
-        body.close()
     if last_type != "summary":
         raise IntegrityError(f"{layout.manifest_url} is truncated: no summary record")
 
@@ -280,10 +282,11 @@ def _parse_lines(data: bytes) -> Iterator[dict]:
 
 def read_index(control, layout: ArchiveLayout) -> dict | None:
     """The manifest's index, or None for manifests written before indexes existed."""
-    body = none_if_missing(lambda: control.get_object(Bucket=layout.bucket, Key=layout.index_key)["Body"].read(),
-                           f"read the manifest index s3://{layout.bucket}/{layout.index_key}")
-    if body is None:
+    response = read_object(control, layout.bucket, layout.index_key,
+                           f"read the manifest index s3://{layout.bucket}/{layout.index_key}", missing_ok=True)
+    if response is None:
         return None
+    body = response["Body"]
     try:
         index = json.loads(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
     except (OSError, ValueError) as exc:
@@ -314,11 +317,10 @@ def read_chunk(control, layout: ArchiveLayout, index: dict, i: int) -> list[dict
     chunks = index["chunks"]
     start = chunks[i][1]
     end = chunks[i + 1][1] if i + 1 < len(chunks) else index["manifest_size"]
-    try:
-        body = control.get_object(Bucket=layout.bucket, Key=layout.manifest_key,
-                                  Range=f"bytes={start}-{end - 1}")["Body"].read()
-    except IO_ERRORS as exc:
-        raise translate(exc, f"read the manifest {layout.manifest_url}") from exc
+    response = read_object(control, layout.bucket, layout.manifest_key, f"read the manifest {layout.manifest_url}",
+                           Range=f"bytes={start}-{end - 1}")
+    assert response is not None  # not missing_ok: a 404 raises
+    body = response["Body"]
     try:
         data = zlib.decompressobj(-15).decompress(body)
     except zlib.error as exc:

@@ -14,9 +14,10 @@ from typing import BinaryIO, Iterator
 
 from isal import isal_zlib
 
-from .errors import IO_ERRORS, BadArgument, IntegrityError, translate
+from .errors import BadArgument, IntegrityError
 from .manifest import ArchiveLayout, find_records, iter_manifest
 from .restore import require_readable
+from .s3 import stream_object
 from .tarwriter import member_name
 
 
@@ -50,13 +51,6 @@ class _ZstdFrames:
         return b"".join(out)
 
 
-def _object(control, layout: ArchiveLayout, archive_key: str, what: str, **kwargs):
-    try:
-        return control.get_object(Bucket=layout.bucket, Key=archive_key, **kwargs)["Body"]
-    except IO_ERRORS as exc:
-        raise translate(exc, f"{what} s3://{layout.bucket}/{archive_key}") from exc
-
-
 def cat_object(control, layout: ArchiveLayout, key: str, out: BinaryIO) -> dict:
     """Write one archived object to ``out`` using one ranged GET of its blocks; the manifest
     record is found through the manifest's index (a few small GETs at any archive size)."""
@@ -67,12 +61,14 @@ def cat_object(control, layout: ArchiveLayout, key: str, out: BinaryIO) -> dict:
                           hint="s3arch ls lists the archived keys")
     require_readable(control, layout.bucket, header["archive"]["key"])
     start, end = record["range"]
-    body = _object(control, layout, header["archive"]["key"], "read", Range=f"bytes={start}-{end - 1}")
+    archive_key = header["archive"]["key"]
+    chunks = stream_object(control, layout.bucket, archive_key, f"read s3://{layout.bucket}/{archive_key}",
+                           start=start, end=end)
     d = _decompressor(header["codec"], from_block_start=True)
     skip = record["data_offset"] - record["block"] * header["block_size"]
     remaining = record["size"]
     digest = hashlib.sha256()
-    for chunk in body.iter_chunks(1 << 20):
+    for chunk in chunks:
         data = d.decompress(chunk)
         if skip:
             cut = min(skip, len(data))
@@ -83,7 +79,7 @@ def cat_object(control, layout: ArchiveLayout, key: str, out: BinaryIO) -> dict:
         out.write(data)
         if not remaining:
             break
-    body.close()
+    chunks.close()
     if remaining or digest.hexdigest() != record["sha256"]:
         raise IntegrityError(f"{key!r} read back from the archive does not match its manifest "
                              f"entry (missing {remaining} bytes or SHA-256 differs)")
@@ -93,8 +89,8 @@ def cat_object(control, layout: ArchiveLayout, key: str, out: BinaryIO) -> dict:
 class _DecompressingReader:
     """A file-like view of the decompressed archive, counting and hashing the raw bytes."""
 
-    def __init__(self, body, codec: str):
-        self._chunks = body.iter_chunks(1 << 20)
+    def __init__(self, chunks: Iterator[bytes], codec: str):
+        self._chunks = chunks
         self._d = _decompressor(codec, from_block_start=False)
         self._buf = bytearray()
         self.raw_size = 0
@@ -116,6 +112,16 @@ class _DecompressingReader:
         return out
 
 
+class _ForgetfulTar(tarfile.TarFile):
+    """Python's tarfile, read member by member with ``next()``, without keeping every member it
+    read in ``members`` (which stream mode does: 667 MiB of TarInfo at a million members)."""
+
+    def next(self) -> tarfile.TarInfo | None:
+        member = super().next()
+        self.members.clear()  # type: ignore[attr-defined]  # the list tarfile appends to
+        return member
+
+
 @dataclass
 class VerifyReport:
     objects: int
@@ -128,12 +134,13 @@ def verify_archive(control, layout: ArchiveLayout) -> VerifyReport:
     records = iter_manifest(control, layout)
     header = next(records)
     require_readable(control, layout.bucket, header["archive"]["key"])
-    body = _object(control, layout, header["archive"]["key"], "verify")
-    reader = _DecompressingReader(body, header["codec"])
+    archive_key = header["archive"]["key"]
+    chunks = stream_object(control, layout.bucket, archive_key, f"verify s3://{layout.bucket}/{archive_key}")
+    reader = _DecompressingReader(chunks, header["codec"])
     objects = total = 0
     summary = None
-    with tarfile.open(fileobj=reader, mode="r|") as tar:  # type: ignore[call-overload]  # a readable stream
-        members = iter(tar)
+    with _ForgetfulTar.open(fileobj=reader, mode="r|") as tar:  # type: ignore[call-overload]  # a readable stream
+        members = iter(tar.next, None)
         for record in records:
             if record["type"] == "summary":
                 summary = record
@@ -158,7 +165,7 @@ def verify_archive(control, layout: ArchiveLayout) -> VerifyReport:
         if next(members, None) is not None:
             raise IntegrityError("the archive holds members the manifest does not list")
     reader.read()  # drain to the end so size and checksum cover every byte
-    body.close()
+    chunks.close()
     if summary is None:
         raise IntegrityError(f"{layout.manifest_url} has no summary record")
     # Manifests since 0.3 carry the archive's CRC32 (cheap, and composable across segments);

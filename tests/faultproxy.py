@@ -6,6 +6,7 @@ and responses are streamed back, unless a rule says otherwise. Rules are set per
 
     proxy.add(Fault("status", status=503, rate=0.08, match=is_get))   # SlowDown on 8% of GETs
     proxy.add(Fault("reset", rate=0.05, match=is_get))                # RST in the middle of the body
+    proxy.add(Fault("reset", at=0, match=is_manifest_get))            # RST right after the head
     proxy.add(Fault("truncate", count=3, match=is_get))               # short body, then close
     proxy.add(Fault("stall", seconds=30, count=1, match=is_get))      # hold the response back
     proxy.add(Fault("status", status=500, match=is_complete_upload))  # every matching request
@@ -53,6 +54,11 @@ def is_get(r: Request) -> bool:
     return r.method == "GET" and "/" in r.key and "list-type" not in r.query and "uploads" not in r.query
 
 
+def is_manifest_get(r: Request) -> bool:
+    """A GET of an archive's manifest (whole or ranged), not of its index."""
+    return r.method == "GET" and r.key.endswith(".manifest.jsonl.gz")
+
+
 def is_list(r: Request) -> bool:
     return r.method == "GET" and "list-type" in r.query
 
@@ -82,6 +88,7 @@ class Fault:
     code: str | None = None  # S3 error code of a "status" fault (default: by status)
     seconds: float = 30.0
     headers: dict[str, str] = field(default_factory=dict)  # a "header" fault sets these on the response
+    at: int | None = None  # a "reset"/"truncate" fault sends this many body bytes first (default: half)
     injected: int = 0
     seen: int = 0
     on_inject: Callable[[Request], None] | None = None
@@ -217,8 +224,8 @@ class FaultProxy:
         handler.end_headers()
         if handler.command == "HEAD" or not payload:
             return
-        if fault and fault.kind in ("reset", "truncate") and len(payload) > 1:
-            handler.wfile.write(payload[: len(payload) // 2])
+        if fault and fault.kind in ("reset", "truncate") and len(payload) > (1 if fault.at is None else fault.at):
+            handler.wfile.write(payload[: len(payload) // 2 if fault.at is None else fault.at])
             handler.wfile.flush()
             handler.close_connection = True
             if fault.kind == "reset":

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 
 from ..config import ArchiveSpec
-from ..errors import IO_ERRORS, none_if_missing, translate
+from ..errors import IO_ERRORS, translate
 from ..listing import iter_pages
 from ..manifest import MANIFEST_SUFFIX, ArchiveLayout
 from ..upload import abort_uploads, open_uploads
@@ -28,8 +28,11 @@ def put_temporary(control, layout: ArchiveLayout, spec: ArchiveSpec, key: str, b
 
 def get_temporary(control, layout: ArchiveLayout, key: str) -> bytes | None:
     """A temporary's bytes, or None if it does not exist."""
-    return none_if_missing(lambda: control.get_object(Bucket=layout.bucket, Key=key)["Body"].read(),
-                           f"read segment temporary s3://{layout.bucket}/{key}")
+    from ..s3 import read_object
+
+    response = read_object(control, layout.bucket, key, f"read segment temporary s3://{layout.bucket}/{key}",
+                           missing_ok=True)
+    return None if response is None else response["Body"]
 
 
 def write_plan(spec: ArchiveSpec, control, layout: ArchiveLayout, plan: SegmentPlan) -> None:

@@ -1,0 +1,198 @@
+"""Faults inside a response body, and local file errors, reported as what they are.
+
+A reset in the middle of the manifest's body used to end `verify`, `ls`, `extract` and
+`delete-sources` with exit 1 and botocore's traceback ("a bug": Airflow does not retry it);
+a source deletion read its manifest through one GET held open for the whole deletion, so a
+server that dropped it after minutes killed every re-run the same way; `extract --to-dir`
+into a read-only directory ended in a traceback, and a full disk as "try again" (exit 3).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from faultproxy import Fault, FaultProxy, is_manifest_get
+from helpers import ROOT, engine_clients, keys_in, run_cli, seed
+from s3arch.config import S3Url
+from s3arch.deletion import delete_archived_sources
+from s3arch.errors import MalformedRequest, TransientError, WrongRegion, error_for, translate
+from s3arch.manifest import layout_for
+
+
+@pytest.fixture
+def proxy(minio):
+    p = FaultProxy(minio.endpoint_url, seed=30)
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def archived(s3, buckets, cli_env):
+    """600 small logs under day/, archived (STANDARD) into a/: (objects, archive URL)."""
+    src, dst = buckets
+    objects = {f"day/{i // 100:02d}/{i:05d}.log": (b"entry %d\n" % i) * (i % 30 + 1) for i in range(600)}
+    seed(s3, src, objects)
+    run_cli(cli_env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD", "--quiet")
+    return objects, f"s3://{dst}/a/{src}/day.tar.gz"
+
+
+def _command(name: str, archive: str, tmp_path) -> list[str]:
+    return {"verify": ["verify", archive], "ls": ["ls", archive],
+            "extract": ["extract", archive, "--to-dir", str(tmp_path / "out")],
+            "delete-sources": ["delete-sources", archive]}[name]
+
+
+READERS = ["verify", "ls", "extract", "delete-sources"]
+
+
+@pytest.mark.parametrize("command", READERS)
+def test_a_reset_inside_the_manifest_body_is_resumed(command, s3, buckets, archived, proxy, cli_env, tmp_path,
+                                                     reliability):
+    """Before: exit 1, `botocore.exceptions.ResponseStreamingError` traceback, for all four."""
+    objects, archive = archived
+    fault = proxy.add(Fault("reset", count=1, match=is_manifest_get))
+    started = time.monotonic()
+    proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, *_command(command, archive, tmp_path),
+                   check=False)
+    took = time.monotonic() - started
+    stderr = proc.stderr.decode(errors="replace")
+    assert fault.injected == 1
+    assert "Traceback" not in stderr
+    assert proc.returncode == 0, stderr
+    if command == "delete-sources":
+        assert keys_in(s3, buckets[0]) == []
+    if command == "extract":
+        assert sum(1 for _ in (tmp_path / "out").rglob("*.log")) == len(objects)
+    reliability.record(f"connection reset in the middle of the manifest's body during `{command}`",
+                       "1 reset (half the body sent)", f"read resumed by a ranged GET; exit 0 in {took:.1f} s")
+
+
+@pytest.mark.parametrize("command", READERS)
+def test_a_manifest_body_that_never_arrives_exits_3_naming_it(command, s3, buckets, archived, proxy, cli_env,
+                                                              tmp_path, reliability):
+    """Before: exit 1 with a traceback. After: exit 3 (try again), the manifest named."""
+    objects, archive = archived
+    fault = proxy.add(Fault("reset", at=0, match=is_manifest_get))  # every GET: head, then RST
+    started = time.monotonic()
+    proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, *_command(command, archive, tmp_path),
+                   check=False)
+    took = time.monotonic() - started
+    stderr = proc.stderr.decode(errors="replace")
+    assert fault.injected >= 3
+    assert "Traceback" not in stderr, stderr
+    assert proc.returncode == 3, stderr
+    assert ".manifest.jsonl.gz" in stderr and "0 of" in stderr and "try again" in stderr, stderr
+    assert len(keys_in(s3, buckets[0])) == len(objects)  # nothing deleted without the manifest
+    reliability.record(f"every manifest GET reset right after its head, during `{command}`",
+                       f"{fault.injected} resets", f"exit 3 in {took:.1f} s: {stderr.strip()[:90]}...")
+
+
+def test_a_deletion_whose_manifest_reads_are_reset_deletes_every_source_and_nothing_else(
+        s3, buckets, archived, proxy, minio, monkeypatch, reliability):
+    """The deletion reads its manifest in windows, each one GET read whole: no connection is
+    held while it deletes, and a reset costs one window. Before: exit 1 after deleting part."""
+    import s3arch.manifest
+
+    objects, _ = archived
+    src, dst = buckets
+    s3.put_object(Bucket=src, Key="day/99/late.log", Body=b"written after the archive")  # not archived
+    s3.put_object(Bucket=src, Key="day/00/00003.log", Body=b"rewritten after the archive")  # changed
+    monkeypatch.setattr(s3arch.manifest, "MANIFEST_WINDOW", 4 << 10, raising=False)  # many windows for 600 records
+    gets = proxy.add(Fault("status", rate=0.0, match=is_manifest_get))  # counts them, never fires
+    first = proxy.add(Fault("reset", count=1, match=is_manifest_get))
+    later = proxy.add(Fault("reset", count=2, match=lambda r: is_manifest_get(r) and
+                            not r.headers.get("range", "bytes=0-").startswith("bytes=0-")))
+    clients = engine_clients(minio, proxy.endpoint_url)
+    result = delete_archived_sources(clients.control, S3Url(src, "day/"), layout_for(S3Url(src, "day/"),
+                                                                                     S3Url(dst, "a/")))
+    assert (first.injected, later.injected) == (1, 2)
+    assert sorted(keys_in(s3, src)) == ["day/00/00003.log", "day/99/late.log"]
+    assert result.deleted == len(objects) - 1 and result.kept_changed == 1
+    assert gets.seen > 3  # windows, not one GET held open
+    reliability.record("resets inside the manifest's body during a source deletion (window 4 KiB)",
+                       "3 resets", f"resumed; {result.deleted} deleted, the rewritten and the unarchived "
+                                   f"object kept; {gets.seen - first.injected - later.injected} window GETs")
+
+
+def _without_root_override() -> list[str]:
+    """Root writes into a mode-555 directory anyway: drop that power, as a user lacks it."""
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else []
+
+
+def test_extract_into_a_read_only_directory_exits_2_naming_it(archived, cli_env, tmp_path, reliability):
+    """Before: exit 1, PermissionError traceback."""
+    _, archive = archived
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+    target = locked / "day"
+    proc = subprocess.run([*_without_root_override(), sys.executable, "-m", "s3arch", "extract", archive,
+                           "--to-dir", str(target)], env=cli_env, cwd=ROOT, capture_output=True, timeout=300)
+    stderr = proc.stderr.decode(errors="replace")
+    assert "Traceback" not in stderr, stderr
+    assert proc.returncode == 2, stderr
+    assert str(target) in stderr and "Permission denied" in stderr, stderr
+    reliability.record("`extract --to-dir` into a read-only directory", "mode 555, no root override",
+                       f"exit 2: {stderr.strip()[:100]}")
+
+
+def test_extract_onto_a_full_file_system_exits_2_naming_the_file_and_leaves_no_partial_file(
+        s3, buckets, cli_env, tmp_path, reliability):
+    """A write refused by the file system (EFBIG under `ulimit -f`, as ENOSPC on a full disk).
+    Before: exit 3, "try again later", as if S3 had failed."""
+    src, dst = buckets
+    seed(s3, src, {"day/small.log": b"x" * 1000, "day/big.bin": os.urandom(256 << 10)})
+    run_cli(cli_env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD", "--quiet")
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "s3arch", "extract", f"s3://{dst}/a/{src}/day.tar.gz",
+                           "--to-dir", str(out)], env=cli_env, cwd=ROOT, capture_output=True, timeout=300,
+                          preexec_fn=limit_file_size)
+    stderr = proc.stderr.decode(errors="replace")
+    assert "Traceback" not in stderr, stderr
+    assert proc.returncode == 2, stderr
+    assert str(out / "big.bin") in stderr and "too large" in stderr, stderr
+    assert not [p for p in out.iterdir() if "s3arch-partial" in p.name]
+    reliability.record("`extract --to-dir` onto a file system that refuses the write (ulimit -f 64 KiB)",
+                       "a 256 KiB object", f"exit 2, no partial file: {stderr.strip()[:100]}")
+
+
+def test_a_400_for_a_request_we_built_wrong_is_a_bug_never_try_again():
+    error = error_for("XMinioInvalidResourceName", 400, "Invalid resource name", what="list s3://b/p/")
+    assert isinstance(error, MalformedRequest) and error.exit_code == 1 and not error.retryable
+    assert "XMinioInvalidResourceName" in str(error) and "bug" in str(error)
+    # 400s that are faults on the way stay retryable; known ones keep their meaning.
+    assert isinstance(error_for("RequestTimeout", 400, "idle", what="x"), TransientError)
+    assert isinstance(error_for("BadDigest", 400, "digest", what="x"), TransientError)
+    assert error_for("InvalidArgument", 400, "bad", what="x").exit_code == 2
+    assert error_for("ExpiredToken", 400, "expired", what="x").retryable
+    from botocore.exceptions import ClientError
+
+    head = ClientError({"Error": {"Code": "400", "Message": "Bad Request"},
+                        "ResponseMetadata": {"HTTPStatusCode": 400,
+                                             "HTTPHeaders": {"x-amz-bucket-region": "eu-west-3"}}}, "HeadBucket")
+    assert isinstance(translate(head, "source bucket s3://b", "bucket"), WrongRegion)
+
+
+def test_a_body_fault_is_typed_and_anything_else_stays_a_bug():
+    import urllib3.exceptions
+    from botocore.exceptions import IncompleteReadError, ResponseStreamingError
+
+    from s3arch.s3 import body_fault
+
+    for exc in (ResponseStreamingError(error="reset"), IncompleteReadError(actual_bytes=5, expected_bytes=9),
+                urllib3.exceptions.ProtocolError("Connection broken"), ConnectionResetError(104, "reset")):
+        error = body_fault(exc, "read manifest s3://b/k", 5, 9)
+        assert isinstance(error, TransientError) and "s3://b/k" in str(error) and "5 of 9" in str(error)
+    with pytest.raises(KeyError):
+        body_fault(KeyError("ours"), "read", 0, None)
