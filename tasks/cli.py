@@ -1,8 +1,9 @@
 """s3arch (python -m s3arch): archive | restore | extract | delete-sources | ls | cat | verify.
 
 Exit codes: 0 success (archived, skipped, dry run), 2 a permanent error (fix the input),
-3 a retryable error (a fault that outlasted the retries, or another run of the same prefix
-at work: try again), 4 an empty source prefix.
+3 a retryable error (a fault that outlasted the retries, another run of the same prefix
+at work, or `restore --wait` timing out while S3 still restores: try again), 4 an empty
+source prefix, 130 interrupted (Ctrl-C: uploads in progress aborted, nothing committed).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .config import SSE_MODES, ArchiveSpec, S3Url, parse_size
+from .config import (DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_OBJECTS, SSE_MODES, ArchiveSpec,
+                     S3Url, check_lease_ttl, parse_size)
 from .errors import ArchiverError
 from .progress import Progress, TerminalLine, human_bytes
 
@@ -41,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     d = command("delete-sources", help="finish deleting the sources of an archived prefix "
                                               "(only objects the manifest holds with an unchanged ETag)")
     d.add_argument("archive", help="s3://DEST_BUCKET/... archive or manifest key")
-    d.add_argument("--versions", action="store_true",
+    d.add_argument("--delete-versions", action="store_true",
                    help="versioned bucket: delete the archived versions instead of adding delete markers")
     d.add_argument("--json", action="store_true")
 
@@ -63,9 +65,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="tier to use if Expedited is unavailable (or the class has none)")
     r.add_argument("--days", type=int, default=7, help="how long the restored copy stays (default 7)")
     r.add_argument("--wait", action="store_true", help="poll until the archive is readable")
-    r.add_argument("--timeout", type=float, default=48 * 3600,
-                   help="with --wait: give up after this many seconds (default 48 h)")
-    r.add_argument("--interval", type=float, help="with --wait: seconds between polls (default by tier)")
+    r.add_argument("--wait-timeout", type=float, default=48 * 3600,
+                   help="with --wait: stop waiting after this many seconds (default 48 h; exit 3, the restore "
+                        "goes on in S3: run the same command again to keep waiting)")
+    r.add_argument("--poll-interval", type=float,
+                   help="with --wait: seconds between polls (default by tier: 30 Expedited, 300 Standard, 900 Bulk)")
     r.add_argument("--json", action="store_true")
 
     x = command("extract", help="write archived objects back to S3 or a directory")
@@ -101,19 +105,24 @@ def _archive_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("--codec", default="gzip", choices=["gzip", "zstd"])
     a.add_argument("--level", type=int, help="gzip 0-9 (ISA-L for 0-3, zlib-ng for 4-9), default 1; zstd 1-19, default 3")
     a.add_argument("--memory-budget", default="256MiB", help="bound on buffered bytes (default 256MiB)")
-    a.add_argument("--concurrency", type=int, default=128, help="GETs in flight (default 128)")
+    a.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
+                   help=f"GETs in flight (default {DEFAULT_CONCURRENCY})")
     a.add_argument("--threads", type=int,
                    help="compression threads (default: the CPUs this process may use, affinity and "
                         "cgroup quota included; capped so their blocks fit a quarter of the budget)")
     a.add_argument("--processes", type=int,
-                   help="worker processes for a large prefix (default: the CPUs this process may use): "
-                        "one segment each, assembled into one archive; prefixes below "
-                        "--segment-min-objects objects and --segment-min-bytes stay one pipeline")
+                   help="local worker processes that produce a large prefix's segments (default: the CPUs this "
+                        "process may use; 1: one process, never segments)")
     a.add_argument("--segments", type=int, default=0,
-                   help="cut the prefix into exactly this many segments (default: one per process)")
-    a.add_argument("--segment-min-objects", type=int, default=50_000,
-                   help="objects from which a prefix is cut into segments (default 50000)")
+                   help="a prefix of at least --segment-min-objects objects or --segment-min-bytes is cut into "
+                        "this many segments, assembled into one archive; smaller ones stay one pipeline; "
+                        "1 never cuts (default: one segment per process)")
+    a.add_argument("--segment-min-objects", type=int, default=DEFAULT_SEGMENT_MIN_OBJECTS,
+                   help=f"objects from which a prefix is cut into segments (default {DEFAULT_SEGMENT_MIN_OBJECTS})")
     a.add_argument("--segment-min-bytes", default="4GiB", help="bytes from which a prefix is cut into segments (default 4GiB)")
+    a.add_argument("--lease-ttl", type=float, default=DEFAULT_LEASE_TTL,
+                   help=f"seconds the prefix's lease outlives its last renewal: how long a run on another host "
+                        f"waits for the prefix of a run that died (default {DEFAULT_LEASE_TTL:g}, at least 10)")
     a.add_argument("--overwrite", action="store_true", help="re-archive a prefix that is done")
     a.add_argument("--dry-run", action="store_true", help="list, count and estimate; write nothing")
     a.add_argument("--delete-source", action="store_true",
@@ -223,8 +232,11 @@ def _archive(args) -> int:
         sse_bucket_key=args.sse_bucket_key, object_lock=args.object_lock, retain_days=args.retain_days,
         legal_hold=args.legal_hold, expected_owner=getattr(args, "expected_owner", None),
         segments=args.segments, segment_min_objects=args.segment_min_objects, segment_min_bytes=parse_size(args.segment_min_bytes),
+        lease_ttl=check_lease_ttl(args.lease_ttl),
         **({"compress_threads": args.threads} if args.threads else {}),
         **({"processes": args.processes} if args.processes else {}))
+    clients = _clients(args)
+    spec = sized(spec, clients.control)
     show = not (args.json or args.quiet)
     live = TerminalLine(sys.stderr) if show and sys.stderr.isatty() else None
     if live:
@@ -233,7 +245,7 @@ def _archive(args) -> int:
         progress = Progress((lambda s: print(s.line(), file=sys.stderr, flush=True)) if show else None,
                             interval=5.0)
     try:
-        result = archive_prefix(spec, _clients(args), progress)
+        result = archive_prefix(spec, clients, progress)
     finally:
         if live:
             live.close()
@@ -264,6 +276,23 @@ def _archive(args) -> int:
     return 0
 
 
+def sized(spec: ArchiveSpec, control) -> ArchiveSpec:
+    """``--segments N`` (N >= 2) cuts only a prefix at or over the thresholds, as a job's
+    ``segments`` does: the prefix is sized first (a listing of at most
+    segment_min_objects / 1,000 pages, what the archive DAG's sizing task does), and a smaller
+    one is archived as one pipeline. Without --segments the engine sizes it while it runs."""
+    if spec.segments < 2 or spec.dry_run:
+        return spec
+    from dataclasses import replace
+
+    from .segments import size_prefix
+
+    size = size_prefix(control, spec.source.bucket, spec.source.key, spec.segment_min_objects, spec.segment_min_bytes)
+    if size.large(spec.segment_min_objects, spec.segment_min_bytes):
+        return spec
+    return replace(spec, segments=0, processes=1)
+
+
 def _restore(args, clients, layout) -> int:
     from .manifest import read_committed
     from .restore import POLL_SECONDS, request_restore, wait_restored
@@ -279,14 +308,14 @@ def _restore(args, clients, layout) -> int:
     if not args.json:
         print(f"{state.line()}" + (f" ({state.requested}, tier {state.tier})" if state.requested else ""))
     if args.wait and not state.readable:
-        interval = args.interval or POLL_SECONDS[state.tier or args.tier]
+        interval = args.poll_interval or POLL_SECONDS[state.tier or args.tier]
 
         def progress(s, waited):
             if not args.json:
                 print(f"  still restoring after {waited / 60:.0f} min; next check in {interval:.0f}s",
                       file=sys.stderr, flush=True)
 
-        state = wait_restored(clients.control, layout.bucket, key, timeout=args.timeout, interval=interval,
+        state = wait_restored(clients.control, layout.bucket, key, timeout=args.wait_timeout, interval=interval,
                               on_progress=progress)
         if not args.json:
             print(state.line())
@@ -352,7 +381,7 @@ def _delete_sources(args, clients, layout) -> int:
     archived = S3Url(source["bucket"], source["prefix"])
     spec = ArchiveSpec(source=archived, destination=destination_of(layout, archived),
                        codec=committed.header["codec"], storage_class=committed.summary["storage_class"],
-                       delete_source=True, delete_versions=args.versions)
+                       delete_source=True, delete_versions=args.delete_versions)
     result = delete_sources(spec, clients)
     if args.json:
         print(json.dumps(result.to_dict()))

@@ -16,6 +16,21 @@ DEFAULT_LEVEL = {"gzip": 1, "zstd": 3}
 LEVEL_RANGE = {"gzip": (0, 9), "zstd": (1, 19)}
 MiB = 1 << 20
 GiB = 1 << 30
+# One default per setting, whoever runs the engine (CLI, job YAML, operator).
+DEFAULT_CONCURRENCY = 128  # GETs in flight
+DEFAULT_LEASE_TTL = 180.0  # seconds
+DEFAULT_SEGMENT_MIN_OBJECTS = 50_000
+DEFAULT_SEGMENT_MIN_BYTES = 4 * GiB
+
+MIN_LEASE_TTL = 10.0  # the least a user may set (tests of the lease go lower through ArchiveSpec)
+
+
+def check_lease_ttl(seconds: float, name: str = "--lease-ttl") -> float:
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < MIN_LEASE_TTL:
+        raise BadArgument(f"{name} {seconds!r} must be a number of seconds, at least {MIN_LEASE_TTL:g}",
+                          hint="the lease is renewed every sixth of it; 180 (the default) suits most runs")
+    return float(seconds)
+
 
 def available_cpus() -> int:
     """CPUs this process may actually use: its affinity mask, and the cgroup CPU quota a
@@ -93,7 +108,7 @@ class ArchiveSpec:
     codec: str = "gzip"
     level: int | None = None
     memory_budget: int = 256 * MiB
-    concurrency: int = 64
+    concurrency: int = DEFAULT_CONCURRENCY
     overwrite: bool = False
     dry_run: bool = False
     delete_source: bool = False
@@ -114,15 +129,22 @@ class ArchiveSpec:
     stall_timeout: float = 60.0  # seconds a GET may go without receiving a byte
     compress_threads: int = field(default_factory=lambda: available_cpus())
     delete_versions: bool = False  # versioned source: delete the archived versions, not just hide them
-    lease_ttl: float = 180.0  # seconds without renewal after which another run may take the prefix
+    lease_ttl: float = DEFAULT_LEASE_TTL  # seconds without renewal after which another run may take the prefix
     part_growth_every: int = 1000  # parts per doubling of the part size while the total is unknown
     prices: dict | None = None  # overrides of tasks/cost.py's price table: {CLASS: {field: value}}
-    # Segments (tasks/segments.py): a prefix with at least this many objects or bytes is cut
-    # into one segment per process and assembled; smaller ones are one pipeline.
+    # Segments (tasks/segments/): a prefix with at least segment_min_objects objects or
+    # segment_min_bytes bytes is cut into segments, produced by up to ``processes`` local
+    # worker processes and assembled; smaller ones are one pipeline in this process.
+    # ``processes``: the CLI's default is the CPUs; the Airflow operators pass 1 (one task,
+    # one process) unless the job asks for more.
     processes: int = field(default_factory=lambda: available_cpus())
-    segments: int = 0  # 0: one per process; N: exactly N segments, even for one process
-    segment_min_objects: int = 50_000
-    segment_min_bytes: int = 4 * GiB
+    # 0: one segment per process. 1: never cut (one pipeline, whatever ``processes`` says).
+    # N >= 2: exactly N segments, without sizing the prefix: callers that honour the
+    # thresholds (the CLI's --segments, the archive DAG) size it first and pass N only for
+    # a large prefix.
+    segments: int = 0
+    segment_min_objects: int = DEFAULT_SEGMENT_MIN_OBJECTS
+    segment_min_bytes: int = DEFAULT_SEGMENT_MIN_BYTES
     # A tagged object whose tags may not be read fails the run (the archive would lose them),
     # unless this is set: then it is archived without them and its record says so.
     without_tags: bool = False
@@ -172,6 +194,12 @@ class ArchiveSpec:
             raise BadArgument(f"--processes {self.processes} is out of range", hint="--processes takes 1..64")
         if not 0 <= self.segments <= 1000:  # each segment needs its own run of part numbers
             raise BadArgument(f"--segments {self.segments} is out of range", hint="--segments takes 1..1000")
+        if self.segments == 1:
+            # One segment is no segment: one pipeline, the same meaning as a job's `segments: 1`.
+            object.__setattr__(self, "segments", 0)
+            object.__setattr__(self, "processes", 1)
+        if self.segment_min_objects < 0 or self.segment_min_bytes < 0:
+            raise BadArgument("--segment-min-objects and --segment-min-bytes must be >= 0")
         from .cost import prices_with
 
         prices_with(self.prices)  # a mistake in the overrides is reported now, not after the run

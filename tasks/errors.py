@@ -73,6 +73,19 @@ class ArchivedObjectNotReadable(ArchiverError):
     """The object is in a Glacier class and must be restored before it can be read."""
 
 
+class RestoreNotFinished(ArchivedObjectNotReadable):
+    """``restore --wait`` reached its timeout while S3 was still restoring: the restore goes on
+    in S3, so running the same command again keeps waiting. Retryable (exit 3)."""
+
+    retryable = True
+
+
+class LockNotApplied(ArchiverError):
+    """The endpoint accepted the Object Lock arguments but did not lock what was written (it
+    ignores Object Lock): nothing was committed. Permanent (exit 2): a retry against the same
+    endpoint would only be ignored again; use an endpoint and bucket that enforce Object Lock."""
+
+
 class SourceChanged(ArchiverError):
     """A listed object changed or vanished before it was archived; the prefix is not committed.
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import re
 import string
+import warnings
 from dataclasses import dataclass, fields
 from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from .config import CODECS, STORAGE_CLASSES, ArchiveSpec, S3Url, parse_size
+from .config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_BYTES,
+                     DEFAULT_SEGMENT_MIN_OBJECTS, STORAGE_CLASSES, ArchiveSpec, S3Url, check_lease_ttl, parse_size)
 from .errors import BadArgument
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9_\-]{1,200}")
@@ -39,13 +42,15 @@ class ArchiveJob:
     catchup: bool = False
     pool: str = "s3_archive"
     memory_budget: int = parse_size("256MiB")
+    concurrency: int = DEFAULT_CONCURRENCY  # GETs in flight per task (--concurrency)
+    threads: int | None = None  # compression threads per task (--threads; default: its CPUs)
     execution_timeout_minutes: int = 360
     retries: int = 3
     retry_delay_seconds: int = 60
     delete_source: bool = False
     delete_versions: bool = False
-    # Passed to the engine as they are (SPEC_OPTIONS; docs/JOBS.md, docs/SECURITY.md): tags
-    # that may not be read, encryption, Object Lock on the archives, the buckets' owner.
+    # Passed to the engine and the operators as they are (SPEC_OPTIONS; docs/JOBS.md,
+    # docs/SECURITY.md): tags that may not be read, encryption, Object Lock, the buckets' owner.
     without_tags: bool = False
     sse: str | None = None
     sse_kms_key_id: str | None = None
@@ -54,18 +59,21 @@ class ArchiveJob:
     retain_days: int | None = None
     legal_hold: bool = False
     expected_owner: str | None = None
-    restore_poll_seconds: float | None = None  # restore DAG: seconds between HEADs (default by tier)
+    poll_interval: float | None = None  # restore DAG: seconds between HEADs (default by tier)
     prices: dict | None = None  # overrides of the cost table (docs/COST.md)
     allow_empty: bool = False
     # Seconds a lease outlives its last renewal: how long a retry on another host waits for
     # the prefix of a worker that died mid-run (tasks/lease.py).
-    lease_ttl_seconds: int = 180
-    # Fan-out (docs/JOBS.md, "Large prefixes"): a prefix with at least segment_min_objects
-    # objects or segment_min_bytes bytes is archived as this many segment tasks plus an
-    # assemble task; 1 keeps every prefix one task.
-    segments: int = 1
-    segment_min_objects: int = 50_000
-    segment_min_bytes: int = parse_size("4GiB")
+    lease_ttl: float = DEFAULT_LEASE_TTL
+    # Large prefixes (docs/JOBS.md, "Large prefixes"): a prefix with at least
+    # segment_min_objects objects or segment_min_bytes bytes is cut into segments.
+    # segments N >= 2: N segment tasks (any workers) plus an assemble task; 1: never cut;
+    # None (the default): one segment per local process of its archive task, and with
+    # processes 1 (the default) that is no cut: one task is one process.
+    segments: int | None = None
+    processes: int = 1  # local worker processes per archive task (--processes)
+    segment_min_objects: int = DEFAULT_SEGMENT_MIN_OBJECTS
+    segment_min_bytes: int = DEFAULT_SEGMENT_MIN_BYTES
     description: str = ""
 
     def prefix_for(self, day: date) -> str:
@@ -86,18 +94,53 @@ class ArchiveJob:
                           hint=f"pass it exactly as the job makes it, e.g. {self.prefix_for(date(2026, 1, 31))!r}")
 
     def spec_for(self, prefix: str, *, overwrite: bool = False, dry_run: bool = False) -> ArchiveSpec:
+        """The spec one archive task of this job runs (what the operators build from
+        ``operator_args``)."""
         spec = ArchiveSpec(source=S3Url(self.source.bucket, prefix), destination=self.destination,
                            storage_class=self.storage_class, codec=self.codec, level=self.level,
                            memory_budget=self.memory_budget, overwrite=overwrite,
                            delete_source=self.delete_source,
                            delete_versions=self.delete_versions and self.delete_source,
-                           lease_ttl=self.lease_ttl_seconds, prices=self.prices, **self.spec_options)
+                           lease_ttl=self.lease_ttl, prices=self.prices, concurrency=self.concurrency,
+                           processes=self.processes, segments=1 if self.segments == 1 else 0,
+                           segment_min_objects=self.segment_min_objects, segment_min_bytes=self.segment_min_bytes,
+                           **self._threads, **self.spec_options)
         return spec.previewed() if dry_run else spec
 
     @property
-    def spec_options(self) -> dict:
-        """The job's settings the engine takes unchanged (the DAG hands them to every step)."""
+    def _threads(self) -> dict[str, Any]:
+        return {"compress_threads": self.threads} if self.threads else {}
+
+    @property
+    def spec_options(self) -> dict[str, Any]:
+        """The job's encryption, Object Lock, owner and tag settings, as ArchiveSpec and the
+        operators take them (same names)."""
         return {name: getattr(self, name) for name in SPEC_OPTIONS}
+
+    @property
+    def operator_args(self) -> dict:
+        """What every archive step of this job takes, by the operators' parameter names
+        (which are the job's keys and the CLI's flags): the DAG hands these to each operator."""
+        return {"storage_class": self.storage_class, "codec": self.codec, "level": self.level,
+                "memory_budget": self.memory_budget, "concurrency": self.concurrency, "threads": self.threads,
+                "lease_ttl": self.lease_ttl, "prices": self.prices,
+                "processes": 1 if self.segments == 1 else self.processes,
+                "segment_min_objects": self.segment_min_objects, "segment_min_bytes": self.segment_min_bytes,
+                **self.spec_options}
+
+    @property
+    def segment_tasks(self) -> int:
+        """Segment tasks per large prefix: 0 when the job archives every prefix in one task."""
+        return self.segments if self.segments and self.segments >= 2 else 0
+
+    # The spellings of round 3, for code that read them (one release, like the YAML keys).
+    @property
+    def lease_ttl_seconds(self) -> float:
+        return self.lease_ttl
+
+    @property
+    def restore_poll_seconds(self) -> float | None:
+        return self.poll_interval
 
     @property
     def newest_allowed(self) -> date:
@@ -150,10 +193,15 @@ def load_jobs(path: str | Path) -> dict[str, ArchiveJob]:
 SPEC_OPTIONS = ("without_tags", "sse", "sse_kms_key_id", "sse_bucket_key", "object_lock", "retain_days",
                 "legal_hold", "expected_owner")
 
+# Keys of round 3 renamed so that a job, the CLI and the operators use one name per setting:
+# still read for one release, with a warning that names the new key.
+DEPRECATED_KEYS = {"lease_ttl_seconds": "lease_ttl", "restore_poll_seconds": "poll_interval"}
+
 
 def job_from_dict(name: str, body: dict) -> ArchiveJob:
     if not _JOB_NAME.fullmatch(str(name)):
         raise BadArgument(f"job name {name!r} may only use letters, digits, '_' and '-'")
+    body = _renamed(name, body)
     known = {f.name for f in fields(ArchiveJob)} - {"name"}
     unknown = sorted(set(body) - known)
     if unknown:
@@ -175,22 +223,50 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
                           f"{', '.join(STORAGE_CLASSES)}")
     if values.get("codec", "gzip") not in CODECS:
         raise BadArgument(f"job {name!r}: codec {values['codec']!r} is not gzip or zstd")
-    if "segments" in values and (not isinstance(values["segments"], int) or not 1 <= values["segments"] <= 1000):
+    if values.get("segments") is not None and (not _whole(values["segments"]) or not 1 <= values["segments"] <= 1000):
         raise BadArgument(f"job {name!r}: segments must be a whole number from 1 to 1000",
-                          hint="1 archives every prefix in one task")
+                          hint="1 archives every prefix in one task; 2 or more cuts a large prefix into as many "
+                               "segment tasks")
+    if "processes" in values and (not _whole(values["processes"]) or not 1 <= values["processes"] <= 64):
+        raise BadArgument(f"job {name!r}: processes must be a whole number from 1 to 64",
+                          hint="1 (the default) keeps each archive task one process")
+    for number in ("concurrency", "threads"):
+        if values.get(number) is not None and (not _whole(values[number]) or values[number] < 1):
+            raise BadArgument(f"job {name!r}: {number} must be a whole number >= 1")
     for number in ("min_age_days", "execution_timeout_minutes", "retries", "retry_delay_seconds",
-                   "segment_min_objects", "lease_ttl_seconds"):
-        if number in values and (not isinstance(values[number], int) or values[number] < 0):
+                   "segment_min_objects"):
+        if number in values and (not _whole(values[number]) or values[number] < 0):
             raise BadArgument(f"job {name!r}: {number} must be a whole number >= 0")
     if "expected_owner" in values:
         values["expected_owner"] = str(values["expected_owner"])  # YAML reads 123456789012 as a number
-    if values.get("lease_ttl_seconds", 180) < 10:
-        raise BadArgument(f"job {name!r}: lease_ttl_seconds must be at least 10",
-                          hint="the lease is renewed every sixth of it; 180 (the default) suits most jobs")
+    if "lease_ttl" in values:
+        values["lease_ttl"] = check_lease_ttl(values["lease_ttl"], f"job {name!r}: lease_ttl")
+    if values.get("poll_interval") is not None and (not isinstance(values["poll_interval"], (int, float))
+                                                    or values["poll_interval"] <= 0):
+        raise BadArgument(f"job {name!r}: poll_interval must be a number of seconds > 0")
     _check_template(name, values["prefix_template"])
     job = ArchiveJob(name=name, **values)
     job.spec_for(job.prefix_for(date(2026, 1, 31)))  # the engine's own checks, at load time
     return job
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _renamed(name: str, body: dict) -> dict:
+    """The job's keys with round 3's spellings replaced by the current ones, each with a
+    warning (both spellings of one setting is an error)."""
+    body = dict(body)
+    for old, new in DEPRECATED_KEYS.items():
+        if old not in body:
+            continue
+        if new in body:
+            raise BadArgument(f"job {name!r}: {old} and {new} are the same setting", hint=f"keep only {new}")
+        warnings.warn(f"job {name!r}: {old} is deprecated and will stop working in the next release; "
+                      f"write {new} (the same setting)", FutureWarning, stacklevel=3)
+        body[new] = body.pop(old)
+    return body
 
 
 def parse_date(text, what: str) -> date:
@@ -255,11 +331,11 @@ def batches(prefixes: list[str], max_tasks: int) -> list[list[str]]:
 
 
 def split_by_size(job: ArchiveJob, planned: list[list[str]], control) -> dict:
-    """The archive DAG's fan-out: with ``job.segments`` > 1, each planned prefix is sized (a
+    """The archive DAG's fan-out: with ``job.segments`` >= 2, each planned prefix is sized (a
     listing up to the job's threshold); large ones become ``job.segments`` segment tasks and
     an assemble task, the rest stay in their batches. Returns the batches, the large prefixes,
     one kwargs dict per segment task, and what sizing found and cost."""
-    if job.segments <= 1:
+    if not job.segment_tasks:
         return {"batches": planned, "large": [], "segments": [], "sizes": []}
     from .segments import size_prefix
 
@@ -268,7 +344,7 @@ def split_by_size(job: ArchiveJob, planned: list[list[str]], control) -> dict:
     large = [s.prefix for s in sizes if s.large(job.segment_min_objects, job.segment_min_bytes)]
     batches = [kept for batch in planned if (kept := [p for p in batch if p not in large])]
     return {"batches": batches, "large": large,
-            "segments": [{"prefix": p, "segment": k, "segments": job.segments} for p in large
-                         for k in range(job.segments)],
+            "segments": [{"prefix": p, "segment": k, "segments": job.segment_tasks} for p in large
+                         for k in range(job.segment_tasks)],
             "sizes": [{"prefix": s.prefix, "objects": s.objects, "bytes": s.bytes, "complete": s.complete,
                        "seconds": round(s.seconds, 3), "requests": s.requests} for s in sizes]}

@@ -15,7 +15,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from .errors import IO_ERRORS, ArchivedObjectNotReadable, BadArgument, status_of, TransientError, translate
+from .errors import (IO_ERRORS, ArchivedObjectNotReadable, BadArgument, RestoreNotFinished, TransientError, status_of,
+                     translate)
 
 NEEDS_RESTORE = ("GLACIER", "DEEP_ARCHIVE")
 TIERS = ("Expedited", "Standard", "Bulk")
@@ -111,7 +112,8 @@ def request_restore(control, bucket: str, key: str, *, tier: str = "Standard", d
 def wait_restored(control, bucket: str, key: str, *, timeout: float, interval: float,
                   on_progress: Callable[[RestoreState, float], None] = lambda s, waited: None,
                   sleep: Callable[[float], None] = time.sleep) -> RestoreState:
-    """Poll HeadObject until the archive is readable; ArchivedObjectNotReadable at the deadline."""
+    """Poll HeadObject until the archive is readable; RestoreNotFinished (retryable: the restore
+    goes on in S3) at the deadline."""
     started = time.monotonic()
     while True:
         state = archive_state(control, bucket, key)
@@ -122,7 +124,7 @@ def wait_restored(control, bucket: str, key: str, *, timeout: float, interval: f
             raise ArchivedObjectNotReadable(f"{state.archive} is {state.storage_class} and no restore "
                                             "was requested", hint="s3arch restore ARCHIVE first")
         if waited >= timeout:
-            raise ArchivedObjectNotReadable(
+            raise RestoreNotFinished(
                 f"{state.archive} was still being restored after {waited / 60:.0f} min",
                 hint="Standard restores take 3-5 h (12 h from DEEP_ARCHIVE); run the same command "
                      "again to keep waiting")

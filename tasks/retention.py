@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from .attributes import lock_reason
-from .errors import IO_ERRORS, BadArgument, DestinationConflict, IntegrityError, status_of, translate
+from .errors import IO_ERRORS, BadArgument, DestinationConflict, LockNotApplied, status_of, translate
 
 
 def require_object_lock(control, bucket: str) -> None:
@@ -59,8 +59,10 @@ def check_applied(control, bucket: str, key: str, wanted: dict) -> dict:
     missing = [name for name, arg in (("mode", "ObjectLockMode"), ("retain_until", "ObjectLockRetainUntilDate"),
                                       ("legal_hold", "ObjectLockLegalHoldStatus")) if arg in wanted and name not in state]
     if missing:
-        raise IntegrityError(f"s3://{bucket}/{key} was written without the Object Lock asked for (no "
-                             f"{', '.join(missing)}): the endpoint ignored it; nothing was committed")
+        raise LockNotApplied(f"s3://{bucket}/{key} was written without the Object Lock asked for (no "
+                             f"{', '.join(missing)}): the endpoint ignored it; nothing was committed",
+                             hint="a retry would be ignored the same way: archive to an endpoint and bucket that "
+                                  "enforce Object Lock, or without --object-lock/--legal-hold")
     return {**state, "applied": "on creation"}
 
 

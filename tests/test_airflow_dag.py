@@ -381,8 +381,35 @@ def test_dry_run_of_a_deleting_job_deletes_nothing_and_is_accepted_by_job_and_op
     assert (real.dry_run, real.delete_source, real.delete_versions) == (False, True, True)
     operator = S3ArchivePrefixOperator(task_id="archive", source_bucket="app-logs", prefix="logs/2026/11/01/",
                                        destination="s3://vault/archive/", delete_source=True,
-                                       delete_versions=True, preview="True")
+                                       delete_versions=True, dry_run="True", **deleting.operator_args)
     assert operator._spec("logs/2026/11/01/", delete_source=True, delete_versions=True) == spec
+    # Round 3's spelling still works for a release, with a warning naming the new one.
+    with pytest.warns(FutureWarning, match=r"preview=\.\.\.\) is deprecated.*use dry_run"):
+        old = S3ArchivePrefixOperator(task_id="archive_old", source_bucket="app-logs", prefix="logs/2026/11/01/",
+                                      destination="s3://vault/archive/", preview="True", **deleting.operator_args)
+    assert old._spec("logs/2026/11/01/", delete_source=True, delete_versions=True) == spec
+
+
+def test_the_operator_takes_every_job_setting_by_its_name_and_builds_the_jobs_spec():
+    """One name per setting: the operator built from a job's settings runs exactly the spec
+    the job describes (processes 1 by default: one task, one process)."""
+    from s3arch_airflow.operators import S3ArchivePrefixOperator
+
+    from s3arch.jobs import job_from_dict
+
+    job = job_from_dict("logs", {"source": "s3://app-logs/", "prefix_template": "logs/{date:%Y/%m/%d}/",
+                                 "destination": "s3://vault/archive/", "concurrency": 16, "threads": 3,
+                                 "lease_ttl": 30, "sse": "aws:kms", "sse_kms_key_id": "k", "sse_bucket_key": True,
+                                 "object_lock": "GOVERNANCE", "retain_days": 2, "legal_hold": True,
+                                 "expected_owner": 123456789012, "without_tags": True,
+                                 "segment_min_objects": 10, "segment_min_bytes": "1MiB", "processes": 2})
+    operator = S3ArchivePrefixOperator(task_id="archive", source_bucket="app-logs", prefix="logs/2026/11/01/",
+                                       destination="s3://vault/archive/", **job.operator_args)
+    spec = operator._spec("logs/2026/11/01/")
+    assert spec == job.spec_for("logs/2026/11/01/")
+    assert (spec.concurrency, spec.compress_threads, spec.lease_ttl, spec.processes) == (16, 3, 30, 2)
+    default = S3ArchivePrefixOperator(task_id="d", source_bucket="app-logs", prefix="p/", destination="s3://vault/a/")
+    assert default._spec("p/").processes == 1 and default._spec("p/").concurrency == 128
 
 
 def test_a_bug_in_an_archive_task_fails_it_without_spending_retries(af, monkeypatch):
@@ -413,7 +440,7 @@ def test_a_bug_in_an_archive_task_fails_it_without_spending_retries(af, monkeypa
 
 
 def test_operator_commits_under_the_jobs_object_lock_and_the_report_shows_it(af, minio):
-    """The job's Object Lock settings reach the engine through the operator's spec_options;
+    """The job's Object Lock settings reach the engine through the operator's parameters;
     the row carries the retention and the report prints it."""
     import uuid
 
@@ -431,7 +458,11 @@ def test_operator_commits_under_the_jobs_object_lock_and_the_report_shows_it(af,
                                    "retain_days": 1, "storage_class": "STANDARD"})
     operator = S3ArchivePrefixOperator(task_id="archive_locked", source_bucket=af.src, prefix=f"{day:logs/%Y/%m/%d}/",
                                        destination=str(job.destination), storage_class="STANDARD",
-                                       spec_options=job.spec_options, aws_conn_id="s3_archive")
+                                       object_lock="COMPLIANCE", retain_days=1, aws_conn_id="s3_archive")
+    assert operator._spec("x/").lock_args().keys() == job.spec_for("x/").lock_args().keys()
+    with pytest.warns(FutureWarning, match="spec_options"):  # round 3's spelling, for a release
+        assert S3ArchivePrefixOperator(task_id="old", source_bucket=af.src, prefix="x/", destination="s3://a-b/",
+                                       spec_options=job.spec_options).object_lock == "COMPLIANCE"
     ti = TaskInstanceStub()
     operator.execute({"ti": ti})
     row = ti.pushed["archive_rows"][0]

@@ -214,7 +214,7 @@ def test_object_locked_sources_are_kept_and_reported_with_the_reason(minio, cli_
         s3.put_object(Bucket=src, Key=late + name, Body=name.encode())
     run_json(cli_env, "archive", f"s3://{src}/{late}", f"s3://{dst}/vault/", "--storage-class", "STANDARD")
     s3.put_object_legal_hold(Bucket=src, Key=late + "a.log", LegalHold={"Status": "ON"})
-    finished = run_json(cli_env, "delete-sources", f"s3://{dst}/vault/{src}/late/2026/11/21.tar.gz", "--versions")
+    finished = run_json(cli_env, "delete-sources", f"s3://{dst}/vault/{src}/late/2026/11/21.tar.gz", "--delete-versions")
     assert finished["deletion"]["deleted"] == 1 and finished["deletion"]["kept_locked"] == 1
     assert any(f"{late}a.log" in n and "Object Lock" in n for n in finished["notes"])
     assert keys_in(s3, src, late) == [late + "a.log"]

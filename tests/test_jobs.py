@@ -85,6 +85,45 @@ def test_newest_allowed_date_respects_the_age():
 
 
 def test_lease_ttl_is_a_job_setting_with_a_floor():
-    assert job(lease_ttl_seconds=20).spec_for("logs/2026/11/01/").lease_ttl == 20
-    with pytest.raises(BadArgument, match="lease_ttl_seconds must be at least 10"):
-        job(lease_ttl_seconds=5)
+    assert job(lease_ttl=20).spec_for("logs/2026/11/01/").lease_ttl == 20
+    with pytest.raises(BadArgument, match="lease_ttl.*at least 10"):
+        job(lease_ttl=5)
+
+
+@pytest.mark.parametrize("old, new, value", [("lease_ttl_seconds", "lease_ttl", 20),
+                                             ("restore_poll_seconds", "poll_interval", 0.5)])
+def test_round_3_keys_still_work_for_a_release_with_a_warning_naming_the_new_key(old, new, value):
+    with pytest.warns(FutureWarning, match=f"{old} is deprecated.*write {new}"):
+        renamed = job(**{old: value})
+    assert getattr(renamed, new) == value == getattr(renamed, old)
+    with pytest.raises(BadArgument, match=f"{old} and {new} are the same setting"):
+        job(**{old: value, new: value})
+
+
+def test_a_job_is_one_process_per_task_unless_it_asks():
+    """Item 4 of issue 29: the engine's default (the CPUs) is the CLI's; a job's tasks get
+    processes 1, and its segment thresholds reach the engine."""
+    default = job().spec_for("logs/2026/11/01/")
+    assert (default.processes, default.segments) == (1, 0)
+    assert job().operator_args["processes"] == 1 and job().segment_tasks == 0
+    asked = job(processes=3, segment_min_objects=10, segment_min_bytes="1MiB").spec_for("logs/2026/11/01/")
+    assert (asked.processes, asked.segment_min_objects, asked.segment_min_bytes) == (3, 10, 1 << 20)
+    # segments: 1 never cuts, whatever processes says (the CLI's --segments 1 likewise).
+    never = job(processes=3, segments=1)
+    assert never.spec_for("logs/2026/11/01/").processes == 1 and never.operator_args["processes"] == 1
+    assert job(segments=4).segment_tasks == 4
+    for bad in ({"processes": 0}, {"processes": 65}, {"segments": 0}, {"concurrency": 0}, {"threads": True}):
+        with pytest.raises(BadArgument, match=next(iter(bad))):
+            job(**bad)
+
+
+def test_concurrency_and_threads_are_job_settings_with_the_cli_defaults():
+    from s3arch.cli import _parser
+    from s3arch.config import ArchiveSpec, available_cpus
+
+    cli = _parser().parse_args(["archive", "s3://a-b/p/", "s3://c-d/"])
+    spec = job().spec_for("logs/2026/11/01/")
+    assert spec.concurrency == cli.concurrency == ArchiveSpec.__dataclass_fields__["concurrency"].default == 128
+    assert spec.compress_threads == available_cpus()
+    tuned = job(concurrency=32, threads=2).spec_for("logs/2026/11/01/")
+    assert (tuned.concurrency, tuned.compress_threads) == (32, 2)

@@ -64,7 +64,7 @@ def test_glacier_round_trip_archive_restore_extract_byte_for_byte(glacier_day, t
                  ("extract", archive, "--to-dir", str(tmp_path / "early"))):
         proc = run_cli(env, *args, check=False)
         assert proc.returncode == 2 and f"s3arch restore {archive}" in proc.stderr.decode(), proc.stderr
-    first = run_json(env, "restore", archive, "--tier", "Bulk", "--days", "2", "--wait", "--interval", "0.1")
+    first = run_json(env, "restore", archive, "--tier", "Bulk", "--days", "2", "--wait", "--poll-interval", "0.1")
     assert first["state"] == "restored" and first["requested"] == "requested" and first["expiry"]
     again = run_json(env, "restore", archive)  # idempotent: moto answers 200 the second time
     assert again["state"] == "restored" and "already restored" in again["requested"]
@@ -88,7 +88,7 @@ def test_glacier_round_trip_archive_restore_extract_byte_for_byte(glacier_day, t
 
 def test_extract_to_the_original_location_and_conflicts_need_overwrite(glacier_day):
     s3, env, src, dst, out, objects, archive = glacier_day
-    run_json(env, "restore", archive, "--wait", "--interval", "0.1")
+    run_json(env, "restore", archive, "--wait", "--poll-interval", "0.1")
     deleted = sorted(objects)[:5]
     for key in deleted:
         s3.delete_object(Bucket=src, Key=key)

@@ -136,14 +136,14 @@ def archive_dag(job: ArchiveJob) -> DAG:
                 from s3arch.jobs import split_by_size
 
                 control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id),
-                                         job.expected_owner).control if job.segments > 1 else None
+                                         job.expected_owner).control if job.segment_tasks else None
                 split = split_by_size(job, planned, control)
                 for size in split["sizes"]:
                     print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} "
                           f"objects, {size['bytes']:,} bytes ({size['requests']} LIST requests, "
                           f"{size['seconds']:.2f}s)")
                 if split["large"]:
-                    print(f"{len(split['large'])} prefix(es) in {job.segments} segments each: "
+                    print(f"{len(split['large'])} prefix(es) in {job.segment_tasks} segments each: "
                           f"{', '.join(split['large'])}")
                 return split
 
@@ -169,15 +169,9 @@ def archive_dag(job: ArchiveJob) -> DAG:
         step = dict(
             source_bucket=job.source.bucket,
             destination=str(job.destination),
-            storage_class=job.storage_class,
-            codec=job.codec,
-            level=job.level,
-            memory_budget=job.memory_budget,
             overwrite="{{ params.overwrite }}",
-            preview="{{ params.dry_run }}",
-            lease_ttl=job.lease_ttl_seconds,
-            prices=job.prices,
-            spec_options=job.spec_options,
+            dry_run="{{ params.dry_run }}",
+            **job.operator_args,  # the job's settings, by the names the job and the CLI use
             execution_timeout=timedelta(minutes=job.execution_timeout_minutes),
             **job_task_args(job),
         )
@@ -186,13 +180,13 @@ def archive_dag(job: ArchiveJob) -> DAG:
 
         archived = S3ArchivePrefixOperator.partial(
             task_id="archive", outlets=outlets, allow_empty=job.allow_empty, **deleting, **step).expand(prefix=small)
-        prepared = S3PrepareSegmentsOperator.partial(task_id="prepare", segments=job.segments, **step).expand(
+        prepared = S3PrepareSegmentsOperator.partial(task_id="prepare", segments=job.segment_tasks, **step).expand(
             prefix=large)
         segmented = S3ArchiveSegmentOperator.partial(task_id="segment", **step).expand_kwargs(segment_kwargs)
         # all_done: each assembly checks its own segments, so one prefix's failed segment
         # does not hold back the others' assemblies.
         assembled = S3AssembleSegmentsOperator.partial(
-            task_id="assemble", outlets=outlets, segments=job.segments, trigger_rule=TriggerRule.ALL_DONE,
+            task_id="assemble", outlets=outlets, segments=job.segment_tasks, trigger_rule=TriggerRule.ALL_DONE,
             **deleting, **step).expand(prefix=large)
         prepared >> segmented >> assembled
 
@@ -279,7 +273,7 @@ def restore_dag(job: ArchiveJob) -> DAG:
             days="{{ params.days }}",
             overwrite="{{ params.overwrite }}",
             memory_budget=job.memory_budget,
-            poll_interval=job.restore_poll_seconds,
+            poll_interval=job.poll_interval,
             expected_owner=job.expected_owner,
             execution_timeout=timedelta(hours=72),  # the deferred wait counts towards it
             **job_task_args(job),

@@ -17,6 +17,7 @@ supervisor.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 ROWS_XCOM_KEY = "archive_rows"
+# Encryption, Object Lock, owner and tags: operator parameters named as ArchiveSpec's fields.
+SPEC_KWARGS = ("without_tags", "sse", "sse_kms_key_id", "sse_bucket_key", "object_lock", "retain_days",
+               "legal_hold", "expected_owner")
 
 
 def as_bool(value: Any) -> bool:
@@ -38,38 +42,88 @@ def as_bool(value: Any) -> bool:
     return bool(value)
 
 
+# Operator keyword arguments of round 3, still accepted for one release with a warning.
+DEPRECATED_KWARGS = {"preview": "dry_run", "spec_options": "without_tags, sse, sse_kms_key_id, sse_bucket_key, "
+                                                             "object_lock, retain_days, legal_hold, expected_owner"}
+
+
+def deprecated_kwarg(operator: str, old: str) -> None:
+    warnings.warn(f"{operator}({old}=...) is deprecated and will stop working in the next release: "
+                  f"use {DEPRECATED_KWARGS[old]} (the CLI's flags and the job's keys, same names)",
+                  FutureWarning, stacklevel=4)
+
+
 class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
     """What every archive step shares, and nothing else: the hook and the engine's clients,
     the spec of one prefix, cancelling the engine on kill, and one result row per prefix
     (pushed as the ``archive_rows`` XCom even when the task fails). Errors the engine marks
-    permanent fail the task without using its retries."""
+    permanent fail the task without using its retries.
+
+    Each parameter is the job key of the same name and the ``s3arch archive`` flag with
+    dashes (docs/JOBS.md has the table): ``storage_class``, ``codec``, ``level``,
+    ``memory_budget``, ``concurrency`` (GETs in flight, default 128), ``threads``
+    (compression threads, default the CPUs), ``lease_ttl`` (seconds, default 180),
+    ``overwrite``, ``dry_run`` (list and estimate, write nothing), ``processes`` (local
+    worker processes; **default 1: one task is one process**, whatever the prefix's size),
+    ``segment_min_objects`` / ``segment_min_bytes`` (the size from which a prefix is cut into
+    one segment per process, when ``processes`` > 1), ``without_tags``, encryption (``sse``,
+    ``sse_kms_key_id``, ``sse_bucket_key``), Object Lock (``object_lock``, ``retain_days``,
+    ``legal_hold``) and ``expected_owner``. ``preview`` and ``spec_options`` (round 3's
+    spellings) still work for one release, with a warning."""
 
     aws_hook_class = S3Hook
     template_fields: Sequence[str] = aws_template_fields("source_bucket", "destination", "storage_class", "codec",
-                                                         "overwrite", "preview")
+                                                         "overwrite", "dry_run")
     ui_color = "#e6f0ff"
     action = "archiving"
 
     def __init__(self, *, source_bucket: str, destination: str, storage_class: str = "GLACIER",
                  codec: str = "gzip", level: int | None = None, memory_budget: str | int = "256MiB",
-                 overwrite: bool | str = False, preview: bool | str = False, lease_ttl: float = 180.0,
-                 prices: dict | None = None, progress_interval: float = 10.0, spec_options: dict | None = None,
-                 **kwargs):
+                 concurrency: int | None = None, threads: int | None = None,
+                 overwrite: bool | str = False, dry_run: bool | str = False, lease_ttl: float | None = None,
+                 prices: dict | None = None, processes: int = 1, segment_min_objects: int | None = None,
+                 segment_min_bytes: str | int | None = None, without_tags: bool = False, sse: str | None = None,
+                 sse_kms_key_id: str | None = None, sse_bucket_key: bool = False, object_lock: str | None = None,
+                 retain_days: int | None = None, legal_hold: bool = False, expected_owner: str | None = None,
+                 progress_interval: float = 10.0, preview: bool | str | None = None,
+                 spec_options: dict | None = None, **kwargs):
         super().__init__(**kwargs)
+        name = type(self).__name__
+        if preview is not None:
+            deprecated_kwarg(name, "preview")
+            dry_run = dry_run or preview
         self.source_bucket = source_bucket
         self.destination = destination
         self.storage_class = storage_class
         self.codec = codec
         self.level = level
         self.memory_budget = memory_budget
+        self.concurrency = concurrency
+        self.threads = threads
         self.overwrite = overwrite
-        # A dry run (the trigger form's dry_run): named so, since BaseOperator.dry_run is a method.
-        self.preview = preview
+        # The trigger form's dry_run. BaseOperator has a dry_run() method that nothing in
+        # Airflow 3 calls; the parameter has the name the CLI and the job use.
+        self.dry_run = dry_run  # type: ignore[method-assign, assignment]
         self.lease_ttl = lease_ttl
         self.prices = prices
-        # The engine's other settings (tags, encryption, Object Lock, expected owner), as
-        # ArchiveSpec takes them: the job's spec_options.
-        self.spec_options = spec_options or {}
+        self.processes = processes
+        self.segment_min_objects = segment_min_objects
+        self.segment_min_bytes = segment_min_bytes
+        self.without_tags = without_tags
+        self.sse = sse
+        self.sse_kms_key_id = sse_kms_key_id
+        self.sse_bucket_key = sse_bucket_key
+        self.object_lock = object_lock
+        self.retain_days = retain_days
+        self.legal_hold = legal_hold
+        self.expected_owner = expected_owner
+        if spec_options:
+            deprecated_kwarg(name, "spec_options")
+            unknown = set(spec_options) - set(SPEC_KWARGS)
+            if unknown:
+                raise TypeError(f"{name}: spec_options has unknown setting(s) {', '.join(sorted(unknown))}")
+            for option, value in spec_options.items():
+                setattr(self, option, value)
         self.progress_interval = progress_interval
         self._cancel = threading.Event()
 
@@ -78,16 +132,24 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
                          "is committed", self.action)
         self._cancel.set()
 
+    @property
+    def _spec_kwargs(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in SPEC_KWARGS}
+
     def _spec(self, prefix: str, *, delete_source: bool = False, delete_versions: bool = False):
         """The one engine spec of this step for ``prefix``: a dry run deletes nothing."""
         from s3arch.config import ArchiveSpec, S3Url, parse_size
 
+        given: dict[str, Any] = {"concurrency": self.concurrency, "compress_threads": self.threads, "lease_ttl": self.lease_ttl,
+                 "segment_min_objects": self.segment_min_objects,
+                 "segment_min_bytes": None if self.segment_min_bytes is None else parse_size(self.segment_min_bytes)}
         spec = ArchiveSpec(source=S3Url(self.source_bucket, prefix), destination=S3Url.parse(self.destination),
                            storage_class=self.storage_class, codec=self.codec, level=self.level,
                            memory_budget=parse_size(self.memory_budget), overwrite=as_bool(self.overwrite),
                            delete_source=delete_source, delete_versions=delete_versions and delete_source,
-                           lease_ttl=self.lease_ttl, prices=self.prices, **self.spec_options)
-        return spec.previewed() if as_bool(self.preview) else spec
+                           prices=self.prices, processes=int(self.processes),
+                           **{k: v for k, v in given.items() if v is not None}, **self._spec_kwargs)
+        return spec.previewed() if as_bool(self.dry_run) else spec
 
     def _progress(self, label: str):
         from s3arch.progress import Progress

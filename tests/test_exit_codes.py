@@ -1,0 +1,71 @@
+"""Exit codes say whether running again can help (issue 29, item 5): `restore --wait` that
+times out while S3 still restores is retryable (3: the restore goes on, run it again); an
+endpoint that ignores Object Lock is permanent (2: a retry would be ignored the same way);
+Ctrl-C is 130. Pure logic: the S3 answers are stubs of the HEADs each path reads."""
+
+from __future__ import annotations
+
+import pytest
+
+
+class Head:
+    def __init__(self, **head):
+        self.head = head
+
+    def head_object(self, **kwargs):
+        return self.head
+
+
+def test_restore_wait_timing_out_is_retryable_and_says_to_run_again():
+    from s3arch.errors import ArchivedObjectNotReadable, RestoreNotFinished
+    from s3arch.restore import wait_restored
+
+    ongoing = Head(StorageClass="GLACIER", Restore='ongoing-request="true"')
+    with pytest.raises(RestoreNotFinished) as raised:
+        wait_restored(ongoing, "vault", "a/b.tar.gz", timeout=0, interval=0)
+    error = raised.value
+    assert error.retryable and error.exit_code == 3 and isinstance(error, ArchivedObjectNotReadable)
+    assert "run the same command again" in str(error)
+    # Never requested is not "wait longer": that stays permanent, with the command that helps.
+    with pytest.raises(ArchivedObjectNotReadable) as never:
+        wait_restored(Head(StorageClass="GLACIER"), "vault", "a/b.tar.gz", timeout=0, interval=0)
+    assert never.value.exit_code == 2 and "s3arch restore" in str(never.value)
+
+
+def test_an_endpoint_that_ignores_object_lock_is_a_permanent_error():
+    from datetime import datetime, timezone
+
+    from s3arch.errors import LockNotApplied
+    from s3arch.retention import check_applied
+
+    wanted = {"ObjectLockMode": "COMPLIANCE", "ObjectLockRetainUntilDate": datetime(2030, 1, 1, tzinfo=timezone.utc)}
+    with pytest.raises(LockNotApplied) as raised:
+        check_applied(Head(ContentLength=1), "vault", "a/b.tar.gz", wanted)
+    assert not raised.value.retryable and raised.value.exit_code == 2
+    assert "ignored" in str(raised.value) and "a retry" in str(raised.value)
+    locked = Head(ObjectLockMode="COMPLIANCE", ObjectLockRetainUntilDate="2030-01-01T00:00:00+00:00")
+    assert check_applied(locked, "vault", "a/b.tar.gz", wanted)["mode"] == "COMPLIANCE"
+
+
+def test_ctrl_c_exits_130(monkeypatch, capsys):
+    import s3arch.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_run", interrupted)
+    assert cli.main(["verify", "s3://vault/a/b.tar.gz"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+def test_the_readme_lists_every_exit_code_the_cli_returns():
+    import re
+
+    from helpers import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    codes = re.search(r"Exit codes:(.*?)\n\n", text, flags=re.S)
+    assert codes, "the README has no 'Exit codes:' paragraph"
+    for code in ("0", "2", "3", "4", "130"):
+        assert re.search(rf"\b{code}\b", codes.group(1)), f"exit code {code} is not in the README"
+    assert "restore --wait" in codes.group(1)
