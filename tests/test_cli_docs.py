@@ -103,3 +103,70 @@ def test_progress_is_one_live_line_on_a_terminal_and_plain_lines_otherwise(s3, b
     assert b"\x1b[" in terminal and b"objects" in terminal and b"obj/s" in terminal  # redrawn in place
     piped = subprocess.run(args + ["--overwrite"], env=cli_env, cwd=ROOT, capture_output=True, timeout=120)
     assert piped.returncode == 0 and b"\x1b[" not in piped.stderr
+
+
+def _flags(command: str) -> set[str]:
+    from s3arch.cli import _parser
+
+    sub = next(a for a in _parser()._actions if a.dest == "command").choices[command]
+    return {a.dest for a in sub._actions if a.option_strings and a.dest != "help"}
+
+
+def _parameters(*operators) -> set[str]:
+    import inspect
+
+    return {name for op in operators for cls in op.__mro__ if "__init__" in vars(cls)
+            for name in inspect.signature(cls.__init__).parameters}
+
+
+def test_one_name_per_setting_across_cli_job_yaml_and_operators():
+    """Issue 29, item 5: each `s3arch archive` / `restore` flag is, with `_` for `-`, the job
+    key (or trigger param) and an operator parameter of the same setting."""
+    from dataclasses import fields
+
+    from s3arch_airflow.factory import ARCHIVE_PARAMS
+    from s3arch_airflow.operators import (S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
+                                          S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
+    from s3arch_airflow.restore import S3RestoreArchiveOperator
+
+    from s3arch.jobs import ArchiveJob
+
+    job_keys = {f.name for f in fields(ArchiveJob)} | set(ARCHIVE_PARAMS)
+    archive = _parameters(S3ArchivePrefixOperator, S3PrepareSegmentsOperator, S3ArchiveSegmentOperator,
+                          S3AssembleSegmentsOperator)
+    cli_only = {"json", "quiet", "endpoint_url", "profile"}  # output and connection: Airflow's own there
+    for flag in sorted(_flags("archive") - cli_only):
+        assert flag in job_keys, f"--{flag.replace('_', '-')} has no job key {flag!r}"
+        assert flag in archive, f"--{flag.replace('_', '-')} has no operator parameter {flag!r}"
+    restore = _parameters(S3RestoreArchiveOperator)
+    for flag in ("poll_interval", "wait_timeout", "tier", "days"):
+        assert flag in _flags("restore") and flag in restore
+    assert "poll_interval" in job_keys and "delete_versions" in _flags("delete-sources")
+    # The spellings this replaced are gone from the CLI (the YAML and operators keep them a release).
+    assert not {"versions", "interval", "timeout"} & (_flags("delete-sources") | _flags("restore"))
+
+
+def test_the_segment_operators_are_exported_with_the_others():
+    import s3arch_airflow
+    from s3arch_airflow import operators
+
+    for name in ("S3ArchivePrefixOperator", "S3PrepareSegmentsOperator", "S3ArchiveSegmentOperator",
+                 "S3AssembleSegmentsOperator", "S3RestoreArchiveOperator"):
+        assert name in s3arch_airflow.__all__
+        assert getattr(s3arch_airflow, name) is getattr(operators, name, None) or name == "S3RestoreArchiveOperator"
+
+
+def test_deploys_sizing_table_quotes_the_committed_sizing_output():
+    """docs/DEPLOY.md's RSS per `processes` is bench/sizing.py's committed output, row for row."""
+    import json
+
+    measured = json.loads((ROOT / "bench/results/sizing.json").read_text())
+    deploy = (ROOT / "docs/DEPLOY.md").read_text()
+    assert measured["when"] in deploy and "bench.sizing" in deploy
+    rows = {int(m[0]): m[1:] for m in re.findall(r"^\| (\d+)[^|]*\| (\d+) \| (\d+) MiB \[(\d+)-(\d+)\] \|$", deploy,
+                                                    flags=re.M)}
+    assert sorted(rows) == [r["processes"] for r in measured["rows"]]
+    for r in measured["rows"]:
+        lo, hi = r["peak_rss_range_mib"]
+        assert rows[r["processes"]] == (str(r["workers_seen"]), f"{r['peak_rss_mib']:.0f}", f"{lo:.0f}", f"{hi:.0f}")
+    assert [r["workers_seen"] for r in measured["rows"]] == [0, 2, 4]  # one task, one process by default

@@ -12,15 +12,21 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from s3arch_airflow.operators import S3ArchivePrefixOperator
+    from s3arch_airflow.operators import (S3ArchiveSegmentOperator, S3AssembleSegmentsOperator,
+                                          S3PrepareSegmentsOperator)
     from s3arch_airflow.restore import S3RestoreArchiveOperator
 
 __all__ = ["S3ArchivePrefixOperator", "S3RestoreArchiveOperator"]
+__all__ += ["S3PrepareSegmentsOperator", "S3ArchiveSegmentOperator", "S3AssembleSegmentsOperator"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "S3ArchivePrefixOperator":
         from s3arch_airflow.operators import S3ArchivePrefixOperator
         return S3ArchivePrefixOperator
+    if name in ("S3PrepareSegmentsOperator", "S3ArchiveSegmentOperator", "S3AssembleSegmentsOperator"):
+        from s3arch_airflow import operators
+        return getattr(operators, name)
     if name == "S3RestoreArchiveOperator":
         from s3arch_airflow.restore import S3RestoreArchiveOperator
         return S3RestoreArchiveOperator
