@@ -58,7 +58,7 @@ def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
     """Step two, one task per segment, anywhere: produce segment ``k`` of the plan in progress.
     The result's ``status`` is produced, skipped (the prefix is committed and not to be
     overwritten: there is nothing to produce) or dry_run (nothing read or written)."""
-    from .segments import produce_planned_segment
+    from .segments import PlanOutdated, produce_planned_segment
 
     if spec.dry_run:
         return {"segment": k, "objects": 0, "status": Outcome.DRY_RUN.value,
@@ -66,7 +66,12 @@ def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
     clients = clients or S3Clients.from_session()
     clients.expect_owner(spec.expected_owner)
     clients.check_bucket(spec.source.bucket, "source")
-    return produce_planned_segment(spec, clients, k, progress, cancel)
+    try:
+        return produce_planned_segment(spec, clients, k, progress, cancel)
+    except PlanOutdated as exc:
+        # A retry of this task reads the same plan: only the prefix's prepare, run again, helps.
+        raise PlanOutdated(exc.detail, hint="clear this prefix's prepare task "
+                           "with downstream (or let the next run of the prefix plan again)", retryable=False) from exc
 
 
 def assemble_segments(spec: ArchiveSpec, clients: S3Clients | None = None, progress: Progress | None = None,

@@ -30,7 +30,7 @@ from .config import ArchiveSpec
 from .deletion import DeletionResult, delete_archived_sources
 from .errors import (IO_ERRORS, AccessDenied, ArchiveDamaged, ArchiverError, BadArgument, Cancelled,
                      ConcurrentRun, DestinationConflict, IntegrityError, ObjectMissing, none_if_missing, status_of, translate)
-from .lease import PrefixLease
+from .lease import Held, PrefixLease
 from .outcome import Outcome
 from .manifest import ArchiveLayout, Committed, layout_for, read_committed
 from .pipeline import StreamedArchive, WholeArchive, stream_archive
@@ -115,16 +115,19 @@ class CommitProtocol:
             #      intact. Everything that writes holds the prefix's lease, taken meanwhile.
             first = reads.submit(read_committed, self.control, self.layout, spec.source)
             taking = reads.submit(lease.acquire)
-            committed = first.result()
+            try:
+                committed = first.result()
+            except BaseException:
+                lease.release_once_taken(taking)  # not left for the next run to wait out
+                raise
             if committed and not spec.overwrite and not spec.delete_source:
-                if taking.exception() is None:
-                    lease.release()
+                lease.release_once_taken(taking)
                 self._skipped(committed)
                 self._abort_uploads_of_dead_runs()
                 return self._done()
-            taking.result()  # a run that writes needs it: ConcurrentRun, AccessDenied, ...
-            try:
-                under_lease: list[Future] = []
+            # A run that writes needs it (ConcurrentRun, AccessDenied, ...), renewed until the
+            # end, the last write (the index) included.
+            with lease.held(taking) as held:
                 # The state again, under the lease: another run may have committed in between.
                 # With it, what a writing run needs: the archive's ETag, the source's size,
                 # and step 4 (under the lease, every upload and segment temporary left for
@@ -133,15 +136,15 @@ class CommitProtocol:
                 again = reads.submit(read_committed, self.control, self.layout, spec.source)
                 cleaned = reads.submit(self._clean_stale, planned)
                 etag = reads.submit(self._current_etag, self.archive_key)
+                held.after += [again, cleaned, etag]
                 # The source's size, in a thread of its own: a pipeline starts on its first page.
                 sizing = SizingListing(self.control, spec.source.bucket, spec.source.key, spec.segment_min_objects,
                                        spec.segment_min_bytes) \
                     if not planned and not spec.segments and could_use_segments(spec) else None
-                under_lease = [again, cleaned, etag]
                 committed = again.result()
                 if committed and not spec.overwrite:
                     self._skipped(committed)
-                    self._delete_sources()
+                    self._delete_sources(held)
                     return self._done()
                 cleaned.result()
                 if committed:
@@ -149,7 +152,7 @@ class CommitProtocol:
                     #    before reading any of it (one listing pass), and a locked archive.
                     self._check_overwrite(committed)
                 # 5. Stream the archive and manifest as two open uploads.
-                lost = _LeaseWatch(lease, self.cancel)
+                lost = _LeaseWatch(held, self.cancel)
                 try:
                     streamed = self._produce(planned, lost, sizing)
                 except BaseException as exc:
@@ -159,18 +162,16 @@ class CommitProtocol:
                 # 6-7. Complete and verify the archive (PRODUCED), then the manifest (COMMITTED);
                 #      its index is written while the lease is released.
                 try:
-                    index = self._commit(streamed, committed, etag.result(), lease, lost, reads)
-                    under_lease.append(index)  # the index is the winner's, written under its lease
+                    index = self._commit(streamed, committed, etag.result(), held, lost, reads)
+                    held.after.append(index)  # the index is the winner's, written under its lease
                 finally:
                     lost.stop()
                 if self.segmented:
                     delete_temporaries(self.control, self.layout)
                 # 8. Only now, and only if asked, delete the archived sources.
-                self._delete_sources()
-            finally:
+                self._delete_sources(held)
                 # Nothing of this run touches the prefix once the lease is gone; the lease's
                 # HEAD goes out while the last of it (the index) is written.
-                lease.release(after=under_lease)
             index.result()
         return self._done()
 
@@ -188,10 +189,10 @@ class CommitProtocol:
         else:
             if not spec.segments:
                 try:
-                    # The pipeline sets its abort event when it stops, PrefixIsLarge included:
-                    # its own event, so that the segments that follow do not start aborted.
+                    # The stream only reads the event (a stop from above, never its own), so
+                    # the segments that follow a PrefixIsLarge do not start aborted.
                     return stream_archive(spec, self.clients, WholeArchive(spec, self.layout, self.archive_key),
-                                          self.progress, abort=lost.linked(),
+                                          self.progress, abort=lost.event,
                                           listed=sizing.pages() if sizing else None)
                 except PrefixIsLarge:
                     if self.progress:
@@ -207,14 +208,16 @@ class CommitProtocol:
         """Steps 1-4 of a segmented run whose segments are produced elsewhere (Airflow segment
         tasks), then, still under the lease: plan ``count`` segments, open the archive's upload
         and record the plan in S3 for them. None if the prefix is committed (``result`` says
-        skipped). The lease is released on return: a run that starts meanwhile supersedes
-        this one (its cleanup aborts this upload), and this one's assembly then fails."""
+        skipped). The lease is renewed while the plan is made (a large prefix's listing takes
+        minutes) and released on return: a run that starts after supersedes this one (its
+        cleanup aborts this upload), and this one's assembly then fails. A lost lease stops
+        the plan, before it opens an upload or writes plan.json."""
         spec = self.spec
         committed = read_committed(self.control, self.layout, spec.source)
         if committed and not spec.overwrite:
             self._skipped(committed)
             return None
-        with self._lease():
+        with self._lease().held() as held:
             committed = read_committed(self.control, self.layout, spec.source)
             if committed and not spec.overwrite:
                 self._skipped(committed)
@@ -222,9 +225,15 @@ class CommitProtocol:
             if committed:
                 self._check_overwrite(committed)
             self._clean_stale()
-            plan = open_upload(spec, self.control, self.layout,
-                               plan_segments(spec, self.control, self.archive_key, count))
-            write_plan(spec, self.control, self.layout, plan)
+            plan = plan_segments(spec, self.control, self.archive_key, count, stop=held.raise_if_lost)
+            held.confirm()
+            plan = open_upload(spec, self.control, self.layout, plan)
+            try:
+                held.confirm()
+                write_plan(spec, self.control, self.layout, plan)
+            except BaseException:
+                abort_uploads(self.control, self.layout.bucket, [(plan.archive_key, plan.upload_id)])
+                raise
         r = self.result
         r.status, r.segments, r.objects, r.bytes_in = Outcome.PLANNED, plan.count, plan.objects, plan.bytes
         r.timings = {"plan_s": plan.planned_in_s}
@@ -268,14 +277,14 @@ class CommitProtocol:
 
     def delete_sources_only(self) -> ArchiveResult:
         """Finish (or repeat) the deletion of a committed prefix's sources, nothing else."""
-        with self._lease():
+        with self._lease().held() as held:
             committed = read_committed(self.control, self.layout, self.spec.source)
             if committed is None:
                 raise BadArgument(f"{self.layout.manifest_url} does not exist: the prefix is not "
                                   "archived, so nothing may be deleted",
                                   hint="archive it first (s3arch archive ... --delete-source)")
             self._skipped(committed)
-            self._delete_sources()
+            self._delete_sources(held)
         return self._done()
 
     def _abort_uploads_of_dead_runs(self) -> None:
@@ -289,7 +298,7 @@ class CommitProtocol:
         except AccessDenied:
             return  # a read-only caller may still be told the prefix is done
         try:
-            with self._lease():
+            with self._lease().held():
                 self._clean_stale()
         except ConcurrentRun:
             pass  # a live run owns them
@@ -335,7 +344,7 @@ class CommitProtocol:
         return head["ETag"] if head else None
 
     def _commit(self, streamed: StreamedArchive, previous: Committed | None, archive_etag: str | None,
-                lease: PrefixLease, lost: "_LeaseWatch", pool: ThreadPoolExecutor) -> Future:
+                lease: Held, lost: "_LeaseWatch", pool: ThreadPoolExecutor) -> Future:
         """Steps 6 and 7; the future of the manifest index's write, started once the manifest
         is committed."""
         spec, r = self.spec, self.result
@@ -347,15 +356,18 @@ class CommitProtocol:
                     f"now only {streamed.objects:,}: overwriting would lose archived data",
                     hint="restore the archive first, or delete the old archive and manifest by hand")
             lease.confirm()  # still ours, right before anything becomes visible
+            # Conditional on what this run saw under its lease: a run that lost its lease
+            # while stalled cannot replace an archive another run has since written. An
+            # --overwrite leaves the old manifest in place until here: a run that fails before
+            # its archive is complete leaves the old archive committed, guarded and readable.
+            uploaded = streamed.uploader.complete(if_none_match=archive_etag is None, if_match=archive_etag)
             if previous:
-                # The old commit record goes first: from here until the new manifest exists,
-                # the prefix reads as ABSENT, never as the old manifest over a new archive. Its
-                # index goes with it: the new one is written only after the new manifest.
+                # The old commit record goes now, before anything else can fail: from here
+                # until the new manifest exists the prefix reads as ABSENT, never as the old
+                # manifest over the new archive. Its index goes with it: the new one is
+                # written only after the new manifest.
                 for key in (self.layout.manifest_key, self.layout.index_key):
                     self.control.delete_object(Bucket=self.layout.bucket, Key=key)
-            # Conditional on what this run saw under its lease: a run that lost its lease
-            # while stalled cannot replace an archive another run has since written.
-            uploaded = streamed.uploader.complete(if_none_match=archive_etag is None, if_match=archive_etag)
             if uploaded.size != streamed.bytes_out:
                 raise IntegrityError(f"archive holds {uploaded.size} bytes, {streamed.bytes_out} were produced")
             if spec.locks:
@@ -387,9 +399,10 @@ class CommitProtocol:
                            "\"tags_unread\"")
         return pool.submit(streamed.manifest.write_index)
 
-    def _delete_sources(self) -> None:
+    def _delete_sources(self, held: Held) -> None:
         if not self.spec.delete_source:
             return
+        held.confirm()  # the lease is renewed while the deletion runs; it starts only while ours
         deletion: DeletionResult = delete_archived_sources(self.control, self.spec.source, self.layout,
                                                            versions=self.spec.delete_versions)
         self.result.deleted = deletion.deleted
@@ -399,35 +412,21 @@ class CommitProtocol:
 
 
 class _LeaseWatch:
-    """While the pipeline streams: keeps the lease renewed, and stops the pipeline (its abort
-    event) if the lease is lost or the caller's ``cancel`` is set; then tells which it was."""
+    """While the archive is produced and committed: stops the producer (``event``, which it
+    only reads) if the lease is lost (a hook on the ``Held`` lease) or the caller's
+    ``cancel`` is set; then tells which it was."""
 
-    def __init__(self, lease: PrefixLease, cancel: threading.Event):
+    def __init__(self, held: Held, cancel: threading.Event):
         self.event = threading.Event()
         self.error: ArchiverError | None = None
         self.cancelled = False
         self._cancel = cancel
         self._stopped = threading.Event()
-        self._linked: list[threading.Event] = []
-        self._lock = threading.Lock()
-        lease.keep_alive(self._lost)
+        held.on_lost(self._lost)
         threading.Thread(target=self._watch_cancel, name="s3arch-cancel", daemon=True).start()
 
-    def linked(self) -> threading.Event:
-        """An abort event of its own for one producer: set with ``event`` (lease lost,
-        cancelled), while the producer setting it to stop itself leaves ``event`` alone."""
-        own = threading.Event()
-        with self._lock:
-            self._linked.append(own)
-            if self.event.is_set():
-                own.set()
-        return own
-
     def _fire(self) -> None:
-        with self._lock:
-            self.event.set()
-            for own in self._linked:
-                own.set()
+        self.event.set()
 
     def _lost(self, error: ArchiverError) -> None:
         self.error = error

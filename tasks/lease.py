@@ -24,10 +24,11 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from .errors import IO_ERRORS, ArchiverError, ConcurrentRun, TransientError, none_if_missing, status_of, translate
 from .s3 import parse_s3_time
@@ -227,9 +228,71 @@ class PrefixLease:
                 pass
             self._etag = None
 
-    def __enter__(self) -> "PrefixLease":
-        self.acquire()
-        return self
+    @contextmanager
+    def held(self, taking: Future | None = None) -> Iterator["Held"]:
+        """The one way a writing path holds the prefix: take the lease (or wait for
+        ``taking``, its ``acquire`` already sent beside other reads), renew it every ttl/6
+        while the block runs, tell every ``Held.on_lost`` hook if it is lost (they stop the
+        work: a lost lease cancels it), and release it on every exit, once the writes the
+        block put in ``Held.after`` are over."""
+        if taking is None:
+            self.acquire()
+        else:
+            taking.result()  # ConcurrentRun, AccessDenied...: nothing was taken, nothing to release
+        holding = Held(self)
+        try:
+            self.keep_alive(holding.lose)
+            yield holding
+        finally:
+            self.release(after=holding.after)
 
-    def __exit__(self, *exc) -> None:
-        self.release()
+    def release_once_taken(self, taking: Future) -> None:
+        """For a run that sent ``acquire`` beside its first reads and then needs no lease (it
+        skips, or a read failed): release it if it was taken, so that the next run does not
+        wait out the TTL."""
+        wait([taking])
+        if taking.exception() is None:
+            self.release()
+
+
+class Held:
+    """A lease while ``PrefixLease.held`` holds it. ``on_lost`` hooks are how the work is
+    stopped when the lease is lost (the commit protocol's watch, a stream coordinator's
+    ``cancel``, a plan's stop); ``after`` lists writes the release waits for."""
+
+    def __init__(self, lease: PrefixLease):
+        self.lease = lease
+        self.lost: ArchiverError | None = None
+        self.stopped = threading.Event()  # set once the lease is lost
+        self.after: list[Future] = []
+        self._hooks: list[Callable[[ArchiverError], object]] = []
+        self._lock = threading.Lock()
+
+    def on_lost(self, hook: Callable[[ArchiverError], object]) -> None:
+        """Call ``hook(error)`` once if the lease is lost (at once if it is already)."""
+        with self._lock:
+            if self.lost is None:
+                self._hooks.append(hook)
+                return
+        hook(self.lost)
+
+    def lose(self, error: ArchiverError) -> None:
+        with self._lock:
+            if self.lost is not None:
+                return
+            self.lost, hooks = error, list(self._hooks)
+        self.stopped.set()
+        for hook in hooks:
+            try:
+                hook(error)
+            except Exception:  # noqa: BLE001 - one hook failing must not keep the others from stopping
+                pass
+
+    def raise_if_lost(self) -> None:
+        if self.lost is not None:
+            raise self.lost
+
+    def confirm(self) -> None:
+        """Right before something becomes visible: the lease is still ours (``PrefixLease.confirm``)."""
+        self.raise_if_lost()
+        self.lease.confirm()

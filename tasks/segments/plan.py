@@ -11,15 +11,15 @@ import secrets
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..config import ArchiveSpec
-from ..errors import EmptyPrefix
-from ..listing import LISTING_WORKERS, ListedObject, RangeListing, iter_pages, key_order
+from ..errors import ArchiverError, EmptyPrefix
+from ..listing import LISTING_WORKERS, RangeListing, iter_pages, key_order
 from ..manifest import ArchiveLayout, layout_for
 from ..tarwriter import END_OF_ARCHIVE, member_size
 from ..upload import MAX_PARTS, create_upload
-from .recorded import ListingChunk, ListingRecorder
+from .recorded import ListingChunk, ListingRecorder, recorded_pages
 
 # What one object costs beyond its bytes, as bytes of the same cost: about 1,300 small
 # objects/s against 200 MB/s per process here (bench/README.md), so one object ~ 150 KB.
@@ -113,6 +113,20 @@ def could_use_segments(spec: ArchiveSpec) -> bool:
     return min(spec.processes, processes_within(spec.memory_budget)) >= 2 or bool(spec.segments)
 
 
+class PlanOutdated(ArchiverError):
+    """The source changed since the plan was made (an object the plan placed was removed or
+    rewritten, or the plan's recorded listing is gone): no segment of this plan can be
+    produced again as planned, so it is never retried per segment; a new plan is needed.
+    Retryable where the retry plans again (a CLI run: the next run makes a new plan); not
+    for an Airflow segment task, whose retries would read the same plan (``retryable``)."""
+
+    def __init__(self, message: str, hint: str | None = None, *, retryable: bool = True):
+        self.detail = message
+        super().__init__(message, hint=hint or "run the prefix again: a new plan is made (in Airflow, clear "
+                                               "the prefix's prepare task with downstream)")
+        self.retryable = retryable
+
+
 class PrefixIsLarge(Exception):
     """Raised into a pipeline that started on a prefix still being sized, once the sizing
     shows it is large enough for segments: the pipeline stops (its uploads aborted) and the
@@ -200,21 +214,28 @@ class _Page:
     tar: int
 
 
-def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int) -> SegmentPlan:
+def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int,
+                  stop: Callable[[], None] | None = None) -> SegmentPlan:
     """List the prefix and cut it into at most ``count`` segments of about equal weight
     (bytes plus ``OBJECT_WEIGHT`` per object). The prefix is listed in parallel key ranges,
-    its pages taken as they come; memory is one small record per page, put in key order once
-    all are in. The pages a cut falls in are listed again to find the exact key."""
+    its pages taken as they come and recorded (the segments read that recording, never the
+    source's listing); memory is one small record per page, put in key order once all are
+    in. The pages a cut falls in are read back from the recording to find the exact key: the
+    plan and its segments see one listing, whatever the source does meanwhile. ``stop`` is
+    called between pages and raises to stop the plan (its lease was lost)."""
     from ..cost import short_of_minimum
 
     started = time.monotonic()
     run = secrets.token_hex(8)
     pages: list[_Page] = []
     short = 0
+    layout = layout_for(spec.source, spec.destination)
     listing = RangeListing(control, spec.source.bucket, spec.source.key, workers=LISTING_WORKERS, ordered=False)
-    recorder = ListingRecorder(spec, control, layout_for(spec.source, spec.destination), run)
+    recorder = ListingRecorder(spec, control, layout, run)
     try:
         for source, page in listing.by_range():
+            if stop is not None:
+                stop()
             if page is None:
                 recorder.end(source)
                 continue
@@ -236,7 +257,7 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int) -> S
     count = max(1, min(count, objects))
     total = sum(p.tar + OBJECT_WEIGHT * p.objects for p in pages)
     cuts = [total * k / count for k in range(1, count)]
-    # Walk pages; where a cut falls inside a page, list that page again object by object.
+    # Walk pages; where a cut falls inside a page, read that page back object by object.
     ends: list[tuple[str, int, int, int]] = []  # (last key, objects, bytes, tar end) per segment
     weight = n = nbytes = tar = 0
     for i, p in enumerate(pages):
@@ -247,7 +268,9 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int) -> S
             weight += p.tar + OBJECT_WEIGHT * p.objects
             n, nbytes, tar = n + p.objects, nbytes + p.bytes, tar + p.tar
             continue
-        for o in _page_objects(control, spec, pages[i - 1].last if i else None, p.last):
+        if stop is not None:
+            stop()
+        for o in _recorded_objects(control, layout, recorded, pages[i - 1].last if i else None, p.last):
             weight += member_size(o.key, o.size) + OBJECT_WEIGHT
             n, nbytes, tar = n + 1, nbytes + o.size, tar + member_size(o.key, o.size)
             if cuts and (weight >= cuts[0] or objects - n == len(cuts)) and n > (ends[-1][1] if ends else 0):
@@ -267,8 +290,9 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int) -> S
                        planned_in_s=time.monotonic() - started, listing=recorded)
 
 
-def _page_objects(control, spec: ArchiveSpec, after: str | None, last: str) -> Iterator[ListedObject]:
-    for listed in iter_pages(control, spec.source.bucket, spec.source.key, after, last):
+def _recorded_objects(control, layout: ArchiveLayout, recorded: tuple[ListingChunk, ...], after: str | None,
+                      last: str):
+    for listed in recorded_pages(control, layout, recorded, after, last):
         yield from listed
 
 

@@ -9,7 +9,8 @@ import threading
 import time
 
 from ..config import ArchiveSpec
-from ..errors import IntegrityError, ObjectMissing
+from ..coordinator import StreamCoordinator
+from ..errors import ObjectMissing, SourceChanged
 from ..listing import ListingFeed
 from ..outcome import Outcome
 from ..manifest import MANIFEST_SUFFIX, ArchiveLayout, JsonLinesUpload, layout_for, read_committed
@@ -18,7 +19,7 @@ from ..progress import Progress
 from ..s3 import S3Clients
 from ..tarwriter import END_OF_ARCHIVE
 from ..upload import PartSizer, PartUploader
-from .plan import SegmentPlan, plan_key
+from .plan import PlanOutdated, SegmentPlan, plan_key
 from .recorded import recorded_pages
 from .temporaries import put_temporary, read_plan, segment_done
 
@@ -27,7 +28,8 @@ class SegmentRecords:
     """A segment's manifest records, gzip JSON Lines in a temporary object, overwritten by a
     re-run of the segment."""
 
-    def __init__(self, control, bucket: str, key: str, extra_args: dict, abort: threading.Event):
+    def __init__(self, control, bucket: str, key: str, extra_args: dict,
+                 abort: "threading.Event | StreamCoordinator"):
         self._lines = JsonLinesUpload(PartUploader(control, bucket, key, storage_class="STANDARD",
                                                    sizer=PartSizer(5 << 20), memory=5 << 20, threads=1,
                                                    extra_args=extra_args, abort_event=abort))
@@ -67,29 +69,29 @@ class SegmentTarget:
     def __str__(self) -> str:
         return f"segment {self.range.index + 1}/{self.plan.count} of {self.spec.source}"
 
-    def nothing_listed(self) -> IntegrityError:
-        return IntegrityError(f"{self} lists no objects: the source changed since the plan")
+    def nothing_listed(self) -> PlanOutdated:
+        return PlanOutdated(f"{self} lists no objects: the source changed since the plan; a new plan is needed")
 
     def sizer(self, plan: MemoryPlan, feed: ListingFeed) -> PartSizer:
         total = self.tar_end - self.tar_start + (1 << 20)
         return PartSizer(self.spec.min_part_size, lambda: total, max_part=plan.max_part, parts=self.range.parts)
 
-    def uploader(self, control, sizer: PartSizer, memory: int, abort: threading.Event) -> PartUploader:
+    def uploader(self, control, sizer: PartSizer, memory: int, abort: StreamCoordinator) -> PartUploader:
         return PartUploader(control, self.layout.bucket, self.plan.archive_key, sizer=sizer, memory=memory,
                             extra_args=self.spec.encryption_args, abort_event=abort,
                             upload_id=self.plan.upload_id, first_part=self.range.first_part,
                             max_parts=self.range.parts, head_size=sizer.min_part, owns_upload=False)
 
-    def records(self, control, abort: threading.Event) -> SegmentRecords:
+    def records(self, control, abort: StreamCoordinator) -> SegmentRecords:
         return SegmentRecords(control, self.layout.bucket,
                               self.plan.temp_key(self.layout, self.range.index, MANIFEST_SUFFIX),
                               self.spec.encryption_args, abort)
 
     def check_produced(self, objects: int, tar_end: int) -> None:
         if objects != self.range.objects or tar_end != self.tar_end:
-            raise IntegrityError(f"{self} holds {objects} objects ending at tar offset {tar_end}; the plan said "
-                                 f"{self.range.objects} ending at {self.tar_end}: the source changed since the plan",
-                                 hint="run the prefix again; a new plan is made")
+            raise PlanOutdated(f"{self} holds {objects} objects ending at tar offset {tar_end}; the plan said "
+                               f"{self.range.objects} ending at {self.tar_end}: the source changed since the plan; "
+                               "a new plan is needed")
 
 
 def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan, k: int,
@@ -100,7 +102,12 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
     started = time.monotonic()
     listed = recorded_pages(clients.control, layout, plan.listing, target.start_after, target.range.last_key) \
         if plan.listing else None  # a plan made before plans recorded their listing: list the range
-    streamed = stream_archive(spec, clients, target, progress, abort, listed=listed)
+    try:
+        streamed = stream_archive(spec, clients, target, progress, abort, listed=listed)
+    except (SourceChanged, ObjectMissing) as exc:
+        # An object the plan placed vanished or was rewritten (or the plan's listing is gone):
+        # the same plan would fail the same way on every retry.
+        raise PlanOutdated(f"{target}: the source changed since the plan ({exc}); a new plan is needed") from exc
     uploader = streamed.uploader
     parts = uploader.finish_parts(keep_short_tail=True)
     result = {

@@ -68,7 +68,7 @@ def delete_temporaries(control, layout: ArchiveLayout, keep: SegmentPlan | None 
         for page in iter_pages(control, layout.bucket, prefix):
             doomed = [o.key for o in page if not (kept and o.key.startswith(kept))]
             if plan_key(layout) in doomed:
-                aborted += _abort_records_uploads(control, layout, read_plan(control, layout))
+                aborted += abort_records_uploads(control, layout, read_plan(control, layout))
             if doomed:
                 control.delete_objects(Bucket=layout.bucket, Delete={"Objects": [{"Key": k} for k in doomed],
                                                                      "Quiet": True})
@@ -78,8 +78,14 @@ def delete_temporaries(control, layout: ArchiveLayout, keep: SegmentPlan | None 
     return Cleaned(deleted, aborted)
 
 
-def _abort_records_uploads(control, layout: ArchiveLayout, plan: SegmentPlan | None) -> int:
+def abort_records_uploads(control, layout: ArchiveLayout, plan: SegmentPlan | None) -> int:
+    """Abort the records uploads ``plan``'s segments left open (a segment whose worker was
+    killed); how many. The keys are listed at once (MinIO lists uploads per exact key)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     if plan is None:
         return 0
     keys = [plan.temp_key(layout, k, MANIFEST_SUFFIX) for k in range(plan.count)]
-    return abort_uploads(control, layout.bucket, [(key, i) for key in keys for i in open_uploads(control, layout.bucket, key)])
+    with ThreadPoolExecutor(min(8, len(keys)), thread_name_prefix="s3arch-records") as pool:
+        found = list(pool.map(lambda key: open_uploads(control, layout.bucket, key), keys))
+    return abort_uploads(control, layout.bucket, [(key, i) for key, ids in zip(keys, found) for i in ids])

@@ -17,8 +17,9 @@ from ..progress import Progress
 from ..s3 import S3Clients
 from ..upload import PartUploader
 from .assemble import assemble
-from .plan import MIN_SHARE, SegmentPlan, open_upload, plan_segments, processes_within
+from .plan import MIN_SHARE, PlanOutdated, SegmentPlan, open_upload, plan_segments, processes_within
 from .produce import produce_segment
+from .temporaries import abort_records_uploads
 
 
 def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, archive_key: str,
@@ -39,7 +40,12 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
     worker_spec = _worker_spec(spec, processes)
     plan = open_upload(spec, control, layout, plan)
     try:
-        durations = _run_workers(worker_spec, clients, layout, plan, processes, abort)
+        try:
+            durations = _run_workers(worker_spec, clients, layout, plan, processes, abort)
+        finally:
+            # A worker killed (or stopped) mid-segment leaves its records upload open, and no
+            # plan.json names it for the next run's cleanup: abort what is left, now.
+            abort_records_uploads(control, layout, plan)
         streamed = assemble(spec, clients, layout, plan, abort)
         streamed.timings["segments_s"] = sum(durations.values())  # with process start-up
         streamed.notes = notes
@@ -101,7 +107,8 @@ def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, p
                     durations[k] = time.monotonic() - began
                     continue
                 error = _error_of(outcome, k, plan, proc.exitcode)
-                if not error.retryable or attempts[k] >= _ATTEMPTS:
+                # The source changed since the plan: this plan's segments would fail again.
+                if not error.retryable or isinstance(error, PlanOutdated) or attempts[k] >= _ATTEMPTS:
                     raise error
                 todo.insert(0, k)  # this segment alone, again
     finally:
@@ -127,7 +134,7 @@ def _error_of(outcome: dict | None, k: int, plan: SegmentPlan, exitcode: int | N
     if outcome is None:
         error = errors.TransientError(f"{where}: its process ended with exit code {exitcode} before it finished")
     else:
-        cls = getattr(errors, outcome["error"], None)
+        cls = PlanOutdated if outcome["error"] == PlanOutdated.__name__ else getattr(errors, outcome["error"], None)
         cls = cls if isinstance(cls, type) and issubclass(cls, ArchiverError) else ArchiverError
         error = cls(f"{where}: {outcome['message']}")
     return error

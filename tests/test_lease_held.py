@@ -1,0 +1,185 @@
+"""Every path that writes or deletes holds the prefix's lease through ``with lease.held(...)``
+(tasks/lease.py): renewed every sixth of the TTL for as long as the path runs, released on
+every exit. Each writing path is slowed past its TTL at a point of its own (deterministically:
+the engine function it calls sleeps); a second run started after the TTL must still find the
+prefix taken (ConcurrentRun, exit 3), and the lease must be gone once the path is over.
+Also: the lease is released when the first state read fails, and a failed --overwrite leaves
+the old archive committed."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from faultproxy import Fault, FaultProxy, makes_visible
+from helpers import engine_clients, keys_in, open_uploads, seed
+
+TTL = 3.0
+PREFIX = "day/"
+
+
+def spec(src, dst, **kw):
+    from s3arch.config import ArchiveSpec, S3Url
+
+    return ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, "a/"), storage_class="STANDARD", processes=1,
+                       lease_ttl=TTL, **kw)
+
+
+@pytest.fixture
+def day(s3, buckets):
+    objects = {f"{PREFIX}{i:03d}.log": b"entry %d\n" % i for i in range(40)}
+    seed(s3, buckets[0], objects)
+    return objects
+
+
+def leases(s3, dst) -> list[str]:
+    return [k for k in keys_in(s3, dst) if k.endswith(".lease.json")]
+
+
+def slowed(monkeypatch, owner, name: str, seconds: float) -> threading.Event:
+    """``owner.name`` sleeps ``seconds`` before it runs; the event says it was reached."""
+    reached = threading.Event()
+    original = getattr(owner, name)
+
+    def slow(*args, **kwargs):
+        reached.set()
+        time.sleep(seconds)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, slow)
+    return reached
+
+
+def outlasts_its_ttl(first, second, reached: threading.Event) -> tuple[object, BaseException]:
+    """Run ``first`` (slowed past the TTL) in a thread; once it has run 1.5 TTLs, ``second``
+    must fail. Returns first's result and second's error."""
+    from s3arch.errors import ConcurrentRun
+
+    out: dict = {}
+
+    def run():
+        try:
+            out["result"] = first()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=run)
+    started = time.monotonic()
+    thread.start()
+    assert reached.wait(60), out.get("error")
+    time.sleep(max(0.0, started + 1.5 * TTL - time.monotonic()))
+    with pytest.raises(ConcurrentRun, match="another run holds this prefix") as taken:
+        second()
+    assert taken.value.exit_code == 3
+    thread.join(120)
+    assert "error" not in out, out.get("error")
+    return out["result"], taken.value
+
+
+def test_a_run_outlasting_its_ttl_before_it_streams_keeps_the_prefix(s3, buckets, day, clients, monkeypatch):
+    """The clean-up of dead runs' uploads before the stream (step 4) ran without renewal."""
+    from s3arch.archive import archive_prefix
+    from s3arch.commit import CommitProtocol
+
+    src, dst = buckets
+    reached = slowed(monkeypatch, CommitProtocol, "_clean_stale", 2.5 * TTL)
+    result, _ = outlasts_its_ttl(lambda: archive_prefix(spec(src, dst), clients),
+                                 lambda: archive_prefix(spec(src, dst, overwrite=True), clients), reached)
+    assert result.status == "archived" and result.objects == len(day)
+    assert leases(s3, dst) == []
+
+
+def test_a_prepare_outlasting_its_ttl_keeps_the_prefix_and_one_upload(s3, buckets, day, clients, monkeypatch):
+    """A 10M-key plan took 440 s against the 180 s TTL: a second prepare took the prefix and
+    opened a second upload, the first one orphaned."""
+    import s3arch.commit
+    from s3arch.archive import prepare_segments
+
+    src, dst = buckets
+    reached = slowed(monkeypatch, s3arch.commit, "plan_segments", 2.5 * TTL)
+    result, _ = outlasts_its_ttl(lambda: prepare_segments(spec(src, dst), 2, clients),
+                                 lambda: prepare_segments(spec(src, dst), 2, clients), reached)
+    assert result.status == "planned" and result.segments == 2
+    assert len(open_uploads(s3, dst)) == 1
+    assert leases(s3, dst) == []
+
+
+def test_an_assembly_outlasting_its_ttl_keeps_the_prefix(s3, buckets, day, clients, monkeypatch):
+    from s3arch.archive import archive_segment, assemble_segments, prepare_segments
+    from s3arch.commit import CommitProtocol
+
+    src, dst = buckets
+    assert prepare_segments(spec(src, dst), 2, clients).status == "planned"
+    for k in (0, 1):
+        archive_segment(spec(src, dst), k, clients)
+    reached = slowed(monkeypatch, CommitProtocol, "_clean_stale", 2.5 * TTL)
+    result, _ = outlasts_its_ttl(lambda: assemble_segments(spec(src, dst), clients),
+                                 lambda: assemble_segments(spec(src, dst), clients), reached)
+    assert result.status == "archived" and result.objects == len(day)
+    assert leases(s3, dst) == [] and open_uploads(s3, dst) == []
+
+
+@pytest.mark.parametrize("path", ["delete-sources", "skip-then-delete"])
+def test_a_deletion_outlasting_its_ttl_keeps_the_prefix(s3, buckets, day, clients, monkeypatch, path):
+    """delete_sources_only and a re-run with --delete-source of a committed prefix held the
+    lease without renewing it (a 1,000,000-object deletion takes about 8 minutes)."""
+    import s3arch.commit
+    from s3arch.archive import archive_prefix, delete_sources
+
+    src, dst = buckets
+    assert archive_prefix(spec(src, dst), clients).status == "archived"
+    reached = slowed(monkeypatch, s3arch.commit, "delete_archived_sources", 2.5 * TTL)
+    if path == "delete-sources":
+        first = lambda: delete_sources(spec(src, dst, delete_source=True), clients)  # noqa: E731
+    else:
+        first = lambda: archive_prefix(spec(src, dst, delete_source=True), clients)  # noqa: E731
+    result, _ = outlasts_its_ttl(first, lambda: delete_sources(spec(src, dst, delete_source=True), clients), reached)
+    assert result.status == "skipped" and result.deleted == len(day)
+    assert keys_in(s3, src) == [] and leases(s3, dst) == []
+
+
+def test_the_lease_is_released_when_the_first_state_read_fails(minio, s3, buckets, day, clients):
+    """The lease is taken beside the first read of the prefix's state; that read failing left
+    it behind, and the next run waited out the TTL (ConcurrentRun)."""
+    from s3arch.archive import archive_prefix
+    from s3arch.errors import AccessDenied
+
+    src, dst = buckets
+    proxy = FaultProxy(minio.endpoint_url)
+    try:
+        refused = proxy.add(Fault("status", status=403, code="AccessDenied",
+                                  match=lambda r: r.method in ("GET", "HEAD") and "manifest" in r.key))
+        with pytest.raises(AccessDenied):
+            archive_prefix(spec(src, dst), engine_clients(minio, proxy.endpoint_url))
+        assert refused.injected
+    finally:
+        proxy.stop()
+    assert leases(s3, dst) == []
+    assert archive_prefix(spec(src, dst), clients).status == "archived"  # at once, no ConcurrentRun
+
+
+def test_a_failed_overwrite_keeps_the_old_archive_committed(minio, s3, buckets, day, clients):
+    """--overwrite deleted the old manifest first: a run that then failed to complete its
+    archive left the old archive without a manifest (unguarded: a plain re-run archived
+    afresh, readers found nothing). The old manifest goes only once the new archive is in."""
+    from s3arch.archive import archive_prefix
+    from s3arch.errors import AccessDenied
+
+    src, dst = buckets
+    assert archive_prefix(spec(src, dst), clients).status == "archived"
+    before = sorted(keys_in(s3, dst))
+    s3.put_object(Bucket=src, Key=f"{PREFIX}999-late.log", Body=b"late\n")
+    proxy = FaultProxy(minio.endpoint_url)
+    try:
+        refused = proxy.add(Fault("status", status=403, code="AccessDenied",
+                                  match=lambda r: makes_visible(r, "day.tar.gz")))
+        with pytest.raises(AccessDenied):
+            archive_prefix(spec(src, dst, overwrite=True), engine_clients(minio, proxy.endpoint_url))
+        assert refused.injected
+    finally:
+        proxy.stop()
+    assert sorted(keys_in(s3, dst)) == before and open_uploads(s3, dst) == []
+    again = archive_prefix(spec(src, dst), clients)
+    assert again.status == "skipped" and again.objects == len(day)

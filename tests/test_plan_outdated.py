@@ -1,0 +1,138 @@
+"""A segmented run's plan and its segments see one listing: the plan is cut from the listing it
+recorded, never from the source listed again. A source that changed since the plan so that a
+segment cannot be produced as planned is its own error (PlanOutdated): it says a new plan is
+needed, is not retried per segment, and the next prepare plans again. And a CLI segmented
+run aborts the records uploads its killed workers left."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from helpers import keys_in, open_uploads, read_archive, seed
+
+PREFIX = "events/2026/11/21/"
+
+
+def spec(src, dst, **kw):
+    from s3arch.config import ArchiveSpec, S3Url
+
+    return ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, "v/"), storage_class="STANDARD", processes=1, **kw)
+
+
+def test_a_key_added_and_one_removed_during_planning(monkeypatch, s3, buckets, clients):
+    """Between the plan's listing and its cuts, one key is written into the first segment's
+    range and one is deleted from the last's. Today's main listed the cut pages again, saw
+    both, and placed every later segment where the recorded listing does not put it: each
+    failed check_produced ("IntegrityError", retryable: three tries per worker, then Airflow's).
+    Now the plan is the recording: the added key is left for the next run; the segment that
+    lost a key fails once with PlanOutdated (exit 2 for the segment task, a new plan needed);
+    the other segments are produced; the next prepare plans again and the day archives."""
+    import s3arch.segments.plan as plan_module
+    from s3arch.archive import archive_segment, assemble_segments, prepare_segments
+    from s3arch.segments import PlanOutdated
+
+    src, dst = buckets
+    objects = {f"{PREFIX}{h:02d}/event-{i:03d}.log": b"id=%d\n" % i * (i % 30 + 1) for h in range(3) for i in range(200)}
+    seed(s3, src, objects)
+    keys = sorted(objects)
+    added, removed = f"{PREFIX}00/event-050-late.log", keys[-7]
+    recorder_close = plan_module.ListingRecorder.close
+
+    def close_then_change(self):
+        recorded = recorder_close(self)
+        s3.put_object(Bucket=src, Key=added, Body=b"written during planning\n")
+        s3.delete_object(Bucket=src, Key=removed)
+        return recorded
+
+    monkeypatch.setattr(plan_module.ListingRecorder, "close", close_then_change)
+    planned = prepare_segments(spec(src, dst), 3, clients)
+    monkeypatch.setattr(plan_module.ListingRecorder, "close", recorder_close)
+    assert planned.status == "planned" and planned.objects == len(objects)
+    for k in (0, 1):
+        assert archive_segment(spec(src, dst), k, clients)["status"] == "produced"
+    with pytest.raises(PlanOutdated, match="the source changed since the plan.*a new plan is needed") as outdated:
+        archive_segment(spec(src, dst), 2, clients)
+    assert not outdated.value.retryable and outdated.value.exit_code == 2
+    assert "prepare task" in str(outdated.value)
+    # The next prepare makes a new plan from the source as it is now.
+    assert prepare_segments(spec(src, dst), 3, clients).objects == len(objects)  # one added, one removed
+    for k in (2, 0, 1):
+        archive_segment(spec(src, dst), k, clients)
+    result = assemble_segments(spec(src, dst), clients)
+    assert result.status == "archived" and result.objects == len(objects)
+    expected = {k: v for k, v in objects.items() if k != removed}
+    expected[added] = b"written during planning\n"
+    assert read_archive(s3, dst, f"v/{src}/{PREFIX.rstrip('/')}.tar.gz") == expected
+    assert open_uploads(s3, dst) == [] and [k for k in keys_in(s3, dst) if ".segments/" in k] == []
+
+
+def test_a_plan_outdated_segment_is_not_run_again_by_the_cli_workers(monkeypatch):
+    """The CLI's workers run a failed segment again up to three times; a plan that no longer
+    matches the source fails the same way each time, so PlanOutdated ends the run at once,
+    retryable for the run (its next run plans again)."""
+    import multiprocessing
+
+    import s3arch.segments.workers as workers
+    from s3arch.segments import PlanOutdated, SegmentPlan, SegmentRange
+
+    attempts = []
+
+    class InlineProcess:
+        def __init__(self, target, name, args, daemon):
+            self.target, self.args, self.exitcode = target, args, None
+
+        def start(self):
+            self.target(*self.args)
+
+        def is_alive(self):
+            return False
+
+        def join(self):
+            self.exitcode = 0
+
+        def kill(self):
+            pass
+
+    class Context:
+        Pipe = staticmethod(multiprocessing.get_context("fork").Pipe)
+        Process = InlineProcess
+
+    def worker(spec, connection, layout, plan, k, send):
+        attempts.append(k)
+        send.send({"error": "PlanOutdated", "message": "the source changed since the plan; a new plan is needed"})
+        send.close()
+
+    monkeypatch.setattr(workers.multiprocessing, "get_context", lambda method: Context)
+    monkeypatch.setattr(workers, "_segment_worker", worker)
+    monkeypatch.setattr(workers, "_connection_of", lambda clients: {})
+    plan = SegmentPlan("run", "upload", "a.tar.gz", 1, 1, 1024, 0, (SegmentRange(0, None, "k", 1, 1, 0, 512, 2, 10),))
+    with pytest.raises(PlanOutdated, match="segment 1/1: the source changed since the plan") as outdated:
+        workers._run_workers(None, None, None, plan, 1, threading.Event())
+    assert attempts == [0]
+    assert outdated.value.retryable and outdated.value.exit_code == 3
+
+
+def test_a_cli_segmented_run_aborts_the_records_uploads_its_killed_workers_left(monkeypatch, s3, buckets, clients):
+    """A worker killed mid-segment leaves its records upload open (a large segment's records
+    are a multipart upload); the CLI path writes no plan.json, so no later cleanup could find
+    it. The run aborts them itself once its workers are over."""
+    import s3arch.segments.workers as workers
+    from s3arch.errors import TransientError
+    from s3arch.manifest import MANIFEST_SUFFIX, layout_for
+
+    src, dst = buckets
+    seed(s3, src, {f"{PREFIX}{i:02d}.log": b"x" * i for i in range(30)})
+    the_spec = spec(src, dst, segments=2, segment_min_objects=1)
+    layout = layout_for(the_spec.source, the_spec.destination)
+
+    def killed(spec, clients_, layout_, plan, processes, abort):
+        for k in range(plan.count):  # each worker had opened its records upload, then was killed
+            s3.create_multipart_upload(Bucket=dst, Key=plan.temp_key(layout_, k, MANIFEST_SUFFIX))
+        raise TransientError("segment 2/2: its process ended with exit code -9 before it finished")
+
+    monkeypatch.setattr(workers, "_run_workers", killed)
+    with pytest.raises(TransientError, match="exit code -9"):
+        workers.stream_segmented(the_spec, clients, layout, layout.archive_key(the_spec.extension))
+    assert open_uploads(s3, dst) == []
