@@ -19,7 +19,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, HTTPException, Query
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 
@@ -104,6 +104,16 @@ def page(user: GetUserDep) -> HTMLResponse:
     from s3arch_airflow.catalog_page import PAGE
 
     return HTMLResponse(PAGE, headers={"Cache-Control": "no-store"})
+
+
+ICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" fill="none" stroke="currentColor" '
+        'stroke-width="2"><rect x="3" y="4" width="18" height="17" rx="2"/><path d="M3 9h18M8 2v4M16 2v4"/>'
+        '<path d="M7 13h2M11 13h2M15 13h2M7 17h2M11 17h2"/></svg>')
+
+
+@app.get("/icon.svg", include_in_schema=False)
+def icon(user: GetUserDep) -> Response:
+    return Response(ICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
 
 @app.get("/api/jobs")

@@ -14,3 +14,18 @@ from airflow.plugins_manager import AirflowPlugin
 
 class S3ArchPlugin(AirflowPlugin):
     name = "s3arch"
+
+    # The archive catalog (docs/CATALOG.md): its app is built only where Airflow asks for it
+    # (the api-server), so the scheduler's import of the plugin stays cheap.
+    @property
+    def fastapi_apps(self) -> list[dict]:  # type: ignore[override]
+        from s3arch_airflow.catalog_app import URL_PREFIX, app
+
+        return [{"app": app, "url_prefix": URL_PREFIX, "name": "s3arch archive catalog"}]
+
+    external_views = [
+        {"name": "Archive catalog", "href": "/s3arch-catalog/", "url_route": "s3arch-catalog",
+         "destination": "nav", "category": "browse", "icon": "/s3arch-catalog/icon.svg"},
+        {"name": "Catalog", "href": "/s3arch-catalog/?dag_id={DAG_ID}", "url_route": "s3arch-catalog-dag",
+         "destination": "dag", "icon": "/s3arch-catalog/icon.svg"},
+    ]
