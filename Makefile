@@ -11,7 +11,7 @@ TOXIPROXY := .cache/bin/toxiproxy-server
 RCLONE_VERSION := v1.72.0
 RCLONE := .cache/bin/rclone
 
-.PHONY: demo airflow airflow-celery test bench venv minio s5cmd bench-tools lock clean
+.PHONY: demo airflow airflow-celery test reliability bench venv minio s5cmd bench-tools lock clean
 
 $(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,13 @@ test: venv minio
 	mkdir -p .cache/typecheck && ln -sfn ../../tasks .cache/typecheck/s3arch
 	MYPYPATH=.cache/typecheck:plugins $(PY) -m mypy -p s3arch -p s3arch_airflow
 	$(PY) -m pytest
+
+# docs/RELIABILITY.md's fault table: the tests that inject faults (the files that call
+# reliability.record), and when they all pass the doc's table is rewritten from what they
+# recorded. `make test` writes the same table to .cache/reliability/ only, leaving the tree clean.
+RELIABILITY_TESTS = $(shell grep -lF 'reliability.record' tests/test_*.py)
+reliability: venv minio
+	S3ARCH_WRITE_RELIABILITY_DOC=1 $(PY) -m pytest $(RELIABILITY_TESTS)
 
 lock:
 	rm -rf .cache/lockvenv && $(PYTHON) -m venv .cache/lockvenv

@@ -70,10 +70,15 @@ def cli_env(minio):
 
 
 class ReliabilityLog:
-    """Faults the tests injected and what came of them; rendered into docs/RELIABILITY.md
-    (between its table markers) when the whole reliability set ran and passed."""
+    """Faults the tests injected and what came of them, as the table of docs/RELIABILITY.md
+    (between its table markers). A run that covered every test that records here and passed
+    writes the table to ``.cache/reliability/fault-table.md`` (``make test`` leaves the tree
+    clean); ``make reliability`` runs those tests and also rewrites the doc's table
+    (S3ARCH_WRITE_RELIABILITY_DOC=1)."""
 
     BEGIN, END = "<!-- fault-table:begin -->", "<!-- fault-table:end -->"
+    TABLE = ROOT / ".cache" / "reliability" / "fault-table.md"
+    DOC = ROOT / "docs" / "RELIABILITY.md"
 
     def __init__(self):
         self.rows: list[tuple[str, str, str, str]] = []
@@ -93,13 +98,22 @@ class ReliabilityLog:
         _, tail = rest.split(self.END, 1)
         path.write_text(f"{head}{self.BEGIN}\n{self.render()}\n{self.END}{tail}")
 
+    @staticmethod
+    def test_files() -> set[Path]:
+        """The test files that record faults (``make reliability`` runs the same set)."""
+        return {path for path in (ROOT / "tests").glob("test_*.py") if "reliability.record" in path.read_text()}
+
 
 @pytest.fixture(scope="session")
 def reliability(request):
     log = ReliabilityLog()
     yield log
-    session = request.session
-    whole_run = not session.config.option.keyword and \
-        {Path(a).resolve() for a in session.config.args} <= {ROOT / "tests"}
-    if log.rows and whole_run and not session.testsfailed:
-        log.write(ROOT / "docs" / "RELIABILITY.md")
+    config = request.session.config
+    ran = {Path(a).resolve() for a in config.args}
+    complete = not config.option.keyword and not config.option.markexpr and \
+        (ran <= {ROOT / "tests"} or ReliabilityLog.test_files() <= ran)
+    if log.rows and complete and not request.session.testsfailed:
+        ReliabilityLog.TABLE.parent.mkdir(parents=True, exist_ok=True)
+        ReliabilityLog.TABLE.write_text(log.render() + "\n")
+        if os.environ.get("S3ARCH_WRITE_RELIABILITY_DOC") == "1":
+            log.write(ReliabilityLog.DOC)
