@@ -159,3 +159,39 @@ def test_a_failed_segment_task_fails_the_run_even_when_its_day_reports_skipped(a
     assert tis[("prepare", 0)].state == tis[("assemble", 0)].state == "success"  # both: skipped
     assert tis["report"].state == "failed"
     assert run.state == "failed"
+
+
+def test_one_large_days_failed_prepare_leaves_the_other_large_day_green(af, monkeypatch):
+    """Two large days in one DagRun; one's prepare fails (permanently). Today's main made every
+    segment task depend on every prepare: the other day's segments were upstream_failed and
+    its assembly failed too. Now each day's segments read their own plan: the other day
+    archives, and only the broken day's tasks fail."""
+    import s3arch.archive
+    from s3arch.errors import AccessDenied
+
+    good, bad = date(2026, 8, 12), date(2026, 8, 13)
+    seeded = seed_day(af.s3, af.src, TEMPLATE, good, files_per_hour=2, lines_per_file=20)  # 48 objects
+    seed_day(af.s3, af.src, TEMPLATE, bad, files_per_hour=2, lines_per_file=20)
+    bad_day = f"{bad:logs/%Y/%m/%d}/"
+    prepare = s3arch.archive.prepare_segments
+
+    def prepare_fails_for_one_day(spec, count, clients=None):
+        if spec.source.key == bad_day:
+            raise AccessDenied(f"injected: listing {bad_day} was denied")
+        return prepare(spec, count, clients)
+
+    monkeypatch.setattr(s3arch.archive, "prepare_segments", prepare_fails_for_one_day)
+    run, tis = run_dag({"date_from": str(good), "date_to": str(bad)})
+    index = {tis[("prepare", i)].rendered_map_index: i for i in (0, 1)}
+    g, b = index[f"{good:logs/%Y/%m/%d}/"], index[bad_day]
+    assert tis[("prepare", b)].state == "failed" and tis[("prepare", g)].state == "success"
+    segments = {ti.rendered_map_index: ti.state for key, ti in tis.items() if key[0] == "segment"}
+    assert {m: s for m, s in segments.items() if m.startswith(f"{good:logs/%Y/%m/%d}/")} == {
+        f"{good:logs/%Y/%m/%d}/ [{k}/3]": "success" for k in (1, 2, 3)}
+    assert {s for m, s in segments.items() if m.startswith(bad_day)} == {"failed"}
+    assert tis[("assemble", g)].state == "success" and tis[("assemble", b)].state == "failed"
+    assert read_archive(af.s3, af.dst, f"archive/{af.src}/{good:logs/%Y/%m/%d}.tar.gz") == seeded
+    rows = {row["prefix"]: row for row in xcom_rows(run, "assemble")}
+    assert rows[f"{good:logs/%Y/%m/%d}/"]["status"] == "archived" and rows[bad_day]["status"] == "failed"
+    assert tis["report"].state == "failed" and run.state == "failed"
+    assert open_uploads(af.s3, af.dst) == []

@@ -182,7 +182,12 @@ def archive_dag(job: ArchiveJob) -> DAG:
             task_id="archive", outlets=outlets, allow_empty=job.allow_empty, **deleting, **step).expand(prefix=small)
         prepared = S3PrepareSegmentsOperator.partial(task_id="prepare", segments=job.segment_tasks, **step).expand(
             prefix=large)
-        segmented = S3ArchiveSegmentOperator.partial(task_id="segment", **step).expand_kwargs(segment_kwargs)
+        # all_done, here and for the assemblies: Airflow cannot make segment task i wait for
+        # prepare task i alone (a mapped task depends on every instance of a mapped upstream),
+        # so each segment task checks its own prefix's plan instead. A prefix whose prepare
+        # failed has no plan: its segment tasks fail saying so, the other prefixes' archive.
+        segmented = S3ArchiveSegmentOperator.partial(task_id="segment", trigger_rule=TriggerRule.ALL_DONE,
+                                                     **step).expand_kwargs(segment_kwargs)
         # all_done: each assembly checks its own segments, so one prefix's failed segment
         # does not hold back the others' assemblies.
         assembled = S3AssembleSegmentsOperator.partial(
