@@ -337,10 +337,10 @@ def split_by_size(job: ArchiveJob, planned: list[list[str]], control) -> dict:
     one kwargs dict per segment task, and what sizing found and cost."""
     if not job.segment_tasks:
         return {"batches": planned, "large": [], "segments": [], "sizes": []}
-    from .segments import size_prefix
+    from .segments import size_prefixes
 
-    sizes = [size_prefix(control, job.source.bucket, prefix, job.segment_min_objects, job.segment_min_bytes)
-             for batch in planned for prefix in batch]
+    sizes = size_prefixes(control, job.source.bucket, [prefix for batch in planned for prefix in batch],
+                          job.segment_min_objects, job.segment_min_bytes)
     large = [s.prefix for s in sizes if s.large(job.segment_min_objects, job.segment_min_bytes)]
     batches = [kept for batch in planned if (kept := [p for p in batch if p not in large])]
     return {"batches": batches, "large": large,

@@ -32,7 +32,7 @@ The package, one module per job: ``plan`` (is a prefix large, and where its segm
 from .assemble import assemble
 from .plan import (OBJECT_WEIGHT, PlanOutdated, PrefixIsLarge, PrefixSize, SegmentPlan, SegmentRange, SizingListing,
                    could_use_segments, open_upload, plan_key, plan_segments, processes_within, segments_prefix,
-                   size_prefix)
+                   size_prefix, size_prefixes)
 from .produce import SegmentTarget, produce_planned_segment, produce_segment
 from .temporaries import delete_temporaries, read_plan, segment_done, write_plan
 from .workers import stream_segmented
@@ -40,4 +40,4 @@ from .workers import stream_segmented
 __all__ = ["OBJECT_WEIGHT", "PlanOutdated", "PrefixIsLarge", "PrefixSize", "SegmentPlan", "SegmentRange", "SegmentTarget",
            "SizingListing", "assemble", "could_use_segments", "delete_temporaries", "open_upload", "plan_key",
            "plan_segments", "processes_within", "produce_planned_segment", "produce_segment", "read_plan",
-           "segment_done", "segments_prefix", "size_prefix", "stream_segmented", "write_plan"]
+           "segment_done", "segments_prefix", "size_prefix", "size_prefixes", "stream_segmented", "write_plan"]

@@ -107,6 +107,21 @@ def size_prefix(control, bucket: str, prefix: str, min_objects: int, min_bytes: 
     return SizingListing(control, bucket, prefix, min_objects, min_bytes).result()
 
 
+SIZING_THREADS = 8  # prefixes sized at once (each is LISTs one after another, up to its threshold)
+
+
+def size_prefixes(control, bucket: str, prefixes: list[str], min_objects: int, min_bytes: int,
+                  threads: int = SIZING_THREADS) -> list[PrefixSize]:
+    """``size_prefix`` of each prefix, in order, at most ``threads`` at once: a backfill's
+    days are sized in the time of the slowest few, not of all of them one after another."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(prefixes) <= 1:
+        return [size_prefix(control, bucket, p, min_objects, min_bytes) for p in prefixes]
+    with ThreadPoolExecutor(min(threads, len(prefixes)), thread_name_prefix="s3arch-sizing") as pool:
+        return list(pool.map(lambda p: size_prefix(control, bucket, p, min_objects, min_bytes), prefixes))
+
+
 def could_use_segments(spec: ArchiveSpec) -> bool:
     """Whether ``spec``'s run could use segments at all: not with one process, or a budget
     that holds one pipeline only, unless segments are asked for."""
