@@ -9,7 +9,9 @@ parts before ``execute``. ``on_kill`` (the task marked failed, cleared or killed
 engine: uploads are aborted and no manifest is written; so does a task process that lost its
 supervisor.
 
-- ``S3ArchivePrefixOperator``: archive a prefix (or a batch of them) in one task.
+- ``S3ArchivePrefixOperator``: archive a prefix (or a batch of them) in one task, in one
+  process unless ``processes`` > 1 (then a prefix over ``segment_min_objects`` /
+  ``segment_min_bytes`` is cut into one segment per worker process the task starts).
 - ``S3PrepareSegmentsOperator`` -> ``S3ArchiveSegmentOperator`` x N -> ``S3AssembleSegmentsOperator``:
   one large prefix as segment tasks on any workers (docs/JOBS.md, "Large prefixes").
 """

@@ -28,6 +28,15 @@ RESTORE_ROWS_XCOM_KEY = "restore_rows"
 
 
 class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
+    """Restore and extract one archived ``prefix`` (see the module's doc).
+
+    The parameters are the names ``s3arch restore`` and ``s3arch extract`` use, with ``_`` for
+    ``-``: ``tier``, ``days``, ``poll_interval`` (seconds between HEADs while waiting; the job
+    key of the same name; default by tier), ``wait_timeout`` (seconds before the wait gives up,
+    default 48 h; the task then fails retryably, as ``restore --wait`` exits 3: the restore goes
+    on in S3), ``overwrite``, ``memory_budget``, ``expected_owner``; ``keys`` and ``glob`` select
+    objects, ``target`` is ``s3://BUCKET/PREFIX/`` (empty: back to the source bucket)."""
+
     aws_hook_class = S3Hook
     template_fields: Sequence[str] = aws_template_fields("prefix", "target", "keys", "glob", "tier", "days",
                                                          "overwrite")
