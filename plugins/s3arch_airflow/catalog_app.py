@@ -125,7 +125,7 @@ def list_jobs(user: GetUserDep) -> dict:
 
 @app.get("/api/dags/{dag_id}/days", dependencies=[Depends(requires_access_dag("GET"))])
 def job_days(dag_id: str, user: GetUserDep,
-             date_from: date | None = Query(None, description="first day (default: 1 January, two years back)"),
+             date_from: date | None = Query(None, description="first day (default: 1 January of the job's start, at most two years back)"),
              date_to: date | None = Query(None, description="last day (default: today)"),
              refresh: bool = Query(False, description="read S3 again instead of the cached view")) -> dict:
     """One job's days over a range, with their states, figures and Airflow's last run."""
@@ -135,7 +135,7 @@ def job_days(dag_id: str, user: GetUserDep,
     job = job_of(dag_id)
     today = date.today()
     last = date_to or today
-    first = date_from or date(min(job.start_date.year, today.year - 2), 1, 1)
+    first = date_from or date(max(job.start_date.year, today.year - 2), 1, 1)
     if first > last:
         raise HTTPException(422, f"date_from {first} is after date_to {last}")
     if (last - first).days >= MAX_DAYS:
