@@ -160,6 +160,15 @@ class ParallelCompressor:
         except BaseException as exc:  # noqa: BLE001 - reported to the pipeline
             self._on_error(exc)
 
+    def stop(self) -> None:
+        """The stream stopped: blocks not yet being compressed are dropped (their futures
+        cancelled, which ends the collector), so stopping waits for no compression but the
+        ones under way; then close and wait."""
+        with self._cond:
+            for fut in self._pending:
+                fut.cancel()
+        self.close(wait=True)
+
     def close(self, wait: bool = True) -> None:
         """No more blocks; with ``wait`` return once every block has been delivered."""
         with self._cond:

@@ -330,7 +330,7 @@ class _Stream:
         coordinator.cancel_requests()  # GETs in flight are not waited for
         # Join the collector: once it is gone nothing writes to (or lazily creates) an upload,
         # so the aborts below are the last word on both.
-        self.compressor.close(wait=True)
+        self.compressor.stop()
         for problem in coordinator.run_failure_cleanups():
             error.add_note(f"cleanup also failed: {problem}")
         if interrupted or error is exc:
