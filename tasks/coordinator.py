@@ -198,7 +198,7 @@ class StreamCoordinator:
 
     def cancel_requests(self) -> None:
         for request in self.in_flight():
-            if request.cancel is not None:
+            if request.cancel is not None and not request.cancelled:
                 request.cancelled = True
                 _quietly(request.cancel)
 
