@@ -36,12 +36,14 @@ def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
     return protocol.run()
 
 
-def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = None) -> ArchiveResult:
+def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = None,
+                     cancel: threading.Event | None = None) -> ArchiveResult:
     """A segmented run spread over tasks, step one: plan ``count`` segments and open the
     archive's upload (``result.status`` "planned"), or skip a committed prefix. A dry run
-    plans nothing and writes nothing: the assemble step's dry run lists and estimates."""
+    plans nothing and writes nothing: the assemble step's dry run lists and estimates.
+    Setting ``cancel`` stops the plan (``Cancelled``) before it opens an upload."""
     clients = clients or S3Clients.from_session()
-    protocol = _checked(spec, clients, None)
+    protocol = _checked(spec, clients, None, cancel)
     if spec.dry_run:
         result = protocol.skipped_if_committed() or protocol.result
         if result.status != Outcome.SKIPPED:

@@ -225,7 +225,13 @@ class CommitProtocol:
             if committed:
                 self._check_overwrite(committed)
             self._clean_stale()
-            plan = plan_segments(spec, self.control, self.archive_key, count, stop=held.raise_if_lost)
+            def stop() -> None:
+                held.raise_if_lost()
+                if self.cancel.is_set():
+                    raise Cancelled("cancelled while planning: nothing was written")
+
+            plan = plan_segments(spec, self.control, self.archive_key, count, stop=stop)
+            stop()
             held.confirm()
             plan = open_upload(spec, self.control, self.layout, plan)
             try:

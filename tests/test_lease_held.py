@@ -183,3 +183,18 @@ def test_a_failed_overwrite_keeps_the_old_archive_committed(minio, s3, buckets, 
     assert sorted(keys_in(s3, dst)) == before and open_uploads(s3, dst) == []
     again = archive_prefix(spec(src, dst), clients)
     assert again.status == "skipped" and again.objects == len(day)
+
+
+def test_a_prepare_can_be_cancelled_and_writes_no_upload_or_plan(s3, buckets, day, clients):
+    """prepare_segments could not be stopped (a killed Airflow task's plan ran on). Now its
+    cancel event stops the plan between pages, before it opens an upload or writes plan.json."""
+    from s3arch.archive import prepare_segments
+    from s3arch.errors import Cancelled
+
+    src, dst = buckets
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(Cancelled, match="cancelled while planning"):
+        prepare_segments(spec(src, dst), 2, clients, cancel=cancel)
+    assert open_uploads(s3, dst) == [] and leases(s3, dst) == []
+    assert [k for k in keys_in(s3, dst) if k.endswith("plan.json")] == []
