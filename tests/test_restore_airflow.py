@@ -64,7 +64,7 @@ def glacier_airflow(moto_server, tmp_path_factory):
     proxy = FaultProxy(moto_server.endpoint_url)
     through_proxy = dataclasses.replace(moto_server, endpoint_url=proxy.endpoint_url)
     airflow, s3, src, dst = airflow_with_log_job(through_proxy, tmp_path_factory.mktemp("restore-home"), "oncall",
-                                                 storage_class="GLACIER", restore_poll_seconds=0.5)
+                                                 storage_class="GLACIER", poll_interval=0.5)
     with pytest.MonkeyPatch.context() as mp:
         for name, value in airflow.env.items():
             mp.setenv(name, value)
