@@ -345,12 +345,15 @@ class Catalog:
 
 def apply_runs(view: CatalogView, runs: dict[str, dict]) -> CatalogView:
     """Airflow's last word on each day (``{"2026-03-14": {"state": "failed", "run_id": ..., "url": ...}}``):
-    a day not archived whose last run failed is "failed", one being worked on "running"."""
+    a day not archived whose last run failed is "failed", one being worked on "running"; an
+    archived day whose last task was the segments' ``assemble`` is "segments"."""
     for d in view.days:
         run = runs.get(d.day)
         if not run:
             continue
         d.airflow = run
+        if d.state == ARCHIVED and run.get("task_id") == "assemble" and run.get("state") == "success":
+            d.state = SEGMENTS  # made by the archive DAG's segment tasks and their assembly
         if d.state in ARCHIVED_STATES:
             continue
         if run.get("state") == "failed":

@@ -159,8 +159,8 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
     for d in result.drift:
         verdicts.setdefault(d.day, {"scrubbed": result.started, "drift": []})["drift"].append(
             {"kind": d.kind, "detail": d.detail, "action": d.action})
-    for day in result.verified:
-        verdicts[day] = {"scrubbed": result.started, "verified": result.started[:10], "sampled": sample}
+    for iso in result.verified:
+        verdicts[iso] = {"scrubbed": result.started, "verified": result.started[:10], "sampled": sample}
     result.requests = dict(counter.counts)
     if write_result:
         result.result_url = _write_result(job, control, result, verdicts, counter)
@@ -247,8 +247,9 @@ def _check_lock(job: ArchiveJob, iso: str, prefix: str, header: dict, archive: d
     with the same lock arguments) and the job's ``retain_days`` from when the run started."""
     until = _until(archive)
     recorded: list[tuple[str, datetime]] = []
-    if manifest is not None and _until(manifest):
-        recorded.append(("the manifest's", _until(manifest)))
+    manifest_until = _until(manifest) if manifest is not None else None
+    if manifest_until is not None:
+        recorded.append(("the manifest's", manifest_until))
     if job.object_lock and job.retain_days and header.get("started"):
         recorded.append((f"the job's {job.retain_days} days",
                          parse_s3_time(header["started"]) + timedelta(days=job.retain_days)))

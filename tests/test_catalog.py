@@ -87,10 +87,14 @@ def test_catalog_states_for_seeded_days(s3, buckets, clients):
     again = catalog.view(date(2026, 2, 27), TODAY, today=TODAY, refresh=True)
     assert again.requests["GET"] == 1 and again.as_of >= view.as_of
 
-    runs = {"2026-03-03": {"state": "failed", "run_id": "r1"}, "2026-03-01": {"state": "failed"}}
+    runs = {"2026-03-03": {"state": "failed", "run_id": "r1"}, "2026-03-01": {"state": "failed"},
+            "2026-03-02": {"state": "success", "task_id": "assemble"}}
     applied = apply_runs(again, runs)
     states = {x.day: x.state for x in applied.days}
     assert states["2026-03-03"] == "failed" and states["2026-03-01"] == ARCHIVED
+    assert states["2026-03-02"] == SOURCES_DELETED  # sources deleted wins over how it was made
+    runs["2026-03-01"] = {"state": "success", "task_id": "assemble"}
+    assert {x.day: x.state for x in apply_runs(again, runs).days}["2026-03-01"] == "segments"
     print(f"\n[catalog] {len(view.days)} days: first read {first_read * 1000:.0f} ms, {view.requests}")
 
 

@@ -87,5 +87,5 @@ def scrub_dag(job: ArchiveJob) -> DAG:
                                            + result.table())
             return {k: v for k, v in result.to_dict().items() if k != "verified"}
 
-        scrub_archives()  # type: ignore[call-arg]  # params come from the context
+        scrub_archives()  # type: ignore[call-arg,misc]  # params come from the context
     return dag
