@@ -17,6 +17,7 @@ import os
 import threading
 from datetime import date, timedelta
 from pathlib import Path
+from typing import Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.responses import HTMLResponse, Response
@@ -80,7 +81,7 @@ def control_for(job):
         return _clients[job.name]
 
 
-def may(user, dag_id: str, method: str, run: bool = False) -> bool:
+def may(user, dag_id: str, method: Literal["GET", "POST"], run: bool = False) -> bool:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
@@ -159,11 +160,11 @@ def airflow_runs(job, first: date, last: date) -> tuple[dict[str, dict], set[dat
     runs: dict[str, dict] = {}
     restored: set[date] = set()
     archive, restore = ARCHIVE_DAG + job.name, RESTORE_DAG + job.name
+    columns = (TI.dag_id, TI.run_id, TI.task_id, TI.map_index, TI.state, TI.rendered_map_index, TI.end_date)
+    query = select(*columns).where(TI.dag_id.in_([archive, restore]),  # type: ignore[call-overload]
+                                   TI.task_id.in_(["archive", "assemble", "restore"]))
     with create_session() as session:
-        rows = session.execute(
-            select(TI.dag_id, TI.run_id, TI.task_id, TI.map_index, TI.state, TI.rendered_map_index, TI.end_date)
-            .where(TI.dag_id.in_([archive, restore]), TI.task_id.in_(["archive", "assemble", "restore"]))
-            .order_by(TI.start_date.desc().nulls_last()).limit(20_000)).all()
+        rows = session.execute(query.order_by(TI.start_date.desc().nulls_last()).limit(20_000)).all()
     for dag_id, run_id, task_id, map_index, state, label, ended in rows:
         for day in _days_of(job, label, first, last):
             if dag_id == restore:
