@@ -55,14 +55,16 @@ bench: venv minio bench-tools
 demo: venv minio
 	$(PY) -m devtools.demo
 
-# The Airflow UI on http://127.0.0.1:8080 against an embedded MinIO with sample logs (Ctrl-C stops).
+# The Airflow UI on http://127.0.0.1:8080 against an embedded MinIO with sample logs. Ctrl-C,
+# SIGTERM or SIGHUP stops every process it started, however often it arrives. ARGS: more options
+# of devtools/airflow_ui.py (--home DIR, --port N).
 airflow: venv minio
-	$(PY) -m devtools.airflow_ui
+	$(PY) -m devtools.airflow_ui $(ARGS)
 
 # The production topology, natively: PostgreSQL and Redis from Debian, the CeleryExecutor with
 # two workers, the same UI and sample data (one day large enough for segment tasks).
 airflow-celery: venv minio
-	$(PY) -m devtools.airflow_ui --celery
+	$(PY) -m devtools.airflow_ui --celery $(ARGS)
 
 # The type check first (seconds), then the suite.
 test: venv minio

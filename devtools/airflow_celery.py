@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devtools.airflow_local import AIRFLOW, COMPONENTS, POOL, LocalAirflow, airflow_env
+from devtools.postgres_bin import find_pg_bin
 from devtools.servers import ROOT, S3Server, ServerStartError, free_loopback_port, stop_process
+from devtools.stopping import spawn, stop_processes
 
-PG_BIN = Path(os.environ.get("S3ARCH_PG_BIN", "/usr/lib/postgresql/15/bin"))
 REDIS_SERVER = os.environ.get("S3ARCH_REDIS_SERVER", "redis-server")
 
 # The executor settings of the production stack: docker-compose.yml sets the same ones
@@ -115,10 +116,19 @@ class Postgres:
         return f"db+postgresql://airflow@127.0.0.1:{self.port}/airflow"
 
     def start(self, timeout: float = 60.0) -> "Postgres":
-        for tool in ("initdb", "postgres"):
-            if not (PG_BIN / tool).exists():
-                raise ServerStartError(f"{PG_BIN / tool} is missing: install Debian's postgresql package "
-                                       "(apt-get install postgresql) or set S3ARCH_PG_BIN")
+        """Start the cluster; whatever interrupts the start (a signal included) stops it again."""
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> "Postgres":
+        pg_bin = find_pg_bin()
+        if pg_bin is None:
+            raise ServerStartError("PostgreSQL's initdb and postgres were not found (S3ARCH_PG_BIN, "
+                                   "`pg_config --bindir`, /usr/lib/postgresql/*/bin, PATH): install Debian's "
+                                   "postgresql package (apt-get install postgresql) or set S3ARCH_PG_BIN")
         owner = _as_postgres()
         shutil.rmtree(self.datadir, ignore_errors=True)
         self.datadir.mkdir(parents=True, mode=0o700)
@@ -126,15 +136,15 @@ class Postgres:
             shutil.chown(self.datadir, owner["user"], owner["group"])
             if self.datadir.parent.name.startswith("s3arch-postgres-"):  # the temporary fallback
                 shutil.chown(self.datadir.parent, owner["user"], owner["group"])
-        init = subprocess.run([str(PG_BIN / "initdb"), "-D", str(self.datadir), "-A", "trust", "-U", "airflow",
+        init = subprocess.run([str(pg_bin / "initdb"), "-D", str(self.datadir), "-A", "trust", "-U", "airflow",
                                "-E", "UTF8", "--no-sync"], capture_output=True, text=True, **owner)
         if init.returncode:
             raise ServerStartError(f"initdb failed ({init.returncode}): {init.stderr[-2000:]}")
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [str(PG_BIN / "postgres"), "-D", str(self.datadir), "-k", str(self.datadir), "-p", str(self.port),
+            self.process = spawn(
+                [str(pg_bin / "postgres"), "-D", str(self.datadir), "-k", str(self.datadir), "-p", str(self.port),
                  "-h", "127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, **owner)
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **owner)
         deadline = time.monotonic() + timeout
         import psycopg2
 
@@ -147,7 +157,6 @@ class Postgres:
                 break
             except psycopg2.OperationalError:
                 if time.monotonic() > deadline:
-                    self.stop()
                     raise ServerStartError(f"PostgreSQL did not accept connections within {timeout:.0f}s")
                 time.sleep(0.2)
         connection.autocommit = True
@@ -158,13 +167,7 @@ class Postgres:
 
     def stop(self) -> None:
         """Fast shutdown (SIGINT: roll back open transactions, stop), SIGKILL after 20 s."""
-        if self.process and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGINT)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_processes([self.process], grace=20, first=signal.SIGINT)
         temporary = self.datadir.parent.name.startswith("s3arch-postgres-")
         shutil.rmtree(self.datadir.parent if temporary else self.datadir, ignore_errors=True)
 
@@ -181,13 +184,21 @@ class Redis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, log_path: Path, timeout: float = 30.0) -> "Redis":
+        """Start the server; whatever interrupts the start (a signal included) stops it again."""
+        try:
+            return self._start(log_path, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, log_path: Path, timeout: float) -> "Redis":
         if not shutil.which(REDIS_SERVER):
             raise ServerStartError(f"{REDIS_SERVER} is not installed: apt-get install redis-server "
                                    "(or set S3ARCH_REDIS_SERVER)")
         with open(log_path, "ab") as log:
-            self.process = subprocess.Popen(
+            self.process = spawn(
                 [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -200,7 +211,6 @@ class Redis:
                         return self
             except OSError:
                 time.sleep(0.1)
-        self.stop()
         raise ServerStartError(f"redis-server did not answer PING within {timeout:.0f}s")
 
     def stop(self) -> None:
@@ -244,11 +254,17 @@ class CeleryAirflow(LocalAirflow):
         self.start_process(name, *self.worker_command(name))
 
     def stop(self) -> None:
-        super().stop()
-        if self.redis:
-            self.redis.stop()
-        if self.postgres:
-            self.postgres.stop()
+        """Airflow's processes first (they use the database and the broker), then Redis and
+        PostgreSQL; each is stopped even if stopping another failed."""
+        try:
+            super().stop()
+        finally:
+            try:
+                if self.redis:
+                    self.redis.stop()
+            finally:
+                if self.postgres:
+                    self.postgres.stop()
 
 
 def prepare_celery_airflow(home: Path, s3: S3Server, jobs_file: Path, *, pool_slots: int = 4,
@@ -257,8 +273,9 @@ def prepare_celery_airflow(home: Path, s3: S3Server, jobs_file: Path, *, pool_sl
     ``overrides`` are Airflow settings for this stack only (the tests shorten timeouts)."""
     home.mkdir(parents=True, exist_ok=True)
     postgres = Postgres(home / "postgres.log").start()
+    redis = Redis()
     try:
-        redis = Redis().start(home / "redis.log")
+        redis.start(home / "redis.log")
     except BaseException:
         postgres.stop()
         raise

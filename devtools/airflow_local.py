@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from devtools.servers import ROOT, S3Server, ServerStartError, free_loopback_port
+from devtools.stopping import spawn, stop_processes
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 POOL = "s3_archive"
@@ -86,9 +86,8 @@ class LocalAirflow:
         """One process in its own process group (so a stop or a kill reaches its children),
         logging to ``HOME/NAME.log``."""
         with open(self.home / f"{name}.log", "ab") as log:
-            self.processes[name] = subprocess.Popen(argv, env=env, cwd=self.home, stdout=log,
-                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                    start_new_session=True)
+            self.processes[name] = spawn(argv, env=env, cwd=self.home, stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         return self.processes[name]
 
     def start(self, timeout: float = 180.0) -> None:
@@ -127,18 +126,14 @@ class LocalAirflow:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
     def stop(self) -> None:
-        """Stop every process group we started: SIGTERM, then SIGKILL after 20 s."""
-        for process in self.processes.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        self.processes.clear()
+        """Stop every process we started, with its process group and descendants (task
+        processes included): SIGTERM, then SIGKILL after 20 s; the api-server's after 5 s
+        (Airflow 3's api-server finishes serving at once, then its process does not exit)."""
+        graces = {p.pid: 5.0 for name, p in self.processes.items() if name == "api-server"}
+        try:
+            stop_processes(self.processes.values(), grace=20, graces=graces)
+        finally:
+            self.processes.clear()
 
 
 def prepare_airflow(home: Path, s3: S3Server, jobs_file: Path, *, pool_slots: int = 2,

@@ -15,21 +15,25 @@ segment tasks spread over both workers.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
-import signal
 import sys
 import time
 from datetime import date, timedelta
+from pathlib import Path
 
 from devtools.airflow_local import prepare_airflow
 from devtools.demo import ARCHIVE_BUCKET, JOBS_FILE, SOURCE_BUCKET, TEMPLATE
 from devtools.sample_data import days, seed_day, seed_large_day
 from devtools.servers import ROOT, free_loopback_port, start_minio
+from devtools.stopping import stop_all_started, stop_on_signals, stopping
 
 
 def _port(preferred: int) -> int:
     import socket
 
+    if not preferred:
+        return free_loopback_port()
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", preferred))
@@ -39,28 +43,40 @@ def _port(preferred: int) -> int:
 
 
 def _large_day_objects() -> int:
-    """Objects that make one sample day large enough for the shipped job's segments."""
+    """Objects that make one sample day large enough for the shipped job's segments
+    (``S3ARCH_LARGE_DAY_OBJECTS`` overrides it; 0: no large day, as the stop test has it)."""
     from s3arch.jobs import load_jobs
 
+    if os.environ.get("S3ARCH_LARGE_DAY_OBJECTS"):
+        return int(os.environ["S3ARCH_LARGE_DAY_OBJECTS"])
     return load_jobs(JOBS_FILE)["app_logs"].segment_min_objects
 
 
-def _stop_like_ctrl_c(signum, frame):
-    """SIGTERM stops everything as Ctrl-C does (main's finally), wherever it arrives."""
-    raise KeyboardInterrupt
+def _say(text: str) -> None:
+    """Print, but never let a closed terminal or pipe interrupt the stop."""
+    try:
+        print(text, flush=True)
+    except OSError:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devtools.airflow_ui", description=__doc__.split("\n\n")[0])
     parser.add_argument("--celery", action="store_true",
                         help="PostgreSQL, Redis and two Celery workers instead of SQLite and the LocalExecutor")
+    parser.add_argument("--home", type=Path, help="the Airflow home, emptied first (default: .cache/airflow-ui, "
+                        "with --celery .cache/airflow-celery)")
+    parser.add_argument("--port", type=int, default=8080,
+                        help="the UI's port when it is free, else any free one (default 8080; 0: any free one)")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
-    server = start_minio(console=True)
-    home = ROOT / ".cache" / ("airflow-celery" if args.celery else "airflow-ui")
+    # Ctrl-C, SIGTERM (a process manager, `timeout`, CI) or SIGHUP: one stop, which no
+    # further signal interrupts (make forwards a second SIGTERM); devtools/stopping.py.
+    stop_on_signals()
+    home = (args.home or ROOT / ".cache" / ("airflow-celery" if args.celery else "airflow-ui")).resolve()
     shutil.rmtree(home, ignore_errors=True)
-    airflow = None
+    server = airflow = None
     try:
+        server = start_minio(console=True)
         s3 = server.client(max_pool_connections=64)
         for bucket in (SOURCE_BUCKET, ARCHIVE_BUCKET):
             s3.create_bucket(Bucket=bucket)
@@ -78,11 +94,11 @@ def main(argv: list[str] | None = None) -> int:
             from devtools.airflow_celery import WORKERS, prepare_celery_airflow
 
             print("starting PostgreSQL and Redis, migrating the metadata DB ...", flush=True)
-            airflow = prepare_celery_airflow(home, server, JOBS_FILE, api_port=_port(8080))
+            airflow = prepare_celery_airflow(home, server, JOBS_FILE, api_port=_port(args.port))
             topology = (f"PostgreSQL :{airflow.postgres.port}, Redis :{airflow.redis.port}, "
                         f"Celery workers {', '.join(f's3arch-{w}' for w in WORKERS)}")
         else:
-            airflow = prepare_airflow(home, server, JOBS_FILE, api_port=_port(8080))
+            airflow = prepare_airflow(home, server, JOBS_FILE, api_port=_port(args.port))
             topology = "SQLite, LocalExecutor"
         print(f"starting {', '.join(airflow.commands())} ...", flush=True)
         airflow.start()
@@ -104,9 +120,20 @@ Ctrl-C stops everything.""", flush=True)
     except KeyboardInterrupt:
         return 0
     finally:
-        if airflow:
-            airflow.stop()
-        server.stop()
+        stopping()  # from here on no signal interrupts the stop
+        _say("stopping every process this started (a further Ctrl-C or SIGTERM is ignored) ...")
+        began = time.monotonic()
+        try:
+            if airflow:
+                airflow.stop()
+                _say(f"  Airflow's processes stopped ({time.monotonic() - began:.1f} s)")
+        finally:
+            try:
+                if server:
+                    server.stop()
+            finally:
+                stop_all_started()  # whatever an interrupted start left
+                _say(f"stopped in {time.monotonic() - began:.1f} s")
 
 
 if __name__ == "__main__":

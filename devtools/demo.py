@@ -20,6 +20,7 @@ from pathlib import Path
 from devtools.airflow_local import prepare_airflow
 from devtools.sample_data import days, seed_day
 from devtools.servers import ROOT, start_minio
+from devtools.stopping import stop_all_started, stop_on_signals, stopping
 
 JOBS_FILE = ROOT / "dags" / "archive_jobs.yaml"
 DAG_ID = "s3_archive__app_logs"
@@ -55,11 +56,14 @@ def main() -> int:
     # The newest three days the job may archive (it leaves the last min_age_days alone).
     last = date.today() - timedelta(days=1)
     first = last - timedelta(days=2)
-    server = start_minio()
-    print(f"embedded MinIO (pid {server.pid}) at {server.endpoint_url}")
+    # Ctrl-C, SIGTERM or SIGHUP: one stop, which no further signal interrupts (devtools/stopping.py).
+    stop_on_signals()
     home = ROOT / ".cache" / "demo-airflow"  # kept after the demo, for its logs
     shutil.rmtree(home, ignore_errors=True)
+    server = None
     try:
+        server = start_minio()
+        print(f"embedded MinIO (pid {server.pid}) at {server.endpoint_url}")
         s3 = server.client()
         for bucket in (SOURCE_BUCKET, ARCHIVE_BUCKET):
             s3.create_bucket(Bucket=bucket)
@@ -94,8 +98,15 @@ def main() -> int:
         print(f"\ndemo finished; stopping MinIO (its data dir is removed; Airflow logs stay in {home}).")
         print("To click through the same DAG in the Airflow UI: make airflow")
         return 0
+    except KeyboardInterrupt:
+        return 130
     finally:
-        server.stop()
+        stopping()  # from here on no signal interrupts the stop
+        try:
+            if server:
+                server.stop()
+        finally:
+            stop_all_started()  # whatever an interrupted start left
 
 
 if __name__ == "__main__":

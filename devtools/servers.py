@@ -21,6 +21,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devtools.stopping import spawn, stop_processes
+
 ROOT = Path(__file__).resolve().parent.parent
 MINIO_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"
 MINIO_BIN = Path(os.environ.get("MINIO_BIN", ROOT / ".cache" / "bin" / "minio"))
@@ -31,15 +33,9 @@ class ServerStartError(RuntimeError):
 
 
 def stop_process(process: subprocess.Popen | None, grace: float = 10.0) -> None:
-    """SIGTERM a server we started, SIGKILL it if it has not exited after ``grace`` seconds."""
-    if process is None or process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    """SIGTERM a server we started (its process group and descendants), SIGKILL what is
+    left after ``grace`` seconds (devtools/stopping.py)."""
+    stop_processes([process], grace=grace)
 
 
 def free_loopback_port() -> int:
@@ -133,10 +129,7 @@ def _wait_healthy(server: S3Server, url: str, timeout: float) -> None:
 def _spawn(name: str, argv: list[str], env: dict[str, str], workdir: Path) -> tuple:
     log_path = workdir / f"{name}.log"
     log_file = open(log_path, "wb")
-    process = subprocess.Popen(
-        argv, env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    process = spawn(argv, env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     return process, log_path, log_file
 
 
