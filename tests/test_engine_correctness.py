@@ -231,3 +231,42 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
     assert (result.status, result.segments, result.objects) == ("archived", 2, len(objects))
     assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == objects
     assert open_uploads(s3, dst) == []
+
+
+
+
+def test_a_prefix_that_proves_large_while_compression_is_the_bottleneck_stops_the_pipeline_as_large(
+        s3, buckets, clients):
+    """The same switch with zstd -19 on one thread: the tar writer is waiting on the compressor
+    when the sizing says "large". That stop used to read as a cancel (``Cancelled``, exit 2:
+    the run failed instead of going on as segments, in about half the runs); the pipeline
+    raises the listing's ``PrefixIsLarge`` every time, its uploads aborted. Five runs."""
+    import random
+
+    from s3arch.compression import codec_for
+    from s3arch.listing import iter_pages
+    from s3arch.manifest import layout_for
+    from s3arch.pipeline import WholeArchive, stream_archive
+    from s3arch.segments import PrefixIsLarge
+
+    src, dst = buckets
+    rng = random.Random(2)
+    words = [bytes(rng.choice(b"abcdefghijklmnop") for _ in range(rng.randrange(3, 9))) for _ in range(2000)]
+    seed(s3, src, {f"day/{i:05d}.log": b" ".join(rng.choice(words) for _ in range(500))[:3 << 10]
+                   for i in range(600)})  # 2.1 MiB of tar: 8 blocks of about 0.45 s at zstd -19
+    spec = _spec(src, dst, processes=1, codec="zstd", level=19, compress_threads=1, block_size=256 << 10,
+                 memory_budget=64 << 20)
+    layout = layout_for(spec.source, spec.destination)
+    target = WholeArchive(spec, layout, layout.archive_key(codec_for("zstd", 19).extension))
+    first_page = next(iter_pages(clients.control, src, "day/"))
+
+    def sized_large_after_a_second():
+        yield first_page
+        time.sleep(1.0)  # the tar writer has handed the compressor 4 blocks and waits on it
+        raise PrefixIsLarge()
+
+    for run in range(5):
+        with pytest.raises(BaseException) as caught:
+            stream_archive(spec, clients, target, listed=sized_large_after_a_second())
+        assert isinstance(caught.value, PrefixIsLarge), f"run {run + 1}: {caught.value!r}"
+    assert open_uploads(s3, dst) == []
