@@ -136,3 +136,20 @@ def test_a_cli_segmented_run_aborts_the_records_uploads_its_killed_workers_left(
     with pytest.raises(TransientError, match="exit code -9"):
         workers.stream_segmented(the_spec, clients, layout, layout.archive_key(the_spec.extension))
     assert open_uploads(s3, dst) == []
+
+
+def test_a_cli_segmented_plan_stops_when_its_run_is_stopped(s3, buckets, clients):
+    """The CLI's plan runs inside the archive run, under its lease: a lost lease or a cancel
+    (the abort event) stops the plan between pages, before the archive's upload is opened."""
+    import s3arch.segments.workers as workers
+    from s3arch.manifest import layout_for
+
+    src, dst = buckets
+    seed(s3, src, {f"{PREFIX}{i:02d}.log": b"x" * i for i in range(30)})
+    the_spec = spec(src, dst, segments=2, segment_min_objects=1)
+    layout = layout_for(the_spec.source, the_spec.destination)
+    stopped = threading.Event()
+    stopped.set()
+    with pytest.raises(InterruptedError, match="aborted while planning"):
+        workers.stream_segmented(the_spec, clients, layout, layout.archive_key(the_spec.extension), abort=stopped)
+    assert open_uploads(s3, dst) == []

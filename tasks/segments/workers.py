@@ -30,7 +30,12 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
     control = clients.control
     abort = abort or threading.Event()
     processes = min(spec.processes, processes_within(spec.memory_budget))
-    plan = plan_segments(spec, control, archive_key, spec.segments or processes)
+
+    def stop() -> None:
+        if abort.is_set():  # the lease lost, or cancelled: the caller says which
+            raise InterruptedError("segments aborted while planning")
+
+    plan = plan_segments(spec, control, archive_key, spec.segments or processes, stop=stop)
     notes = []
     if processes < min(spec.processes, plan.count):
         notes.append(f"{plan.count} segments ran on {processes} process(es), not {min(spec.processes, plan.count)}: "
