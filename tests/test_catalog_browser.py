@@ -42,7 +42,9 @@ def stack(minio, tmp_path_factory):
     passwords.write_text(json.dumps(PASSWORDS))
     airflow.env.update({"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
                         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,user:user,viewer:viewer",
-                        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords)})
+                        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+                        # no scheduled scrub competing for this loaded machine's two cores
+                        "S3ARCH_SCRUB_SCHEDULE": "none"})
     from s3arch.archive import archive_prefix
     from s3arch.jobs import load_jobs
 
@@ -105,14 +107,23 @@ def _login(browser, airflow, role):
     browser.add_cookie({"name": "_token", "value": _token(airflow, role), "path": "/"})
 
 
-def _open_catalog(browser, airflow):
-    """The catalog as the UI shows it: the plugin's page in Airflow's frame, entered through
-    the navigation's route."""
+def _open_catalog(browser, airflow, via_nav: bool = False):
+    """The catalog as the UI shows it: the plugin's page in Airflow's frame, entered from the
+    navigation (Browse > Archive catalog) or by its route."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
 
-    browser.get(f"{airflow.api_url}/plugin/s3arch-catalog")
+    if via_nav:
+        browser.get(f"{airflow.api_url}/")
+        WebDriverWait(browser, 60).until(EC.element_to_be_clickable(
+            (By.XPATH, "//nav//button[normalize-space()='Browse'] | //button[normalize-space()='Browse']"))).click()
+        WebDriverWait(browser, 30).until(EC.element_to_be_clickable(
+            (By.XPATH, "//*[@role='menuitem'][normalize-space()='Archive catalog'] | "
+                       "//a[normalize-space()='Archive catalog']"))).click()
+        WebDriverWait(browser, 30).until(lambda b: b.current_url.rstrip("/").endswith("/plugin/s3arch-catalog"))
+    else:
+        browser.get(f"{airflow.api_url}/plugin/s3arch-catalog")
     frame = WebDriverWait(browser, 60).until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe")))
     browser.switch_to.frame(frame)
     WebDriverWait(browser, 60).until(lambda b: b.execute_script("return document.body.dataset.loaded === 'true'"))
@@ -130,7 +141,7 @@ def test_user_sees_days_and_restores_one(stack, browser):
 
     _login(browser, stack, "user")
     started = time.monotonic()
-    _open_catalog(browser, stack)
+    _open_catalog(browser, stack, via_nav=True)
     print(f"\n[catalog-ui] page with data in {time.monotonic() - started:.1f}s")
     for day in ARCHIVED:
         assert "s-archived" in _cell(browser, day).get_attribute("class")

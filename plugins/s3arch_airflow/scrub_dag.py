@@ -1,7 +1,7 @@
 """Scrub DAGs: ``s3_scrub__<job>`` for every job of a jobs file (docs/CATALOG.md, "Scrub").
 
-Monthly by default (``scrub_schedule`` in the environment, ``S3ARCH_SCRUB_SCHEDULE``, may
-change it for all jobs); params: a date range (default: the job's start to its newest day)
+Monthly by default (``S3ARCH_SCRUB_SCHEDULE`` in the environment changes it for all jobs;
+``none``: triggered by hand only); params: a date range (default: the job's start to its newest day)
 and the sample size. One task: it HEADs every archive, manifest and index against what the
 manifest records, reads a sample of members from readable archives, writes its result beside
 the archives (the catalog shows it) and fails with a table of the drift, one row per day.
@@ -49,11 +49,17 @@ def scrub_dags(path: str | os.PathLike | None = None) -> dict[str, DAG]:
     return {dag.dag_id: dag for dag in map(scrub_dag, load_jobs(jobs_file(path)).values())}
 
 
+def _schedule() -> str | None:
+    """``$S3ARCH_SCRUB_SCHEDULE`` (a cron or preset; ``none`` for manual runs only), else monthly."""
+    chosen = os.environ.get(SCHEDULE_ENV) or "@monthly"
+    return None if chosen.lower() == "none" else chosen
+
+
 def scrub_dag(job: ArchiveJob) -> DAG:
     with DAG(
         dag_id=f"s3_scrub__{job.name}",
         description=f"Check every archive of job {job.name} in {job.destination} against its manifest",
-        schedule=os.environ.get(SCHEDULE_ENV) or "@monthly",
+        schedule=_schedule(),
         start_date=datetime.combine(job.start_date, datetime.min.time(), tzinfo=timezone.utc),
         catchup=False,
         max_active_runs=1,
