@@ -230,6 +230,8 @@ def test_airflow_loads_a_few_line_dag_file_and_finds_the_plugin_by_its_entry_poi
     started = time.monotonic()
     _pip_install(venv, [f"s3arch[airflow] @ {wheel.as_uri()}"], cwd=tmp_path)
     TIMINGS["airflow extra install"] = time.monotonic() - started
+    # The package's ranges and Airflow's own requirements hold together in the installed set.
+    _run([sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "check"], cwd=tmp_path, env=_clean_env())
 
     dags, plugins = tmp_path / "dags", tmp_path / "plugins"
     dags.mkdir()
