@@ -35,7 +35,10 @@ def _major(directory: Path) -> tuple[int, ...]:
         return ()
 
 
-def candidates() -> list[Path]:
+DEBIAN_DIR = Path("/usr/lib/postgresql")
+
+
+def candidates(debian_dir: Path = DEBIAN_DIR) -> list[Path]:
     """The directories looked at, in order (without S3ARCH_PG_BIN)."""
     found: list[Path] = []
     pg_config = shutil.which("pg_config")
@@ -46,20 +49,20 @@ def candidates() -> list[Path]:
                 found.append(Path(out.stdout.strip()))
         except (OSError, subprocess.TimeoutExpired):
             pass
-    found += sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=_major, reverse=True)
+    found += sorted(debian_dir.glob("*/bin"), key=_major, reverse=True)
     postgres = shutil.which("postgres")
     if postgres:
         found.append(Path(postgres).resolve().parent)
     return found
 
 
-def find_pg_bin() -> Path | None:
+def find_pg_bin(debian_dir: Path = DEBIAN_DIR) -> Path | None:
     """The directory of ``initdb`` and ``postgres``, or None when PostgreSQL is not installed
     (or S3ARCH_PG_BIN names a directory without them)."""
     override = os.environ.get("S3ARCH_PG_BIN")
     if override:
         return Path(override) if _has_tools(Path(override)) else None
-    return next((d for d in candidates() if _has_tools(d)), None)
+    return next((d for d in candidates(debian_dir) if _has_tools(d)), None)
 
 
 if __name__ == "__main__":
