@@ -110,7 +110,7 @@ def reliability(request):
     yield log
     config = request.session.config
     ran = {Path(a).resolve() for a in config.args}
-    complete = not config.option.keyword and not config.option.markexpr and \
+    complete = not (config.option.keyword or config.option.markexpr or config.option.deselect) and \
         (ran <= {ROOT / "tests"} or ReliabilityLog.test_files() <= ran)
     if log.rows and complete and not request.session.testsfailed:
         ReliabilityLog.TABLE.parent.mkdir(parents=True, exist_ok=True)
