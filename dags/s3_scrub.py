@@ -4,6 +4,6 @@ checks that every archive is still the one its manifest describes. The jobs file
 
 from pathlib import Path
 
-from s3arch_airflow.scrub_dag import scrub_dags
+from s3arch_airflow.factory import scrub_dags
 
 globals().update(scrub_dags(Path(__file__).with_name("archive_jobs.yaml")))

@@ -293,3 +293,11 @@ def restore_dag(job: ArchiveJob) -> DAG:
         restored >> report()
     return dag
 
+
+
+def scrub_dags(path: str | os.PathLike | None = None) -> dict[str, DAG]:
+    """``{dag_id: DAG}``: the scrub DAG of every job in the jobs file (``s3_scrub__<job>``,
+    s3arch_airflow.scrub_dag, docs/CATALOG.md)."""
+    from s3arch_airflow.scrub_dag import scrub_dag
+
+    return {dag.dag_id: dag for dag in map(scrub_dag, load_jobs(jobs_file(path)).values())}

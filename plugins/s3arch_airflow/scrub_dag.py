@@ -8,7 +8,7 @@ the archives (the catalog shows it) and fails with a table of the drift, one row
 
 A DAG file in the DAGs folder needs only::
 
-    from s3arch_airflow.scrub_dag import scrub_dags
+    from s3arch_airflow.factory import scrub_dags
 
     globals().update(scrub_dags("/path/to/archive_jobs.yaml"))
 """
@@ -20,7 +20,7 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, Param, task
 
-from s3arch.jobs import ArchiveJob, load_jobs
+from s3arch.jobs import ArchiveJob
 
 SCHEDULE_ENV = "S3ARCH_SCRUB_SCHEDULE"
 
@@ -41,12 +41,6 @@ CRC32C, Object Lock retention); no restore is needed. Archives in a readable cla
 read back and checked. Drift fails the task with a table of days and what to do; the result is written
 beside the archives (`_s3arch-scrub/<job>/`) and shown in the archive catalog.
 """
-
-
-def scrub_dags(path: str | os.PathLike | None = None) -> dict[str, DAG]:
-    from s3arch_airflow.factory import jobs_file
-
-    return {dag.dag_id: dag for dag in map(scrub_dag, load_jobs(jobs_file(path)).values())}
 
 
 def _schedule() -> str | None:
