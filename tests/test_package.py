@@ -193,7 +193,7 @@ def _documented_dag_file(jobs: Path) -> str:
     section = text[text.index("## Add it to the Airflow you already run"):]
     block = section[section.index("```python\n") + len("```python\n"):]
     block = block[:block.index("```")]
-    assert block.count("/opt/airflow/dags/archive_jobs.yaml") == 2 and len(block.splitlines()) <= 6, block
+    assert block.count("/opt/airflow/dags/archive_jobs.yaml") == 1 and len(block.splitlines()) <= 8, block
     return block.replace("/opt/airflow/dags/archive_jobs.yaml", str(jobs))
 
 JOBS = """\
@@ -215,11 +215,14 @@ import s3arch_airflow
 
 bag = DagBag(dag_folder=sys.argv[1])
 plugins, plugin_errors = plugins_manager._get_plugins()
+apps, _ = plugins_manager.get_fastapi_plugins()  # builds the catalog app, as the api-server does
 print(json.dumps({
     "import_errors": {str(k): str(v) for k, v in bag.import_errors.items()},
     "dags": {dag_id: {"tasks": sorted(dag.task_ids), "fileloc": dag.fileloc} for dag_id, dag in bag.dags.items()},
     "plugins": [{"name": p.name, "source": str(p.source), "module": type(p).__module__} for p in plugins],
     "plugin_errors": {str(k): str(v) for k, v in plugin_errors.items()},
+    "apps": [{"name": a.get("name"), "url_prefix": a.get("url_prefix"), "app": type(a.get("app")).__name__}
+             for a in apps],
     "package": s3arch_airflow.__file__,
     "path": sys.path,
 }))
@@ -237,20 +240,22 @@ def test_airflow_loads_a_few_line_dag_file_and_finds_the_plugin_by_its_entry_poi
     dags.mkdir()
     plugins.mkdir()  # empty: the plugin must come from the installed package alone
     (tmp_path / "jobs.yaml").write_text(JOBS)
-    (dags / "archive.py").write_text(_documented_dag_file(tmp_path / "jobs.yaml"))
+    (dags / "s3arch.py").write_text(_documented_dag_file(tmp_path / "jobs.yaml"))
     env = _clean_env(AIRFLOW_HOME=str(tmp_path / "home"), AIRFLOW__CORE__LOAD_EXAMPLES="False",
                      AIRFLOW__CORE__DAGS_FOLDER=str(dags), AIRFLOW__CORE__PLUGINS_FOLDER=str(plugins))
     started = time.monotonic()
     checked = _run([venv / "bin" / "python", "-c", AIRFLOW_CHECK, dags], env=env, cwd=tmp_path)
     found = json.loads(checked.stdout.strip().splitlines()[-1])
     assert found["import_errors"] == {}
-    assert set(found["dags"]) == {"s3_archive__weblogs", "s3_restore__weblogs"}
-    assert found["dags"]["s3_archive__weblogs"]["fileloc"] == str(dags / "archive.py")
+    assert set(found["dags"]) == {"s3_archive__weblogs", "s3_restore__weblogs", "s3_scrub__weblogs"}
+    assert found["dags"]["s3_archive__weblogs"]["fileloc"] == str(dags / "s3arch.py")
     assert {"plan", "archive", "report"} <= set(found["dags"]["s3_archive__weblogs"]["tasks"])
     assert {"plan", "restore", "report"} <= set(found["dags"]["s3_restore__weblogs"]["tasks"])
     ours = [p for p in found["plugins"] if p["name"] == "s3arch"]
     assert len(ours) == 1 and "EntryPoint(name='s3arch'" in ours[0]["source"], found["plugins"]
     assert ours[0]["module"] == "s3arch_airflow.plugin" and found["plugin_errors"] == {}
+    # The catalog app the plugin mounts in the api-server is built from the installed package.
+    assert [a for a in found["apps"] if a["url_prefix"] == "/s3arch-catalog" and a["app"] == "FastAPI"], found["apps"]
     assert found["package"].startswith(str(venv))
     assert not [p for p in found["path"] if p and Path(p).resolve().is_relative_to(ROOT)]
 
