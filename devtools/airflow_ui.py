@@ -1,10 +1,13 @@
 """`make airflow` and `make airflow-celery`: the Airflow UI on this machine, against an
 embedded MinIO with sample logs.
 
-Starts MinIO (with its console), seeds the last ten days of sample logs into app-logs,
-prepares an Airflow home in .cache/ (the s3_archive pool and connection) and runs the
-api-server, scheduler, dag-processor and triggerer until Ctrl-C or SIGTERM, then stops
-everything by PID. Try a backfill or a date-range trigger of s3_archive__app_logs.
+Starts MinIO (with its console), seeds sample logs into app-logs (the last ten days, and
+the days the README's and docs/JOBS.md's Airflow examples name: ``EXAMPLE_DAYS``), prepares
+an Airflow home in .cache/ (the s3_archive pool and connection) and runs the api-server,
+scheduler, dag-processor and triggerer until Ctrl-C or SIGTERM, then stops everything by PID.
+It writes ``HOME/env.sh``: sourced in another shell, it gives the ``airflow`` CLI this
+Airflow's configuration, and ``$AIRFLOW_URL`` and ``$TOKEN`` for its REST API, so the
+documented commands run there as printed (tests/test_airflow_e2e_docs.py runs them).
 
 ``--celery`` runs the production topology instead of SQLite and the LocalExecutor:
 PostgreSQL, Redis and two Celery workers with distinct hostnames (devtools/airflow_celery.py),
@@ -15,10 +18,13 @@ segment tasks spread over both workers.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shlex
 import shutil
 import sys
 import time
+import urllib.request
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -52,6 +58,56 @@ def _large_day_objects() -> int:
     return load_jobs(JOBS_FILE)["app_logs"].segment_min_objects
 
 
+# Days the documented examples name, seeded besides the last ten days so that each example
+# goes green as printed: README's on-call prefix and date range (2026-11-01 .. 2026-11-07), and
+# docs/JOBS.md's backfill of the logical dates 2026-01-01 .. 2026-01-31, each of which archives
+# its date minus the job's min_age_days (1): 2025-12-31 .. 2026-01-30.
+EXAMPLE_DAYS = (*days(date(2026, 11, 1), date(2026, 11, 7)), *days(date(2025, 12, 31), date(2026, 1, 30)))
+
+
+def seed_samples(s3, today: date, *, large_objects: int = 0) -> tuple[date, date, date | None]:
+    """Seed what ``make airflow`` serves: the ten days before ``today`` (240 log files each;
+    with ``large_objects``, one of them that large, for segment tasks) and ``EXAMPLE_DAYS``
+    (48 files each). Returns the recent days' first and last, and the large day."""
+    last = today - timedelta(days=1)
+    first = last - timedelta(days=9)
+    large = last - timedelta(days=5) if large_objects else None
+    recent = set(days(first, last))
+    for day in days(first, last):
+        if day == large:
+            print(f"seeding {large_objects:,} objects for {day} (archived as segment tasks; about two minutes) ...",
+                  flush=True)
+            seed_large_day(s3, SOURCE_BUCKET, TEMPLATE, day, large_objects)
+        else:
+            seed_day(s3, SOURCE_BUCKET, TEMPLATE, day, files_per_hour=10, lines_per_file=60)
+    for day in EXAMPLE_DAYS:
+        if day not in recent:
+            seed_day(s3, SOURCE_BUCKET, TEMPLATE, day, files_per_hour=2, lines_per_file=60)
+    return first, last, large
+
+
+def write_env_file(airflow, path: Path) -> Path:
+    """``path``: a shell file that gives another shell this Airflow: its configuration (the
+    AIRFLOW_* and S3ARCH_* settings, the MinIO credentials for the s3arch CLI), the venv's
+    ``airflow`` first on PATH, ``AIRFLOW_URL`` and a ``TOKEN`` for the REST API (every
+    visitor is admin on this local stack; the token lasts [api_auth] jwt_expiration_time)."""
+    with urllib.request.urlopen(f"{airflow.api_url}/auth/token", timeout=30) as response:
+        token = json.loads(response.read())["access_token"]
+    env = {k: v for k, v in airflow.env.items() if k.startswith(("AIRFLOW", "S3ARCH_", "AWS_"))}
+    lines = ["# Written by `make airflow` (devtools/airflow_ui.py): source it in another shell.",
+             f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:\"$PATH\""]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    lines += [f"export AIRFLOW_URL={shlex.quote(airflow.api_url)}", f"export TOKEN={shlex.quote(token)}"]
+    path.write_text("\n".join(lines) + "\n")
+    os.chmod(path, 0o600)  # it holds the MinIO keys and a token
+    return path
+
+
+def _shown(path: Path) -> Path:
+    """``path`` relative to the repository when it is inside it (as the README prints it)."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def _say(text: str) -> None:
     """Print, but never let a closed terminal or pipe interrupt the stop."""
     try:
@@ -80,16 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         s3 = server.client(max_pool_connections=64)
         for bucket in (SOURCE_BUCKET, ARCHIVE_BUCKET):
             s3.create_bucket(Bucket=bucket)
-        last = date.today() - timedelta(days=1)
-        large = last - timedelta(days=5)
-        for day in days(last - timedelta(days=9), last):
-            if args.celery and day == large:
-                count = _large_day_objects()
-                print(f"seeding {count:,} objects for {day} (archived as segment tasks; about two minutes) ...",
-                      flush=True)
-                seed_large_day(s3, SOURCE_BUCKET, TEMPLATE, day, count)
-            else:
-                seed_day(s3, SOURCE_BUCKET, TEMPLATE, day, files_per_hour=10, lines_per_file=60)
+        first, last, large = seed_samples(s3, date.today(), large_objects=_large_day_objects() if args.celery else 0)
         if args.celery:
             from devtools.airflow_celery import WORKERS, prepare_celery_airflow
 
@@ -102,13 +149,18 @@ def main(argv: list[str] | None = None) -> int:
             topology = "SQLite, LocalExecutor"
         print(f"starting {', '.join(airflow.commands())} ...", flush=True)
         airflow.start()
-        sample = f"{last - timedelta(days=9)} .. {last}" + (f"; {large} is large: segment tasks" if args.celery else "")
+        env_file = write_env_file(airflow, home / "env.sh")
+        sample = f"{first} .. {last}" + (f"; {large} is large: segment tasks" if large else "")
+        examples = f"{EXAMPLE_DAYS[0]} .. {EXAMPLE_DAYS[6]}, {EXAMPLE_DAYS[7]} .. {EXAMPLE_DAYS[-1]}"
         print(f"""
 Airflow UI:      {airflow.api_url}   (every visitor is admin: local use only)
   stack:         {topology}
-  DAG:           s3_archive__app_logs  (sample logs for {sample})
+  DAG:           s3_archive__app_logs  (sample logs for {sample};
+                 and for the documented examples' days: {examples})
   try:           Trigger with a date range, or a Backfill over logical dates; clear one
                  mapped 'archive' task to re-run a single prefix
+  CLI and REST:  in another shell, `source {_shown(env_file)}`, then the README's
+                 `airflow dags trigger ...` / `airflow backfill create ...` and `curl` examples
 MinIO console:   {server.console_url}   user {server.access_key}  password {server.secret_key}
 Airflow home:    {home}  (logs of the processes: *.log)
 

@@ -39,6 +39,25 @@ def moto_server():
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def airflow_e2e_stack(minio, tmp_path_factory):
+    """One real Airflow (api-server, scheduler, dag-processor, triggerer on SQLite) for the
+    end-to-end modules: started once (test_airflow_e2e.shared_stack), stopped right after the
+    last test that uses it (``pytest_runtest_teardown`` below), so it does not idle under the
+    rest of the suite."""
+    from test_airflow_e2e import shared_stack
+
+    yield from shared_stack(minio, tmp_path_factory)
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if "airflow_e2e_stack" in item.fixturenames and (
+            nextitem is None or "airflow_e2e_stack" not in nextitem.fixturenames):
+        stack = getattr(item, "funcargs", {}).get("airflow_e2e_stack")
+        if stack is not None:
+            stack[0].shutdown()
+
+
 @pytest.fixture
 def s3(minio):
     return minio.client(max_pool_connections=64)

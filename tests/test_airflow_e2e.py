@@ -27,7 +27,15 @@ MIN_AGE = 2
 
 
 @pytest.fixture(scope="module")
-def stack(minio, tmp_path_factory):
+def stack(airflow_e2e_stack):
+    """The suite's one Airflow stack (tests/conftest.py: started once, shared with
+    test_airflow_e2e_docs.py, stopped after the last test that uses it)."""
+    return airflow_e2e_stack
+
+
+def shared_stack(minio, tmp_path_factory):
+    """The stack behind ``airflow_e2e_stack``: yields (airflow, s3, src, dst); ``airflow.shutdown()``
+    stops it (idempotent; also at the end)."""
     airflow, s3, src, dst = airflow_with_log_job(minio, tmp_path_factory.mktemp("airflow-e2e"), "e2e",
                                                  min_age_days=MIN_AGE, retry_delay_seconds=2)
     # A second job reaches MinIO through a fault proxy, so a test can hold its uploads.
@@ -54,14 +62,24 @@ def stack(minio, tmp_path_factory):
         airflow.start()
     except ServerStartError as exc:
         pytest.fail(f"Airflow could not start, so the end-to-end test cannot run: {exc}", pytrace=False)
-    try:
-        wait_for(lambda: _dag_parsed(airflow), 120, "the dag-processor to parse the archive DAG", airflow)
-        yield airflow, s3, src, dst
-    finally:
+
+    stopped = []
+
+    def shutdown():
+        if stopped:
+            return
+        stopped.append(True)
         airflow.stop()
         proxy.stop()
         airflow.statsd.close()
         assert not airflow.processes
+
+    airflow.shutdown = shutdown
+    try:
+        wait_for(lambda: _dag_parsed(airflow), 120, "the dag-processor to parse the archive DAG", airflow)
+        yield airflow, s3, src, dst
+    finally:
+        shutdown()
 
 
 def _dag_parsed(airflow, dag_id=DAG_ID) -> bool:

@@ -1,0 +1,185 @@
+"""Every Airflow example in README.md and docs/JOBS.md, run as printed against the `make
+airflow` stack, and every run it starts must go green.
+
+The commands are read from the docs themselves (the `airflow` and `curl` lines of fenced
+`bash` blocks, and inline `airflow dags trigger ...` / `airflow backfill create ...`), so an edited example is tested as it now reads. The stack is the
+suite's one Airflow (``airflow_e2e_stack``), given what `make airflow` gives its own: the
+shipped job of dags/archive_jobs.yaml, the sample days `devtools.airflow_ui.seed_samples`
+seeds, and the env file `devtools.airflow_ui.write_env_file` writes. Each command runs in a
+new bash that only sources that file, as a second shell of a user would. Placeholders that a
+reader fills in (`RUN_ID`, `MAP_INDEX` in the REST example) are filled from the run the
+on-call trigger made.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import time
+from datetime import date
+from pathlib import Path
+
+import pytest
+import yaml
+
+from devtools.airflow_local import write_jobs_file
+from devtools.airflow_ui import seed_samples, write_env_file
+from devtools.demo import ARCHIVE_BUCKET, DAG_ID, JOBS_FILE, SOURCE_BUCKET
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", ROOT / "docs" / "JOBS.md"]
+
+# Examples known to fail as printed against `make airflow`, with why. Each is left out of the
+# run (so it cannot take the shared stack down) and turns the test into an xfail naming it,
+# after every other example has passed; fixing one means deleting its entry here.
+KNOWN_FAILING = {
+    "airflow backfill create --dag-id s3_archive__app_logs --from-date 2026-01-01 --to-date 2026-01-31":
+        "on make airflow's SQLite, `airflow backfill create` of 31 runs fails with 'database is locked' "
+        "while the scheduler writes (5 tries of 6 here), and a try that fails after creating some runs "
+        "crashed the scheduler (StaleDataError on dag_run), which stops make airflow; measured 2026-11-25 "
+        "with devtools.airflow_ui by hand. The REST backfill (tests/test_airflow_e2e.py) goes green on "
+        "the same SQLite stack: there, backfill through the REST API or the UI (README says so)",
+}
+
+
+def _commands(text: str) -> list[str]:
+    """The Airflow commands a doc prints: `airflow ...` and `curl ...` lines of its bash
+    blocks (continuation lines and quotes spanning lines joined), and inline `airflow ...`."""
+    found = []
+    for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, re.S):
+        command = ""
+        for line in block.splitlines():
+            if not command and not line.startswith(("airflow ", "curl ")):
+                continue
+            command += line + "\n"
+            try:
+                complete = not command.rstrip().endswith("\\") and shlex.split(command, comments=True) is not None
+            except ValueError:  # a quote still open
+                complete = False
+            if complete:
+                found.append(command.strip())
+                command = ""
+        assert not command, f"unfinished command in a code block: {command}"
+    # In prose, the commands that run something (a name like `airflow tasks clear` in a
+    # sentence is not an example).
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    found += re.findall(r"`(airflow (?:dags trigger|backfill create) [^`]+)`", prose)
+    return found
+
+
+def test_the_docs_have_the_examples_this_test_runs():
+    per_doc = {doc.name: _commands(doc.read_text()) for doc in DOCS}
+    assert any(c.startswith("airflow dags trigger") for c in per_doc["README.md"]), per_doc
+    assert any(c.startswith("airflow dags trigger") for c in per_doc["JOBS.md"]), per_doc
+    assert any(c.startswith("airflow backfill create") for c in per_doc["JOBS.md"]), per_doc
+    assert any(c.startswith("curl ") for c in per_doc["JOBS.md"]), per_doc
+
+
+def _bash(env_file: Path, command: str, done=lambda: False, attempts: int = 20) -> str:
+    """Run ``command`` in a fresh bash that sources ``env_file`` (nothing else of this
+    process's environment but PATH and HOME). SQLite's "database is locked", when the
+    scheduler writes at that moment, is SQLite's limit, not the example's (the README says to
+    run the command again): run it again, unless ``done()`` says the failed try took effect."""
+    for attempt in range(attempts):
+        result = subprocess.run(["bash", "-c", f"source {shlex.quote(str(env_file))} && {command}"],
+                                cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(env_file.parent)},
+                                timeout=300)
+        if result.returncode == 0:
+            return result.stdout  # curl's progress meter and Airflow's log lines go to stderr
+        said = result.stdout + result.stderr
+        if "database is locked" not in said or attempt == attempts - 1:
+            pytest.fail(f"the documented command failed ({result.returncode}):\n$ {command}\n{said[-4000:]}")
+        if done():
+            return result.stdout
+        time.sleep(3 + attempt)
+    raise AssertionError("unreachable")
+
+
+def _runs(airflow, dag_id=DAG_ID) -> dict[str, dict]:
+    return {r["dag_run_id"]: r for r in airflow.api("GET", f"dags/{dag_id}/dagRuns?limit=500")["dag_runs"]}
+
+
+def _wait_finished(airflow, run_ids, timeout: float) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = _runs(airflow)
+        states = {r: runs[r]["state"] for r in run_ids}
+        if all(s in ("success", "failed") for s in states.values()):
+            return states
+        if time.monotonic() > deadline:
+            logs = "\n".join(f"--- {name}\n{airflow.log_tail(name)}" for name in ("scheduler", "dag-processor"))
+            pytest.fail(f"runs not finished after {timeout:.0f}s: {states}\n{logs}")
+        time.sleep(2)
+
+
+def _mapped_archive(airflow, run_id) -> dict[str, int]:
+    tis = airflow.api("GET", f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances?limit=500")["task_instances"]
+    return {ti["rendered_map_index"]: ti["map_index"] for ti in tis if ti["task_id"] == "archive"}
+
+
+def test_every_readme_and_jobs_airflow_example_goes_green_as_printed(airflow_e2e_stack):
+    airflow, s3, _, _ = airflow_e2e_stack
+    # What `make airflow` has: the shipped job, its buckets, the sample days, the env file.
+    jobs_file = Path(airflow.env["S3ARCH_JOBS_FILE"])
+    shipped = yaml.safe_load(JOBS_FILE.read_text())["jobs"]
+    write_jobs_file(jobs_file, {**yaml.safe_load(jobs_file.read_text())["jobs"], **shipped})
+    for bucket in (SOURCE_BUCKET, ARCHIVE_BUCKET):
+        s3.create_bucket(Bucket=bucket)
+    seed_samples(s3, date.today())
+    env_file = write_env_file(airflow, airflow.home / "env.sh")
+    deadline = time.monotonic() + 120
+    while not any(d["dag_id"] == DAG_ID for d in airflow.api("GET", "dags?limit=100")["dags"]):
+        assert time.monotonic() < deadline, "the shipped job's DAG was not parsed"
+        time.sleep(2)
+
+    commands = [(doc.name, c) for doc in DOCS for c in _commands(doc.read_text())]
+    on_call = None  # the run of the first prefixes trigger: the REST example clears in it
+    left_out = []
+    for doc, command in commands:
+        if command in KNOWN_FAILING:
+            left_out.append(f"{doc}: {command}: {KNOWN_FAILING[command]}")
+            continue
+        before = set(_runs(airflow))
+        if command.startswith("curl "):
+            assert on_call, f"{doc}: the REST example needs a run to clear in: {command}"
+            index = _mapped_archive(airflow, on_call["run_id"])[on_call["prefix"]]
+            command = command.replace("RUN_ID", on_call["run_id"]).replace("MAP_INDEX", str(index))
+
+        def made_runs():  # a try that failed late may have made its runs all the same
+            return command.startswith("airflow ") and any(
+                r not in before and v["run_type"] in ("manual", "backfill") for r, v in _runs(airflow).items())
+
+        output = _bash(env_file, command, done=made_runs)
+        if command.startswith("curl "):
+            cleared = json.loads(output)
+            assert ("archive", index) in {(ti["task_id"], ti["map_index"]) for ti in cleared["task_instances"]}, output
+            deadline = time.monotonic() + 60
+            while _runs(airflow)[on_call["run_id"]]["state"] not in ("queued", "running"):
+                assert time.monotonic() < deadline, "the cleared run did not start again"
+                time.sleep(1)
+            new = [on_call["run_id"]]
+        else:
+            deadline = time.monotonic() + 60
+            while not (new := sorted(r for r, v in _runs(airflow).items()
+                                     if r not in before and v["run_type"] in ("manual", "backfill"))):
+                assert time.monotonic() < deadline, f"{doc}: no run appeared for: {command}\n{output}"
+                time.sleep(1)
+        if command.startswith("airflow backfill create"):
+            frm, to = (date.fromisoformat(re.search(rf"--{w}-date (\S+)", command).group(1)) for w in ("from", "to"))
+            expected = (to - frm).days + 1
+            deadline = time.monotonic() + 60
+            while len(new := sorted(r for r, v in _runs(airflow).items()
+                                    if r not in before and v["run_type"] == "backfill")) < expected:
+                assert time.monotonic() < deadline, f"{doc}: the backfill made {len(new)} of {expected} runs"
+                time.sleep(2)
+        states = _wait_finished(airflow, new, timeout=900)
+        assert set(states.values()) == {"success"}, f"{doc}: $ {command}\n{states}"
+        conf = json.loads(re.search(r"--conf '(.*?)'", command).group(1)) if "--conf '" in command else {}
+        if on_call is None and conf.get("prefixes"):
+            on_call = {"run_id": new[0], "prefix": conf["prefixes"][0]}
+    assert not set(KNOWN_FAILING) - {c for _, c in commands}, "a known failure is no longer in the docs: drop it"
+    if left_out:
+        pytest.xfail("every other example went green; left out as known to fail:\n" + "\n".join(left_out))
