@@ -35,7 +35,7 @@ from .config import MiB, S3Url
 from .errors import (IO_ERRORS, BadArgument, DestinationConflict, IntegrityError, LocalFileError, none_if_missing,
                      translate)
 from .manifest import ArchiveLayout, find_records, iter_manifest
-from .reading import _decompressor
+from .reading import DECODE_CHUNK, _decompressor
 from .restore import require_readable
 from .s3 import parse_s3_time, stream_object
 from .tarwriter import member_name
@@ -44,7 +44,7 @@ from .upload import PartSizer, PartUploader, abort_stale_uploads
 NAME_MAX = 255
 _RUN_GAP = 256 << 10      # fetch through a gap this small rather than issue another GET
 _RUN_MAX = 64 * MiB       # compressed bytes per GET
-_RUN_RECORDS = 10_000     # records per GET: the run's record list is held while it is read
+_RUN_RECORDS = 2_500      # records per GET: the run's record list (about 2.5 KB each) is held while it is read
 _SMALL_OBJECT = 8 * MiB   # up to this size an object is PUT in one request
 SHA256_METADATA = "s3arch-sha256"
 
@@ -171,7 +171,7 @@ def _extract_run(control, bucket: str, key: str, header: dict, run: list[dict], 
     what = f"read s3://{bucket}/{key}"
     chunks: Iterator[bytes] = iter(())
     if end > cursor.fetched:
-        chunks = stream_object(control, bucket, key, what, start=cursor.fetched, end=end, chunk=256 << 10)
+        chunks = stream_object(control, bucket, key, what, start=cursor.fetched, end=end, chunk=DECODE_CHUNK)
         result.gets += 1
         result.bytes_fetched += end - cursor.fetched
     pending = cursor.pending

@@ -230,7 +230,7 @@ def iter_manifest(control, layout: ArchiveLayout) -> Iterator[dict]:
     last_type = None
     try:
         for chunk in stream_object(control, layout.bucket, layout.manifest_key, what, window=MANIFEST_WINDOW,
-                                   eager=True):
+                                   eager=True, chunk=256 << 10):  # about 2 MB of records at a time
             lines = (tail + z.decompress(chunk)).split(b"\n")
             tail = lines.pop()
             for line in lines:
