@@ -15,7 +15,7 @@ from .cost import short_of_minimum
 from .compression import codec_for
 from .config import ArchiveSpec, MiB
 from .errors import IO_ERRORS, BadArgument, EmptyPrefix, translate
-from .listing import LISTING_WORKERS, iter_pages
+from .listing import LISTING_WORKERS, NEEDS_RESTORE, SourceClasses, iter_pages
 from .manifest import layout_for
 from .outcome import Outcome
 from .progress import Progress
@@ -122,13 +122,16 @@ def _dry_run(spec, clients, result, started) -> ArchiveResult:
     tar_bound = short = 0
     sample: list = []
     sample_bytes = 0
+    classes = SourceClasses()
     for page in iter_pages(clients.control, spec.source.bucket, spec.source.key, workers=LISTING_WORKERS, ordered=False):
+        classes.add(page)
         for o in page:
             result.objects += 1
             result.bytes_in += o.size
             tar_bound += member_size_bound(o.key, o.size)
             short += short_of_minimum(o.size)
-            if sample_bytes < _SAMPLE_BYTES and len(sample) < _SAMPLE_OBJECTS and 0 < o.size <= 4 * MiB:
+            if sample_bytes < _SAMPLE_BYTES and len(sample) < _SAMPLE_OBJECTS and 0 < o.size <= 4 * MiB \
+                    and o.storage_class not in NEEDS_RESTORE:
                 sample.append(o)
                 sample_bytes += o.size
     if result.objects == 0:
@@ -137,7 +140,11 @@ def _dry_run(spec, clients, result, started) -> ArchiveResult:
     ratio = sample_out / sample_in if sample_in else 1.0
     result.tar_bytes = tar_bound
     result.estimated_bytes_out = int(tar_bound * ratio)
-    result.cost = cost_of(spec, result.objects, result.bytes_in, short, result.estimated_bytes_out)
+    result.cost = cost_of(spec, result.objects, result.bytes_in, short, result.estimated_bytes_out,
+                          classes.bytes_by_class)
+    if classes.unreadable:
+        result.needs_restore = classes.unreadable
+        result.notes.append(classes.note(str(spec.source)))
     result.notes.append(f"estimated from a sample of {len(sample):,} objects ({sample_in:,} bytes), "
                         f"compressed {spec.codec} level {spec.effective_level}")
     result.seconds = time.monotonic() - started

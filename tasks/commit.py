@@ -72,6 +72,7 @@ class ArchiveResult:
     timings: dict = field(default_factory=dict)  # of a segmented run: plan, slowest segment, assembly
     estimated_bytes_out: int | None = None
     tags_unread: int = 0  # tagged objects archived without their tags (--without-tags)
+    needs_restore: int = 0  # source objects in GLACIER/DEEP_ARCHIVE, not restored (a dry run counts them)
     retention: dict | None = None  # the archive's Object Lock: mode, retain_until, legal_hold, applied
     cost: dict | None = None  # tasks/cost.py: monthly and one-time figures, archive vs one by one
     notes: list[str] = field(default_factory=list)
@@ -397,7 +398,8 @@ class CommitProtocol:
         r.state = State.COMMITTED.value
         r.objects, r.bytes_in, r.bytes_out = streamed.objects, streamed.bytes_in, streamed.bytes_out
         r.tar_bytes, r.gets, r.peak_buffered = streamed.tar_bytes, streamed.gets, streamed.peak_buffered
-        r.cost = cost_of(spec, r.objects, r.bytes_in, streamed.short_of_min_billable, r.bytes_out)
+        r.cost = cost_of(spec, r.objects, r.bytes_in, streamed.short_of_min_billable, r.bytes_out,
+                         streamed.source_bytes_by_class)
         if streamed.tags_unread:
             r.tags_unread = streamed.tags_unread
             r.notes.append(f"{streamed.tags_unread:,} tagged objects were archived without their tags "
@@ -481,11 +483,15 @@ def check_archive_intact(control, layout: ArchiveLayout, committed: Committed) -
     return retention_of(head)
 
 
-def cost_of(spec: ArchiveSpec, objects: int, bytes_in: int, short_of_minimum: int, archive_bytes: int) -> dict:
+def cost_of(spec: ArchiveSpec, objects: int, bytes_in: int, short_of_minimum: int, archive_bytes: int,
+            source_bytes_by_class: dict[str, int] | None = None) -> dict:
+    """``source_bytes_by_class``: bytes read from sources in classes other than STANDARD (the
+    listing's), for their retrieval fees."""
     from .cost import estimate, prices_with
 
     return estimate(spec.storage_class, objects=objects, bytes_in=bytes_in, short_of_minimum=short_of_minimum,
-                    archive_bytes=archive_bytes, prices=prices_with(spec.prices)).to_dict()
+                    archive_bytes=archive_bytes, prices=prices_with(spec.prices),
+                    source_bytes_by_class=source_bytes_by_class).to_dict()
 
 
 def _now() -> str:

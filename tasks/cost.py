@@ -32,12 +32,14 @@ class ClassPrices:
     overhead_class_bytes: int = 0
     overhead_standard_bytes: int = 0
     min_days: int = 0
+    retrieval_per_gb: float = 0.0  # billed for reading an object of this class (a source being archived)
 
 
 PRICES: dict[str, ClassPrices] = {
     "STANDARD": ClassPrices(0.023, 0.005),
-    "STANDARD_IA": ClassPrices(0.0125, 0.01, min_object_bytes=MIN_BILLABLE, min_days=30),
-    "GLACIER_IR": ClassPrices(0.004, 0.02, min_object_bytes=MIN_BILLABLE, min_days=90),
+    "STANDARD_IA": ClassPrices(0.0125, 0.01, min_object_bytes=MIN_BILLABLE, min_days=30, retrieval_per_gb=0.01),
+    "ONEZONE_IA": ClassPrices(0.01, 0.01, min_object_bytes=MIN_BILLABLE, min_days=30, retrieval_per_gb=0.01),
+    "GLACIER_IR": ClassPrices(0.004, 0.02, min_object_bytes=MIN_BILLABLE, min_days=90, retrieval_per_gb=0.03),
     "GLACIER": ClassPrices(0.0036, 0.03, overhead_class_bytes=32 * KiB, overhead_standard_bytes=8 * KiB, min_days=90),
     "DEEP_ARCHIVE": ClassPrices(0.00099, 0.05, overhead_class_bytes=32 * KiB, overhead_standard_bytes=8 * KiB,
                                 min_days=180),
@@ -70,10 +72,11 @@ class CostEstimate:
     separate_requests: float    # one-time: one PUT (or transition) per object
     min_days: int
     prices_as_of: str = PRICES_AS_OF
+    source_retrieval: float = 0.0  # one-time: retrieval fees for reading sources in IA/GLACIER_IR classes
 
     @classmethod
     def from_dict(cls, values: dict) -> "CostEstimate":
-        return cls(**{f.name: values[f.name] for f in fields(cls)})
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
     @property
     def monthly_saving(self) -> float:
@@ -86,20 +89,26 @@ class CostEstimate:
         return (f"cost ({self.storage_class}, {PRICES_REGION} list prices of {self.prices_as_of}): "
                 f"{usd(self.archive_monthly)}/month as one archive vs {usd(self.separate_monthly)}/month as "
                 f"{self.objects:,} objects; one-time requests {usd(self.archive_requests)} vs "
-                f"{usd(self.separate_requests)}; minimum storage {self.min_days} days")
+                f"{usd(self.separate_requests)}; minimum storage {self.min_days} days"
+                + (f"; reading the sources costs {usd(self.source_retrieval)} in retrieval fees"
+                   if self.source_retrieval else ""))
 
     def __add__(self, other: "CostEstimate") -> "CostEstimate":
         return CostEstimate(self.storage_class if self.storage_class == other.storage_class else "mixed",
                             self.objects + other.objects, self.archive_monthly + other.archive_monthly,
                             self.separate_monthly + other.separate_monthly,
                             self.archive_requests + other.archive_requests,
-                            self.separate_requests + other.separate_requests, max(self.min_days, other.min_days))
+                            self.separate_requests + other.separate_requests, max(self.min_days, other.min_days),
+                            source_retrieval=self.source_retrieval + other.source_retrieval)
 
 
 def estimate(storage_class: str, *, objects: int, bytes_in: int, short_of_minimum: int, archive_bytes: int,
-             prices: dict[str, ClassPrices] | None = None) -> CostEstimate:
+             prices: dict[str, ClassPrices] | None = None,
+             source_bytes_by_class: dict[str, int] | None = None) -> CostEstimate:
     """``short_of_minimum``: what the objects smaller than ``MIN_BILLABLE`` lack of it, in
-    total (the listing counts it); it is billed only in classes with that minimum."""
+    total (the listing counts it); it is billed only in classes with that minimum.
+    ``source_bytes_by_class``: bytes of the sources per storage class as listed; reading those
+    in STANDARD_IA, ONEZONE_IA and GLACIER_IR bills a retrieval fee per GB."""
     table = prices or PRICES
     p, standard = table[storage_class], table["STANDARD"]
 
@@ -115,7 +124,9 @@ def estimate(storage_class: str, *, objects: int, bytes_in: int, short_of_minimu
         separate_monthly=monthly(objects, bytes_in + (short_of_minimum if p.min_object_bytes else 0)),
         archive_requests=(parts + 2) * p.put_per_1000 / 1000,  # create, parts, complete
         separate_requests=objects * p.put_per_1000 / 1000,
-        min_days=p.min_days)
+        min_days=p.min_days,
+        source_retrieval=sum(n / GiB * table[c].retrieval_per_gb
+                             for c, n in (source_bytes_by_class or {}).items() if c in table))
 
 
 def usd(amount: float) -> str:

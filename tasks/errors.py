@@ -254,6 +254,13 @@ def error_for(code: str, status: int | None, message: str, *, what: str,
         entry = _BY_STATUS[(404, subject if subject != "bucket" else "object")]
     elif code == "PreconditionFailed":
         entry = _BY_STATUS.get((412, subject), _BY_STATUS[(412, "source")])
+    elif code == "InvalidObjectState" and subject == "source":
+        # A source the listing showed readable: INTELLIGENT_TIERING in an archive tier, which
+        # no listing shows (GLACIER/DEEP_ARCHIVE sources are refused before their GET).
+        entry = (ArchivedObjectNotReadable, "source object is in an archive tier (Intelligent-Tiering's "
+                 "Archive or Deep Archive Access) and not restored; nothing was committed",
+                 "restore the sources with S3's RestoreObject (aws s3api restore-object), or change the "
+                 "bucket's Intelligent-Tiering archive configuration; `s3arch restore` restores archives, not sources")
     elif code in _BY_CODE:
         entry = _BY_CODE[code]
     elif status is not None:

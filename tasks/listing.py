@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Iterator, NamedTuple
 
 from .coordinator import Stopped, StreamCoordinator
-from .errors import IO_ERRORS, translate
+from .errors import IO_ERRORS, ArchivedObjectNotReadable, translate
 from .s3 import parse_s3_time
 
 
@@ -22,6 +22,72 @@ class ListedObject(NamedTuple):  # a tuple: a listing makes millions of them
     size: int
     etag: str
     last_modified: datetime
+    storage_class: str = "STANDARD"  # as listed; one shared str per class (``_class``)
+
+
+# Source classes whose objects a GET cannot read until S3 restores them (RestoreObject). A
+# restored copy (the listing's RestoreStatus, asked for with OptionalObjectAttributes) reads as
+# "<class> restored". INTELLIGENT_TIERING's archive tiers are not in any listing (it says
+# INTELLIGENT_TIERING whatever the tier): such an object fails at its GET (InvalidObjectState).
+NEEDS_RESTORE = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+_RESTORED = " restored"
+_CLASSES: dict[tuple[bytes | str, bool], str] = {}
+
+
+def _class(raw: bytes | str, restored: bool = False) -> str:
+    """The one shared str of a listed class (a listing makes millions of entries)."""
+    name = _CLASSES.get((raw, restored))
+    if name is None:
+        text = raw.decode() if isinstance(raw, bytes) else (raw or "STANDARD")
+        name = _CLASSES[(raw, restored)] = (text or "STANDARD") + (_RESTORED if restored else "")
+    return name
+
+
+class SourceClasses:
+    """What the listing says of the sources' storage classes, page by page: the objects no
+    GET can read without a restore (counted, the first few named), and the bytes per class
+    that S3 bills a retrieval fee for reading (tasks/cost.py)."""
+
+    FIRST = 5
+
+    def __init__(self) -> None:
+        self.unreadable = 0
+        self.first_unreadable: list[str] = []
+        self.unreadable_classes: set[str] = set()
+        self.bytes_by_class: dict[str, int] = {}
+
+    def add(self, page: list[ListedObject]) -> None:
+        for o in page:
+            c = o.storage_class
+            if c == "STANDARD":
+                continue
+            if c in NEEDS_RESTORE:
+                self.unreadable += 1
+                self.unreadable_classes.add(c)
+                if len(self.first_unreadable) < self.FIRST:
+                    self.first_unreadable.append(o.key)
+            else:
+                self.bytes_by_class[c] = self.bytes_by_class.get(c, 0) + o.size
+
+    def refusal(self, source: str, listed: int, complete: bool) -> ArchivedObjectNotReadable:
+        """The exit-2 error for a listing that showed objects needing a restore."""
+        first = ", ".join(self.first_unreadable) + (", ..." if self.unreadable > len(self.first_unreadable) else "")
+        where = "" if complete else f" (in the first {listed:,} listed; `--dry-run` counts them all)"
+        return ArchivedObjectNotReadable(
+            f"{source}: {self.unreadable:,} source objects{where} are in "
+            f"{'/'.join(sorted(self.unreadable_classes))} and cannot be read without a restore; first: {first}. "
+            "Nothing was read from them and nothing was written",
+            hint="restore the sources first with S3's RestoreObject (aws s3api restore-object --bucket BUCKET "
+                 "--key KEY --restore-request '{\"Days\":7,\"GlacierJobParameters\":{\"Tier\":\"Bulk\"}}', "
+                 "or S3 Batch Operations for many), wait until they are restored, and run again; or change the "
+                 "lifecycle rule that moved them. `s3arch restore` restores archives, not sources "
+                 "(docs/RESTORE.md)")
+
+    def note(self, source: str) -> str:
+        first = ", ".join(self.first_unreadable) + (", ..." if self.unreadable > len(self.first_unreadable) else "")
+        return (f"{self.unreadable:,} source objects are in {'/'.join(sorted(self.unreadable_classes))} and "
+                f"must be restored (S3 RestoreObject, aws s3api restore-object) before {source} can be "
+                f"archived; a run refuses it with exit 2; first: {first}")
 
 
 def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None,
@@ -40,7 +106,8 @@ def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None
             listing.close()
         return
     paginator = control.get_paginator("list_objects_v2")
-    extra = {"StartAfter": start_after} if start_after else {}
+    extra: dict[str, object] = {"StartAfter": start_after} if start_after else {}
+    extra.update(_OPTIONAL)
     end = key_order(last_key) if last_key is not None else None
     try:
         for page in paginator.paginate(Bucket=bucket, Prefix=prefix, **extra,
@@ -60,9 +127,16 @@ def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None
 def _listed(page: dict) -> list[ListedObject]:
     listed = page.get(PAGE_KEY)
     if listed is None:  # an answer the page parser left to botocore
-        listed = [ListedObject(o["Key"], o["Size"], o["ETag"], parse_s3_time(o["LastModified"]))
+        listed = [ListedObject(o["Key"], o["Size"], o["ETag"], parse_s3_time(o["LastModified"]),
+                               _class(o.get("StorageClass") or "STANDARD",
+                                      (o.get("RestoreStatus") or {}).get("IsRestoreInProgress") is False))
                   for o in page.get("Contents") or ()]
     return listed
+
+
+# Asks S3 to say, per entry, whether an object in a Glacier class is restored (readable).
+# MinIO and moto ignore it.
+_OPTIONAL = {"OptionalObjectAttributes": ["RestoreStatus"]}
 
 
 # ListObjectsV2 pages read without botocore's XML parser (tasks/s3.py installs it): one regex
@@ -72,7 +146,8 @@ def _listed(page: dict) -> list[ListedObject]:
 # left to botocore whole, so an endpoint that writes them otherwise is slower, never wrong.
 _ENTRY = re.compile(rb"<Contents><Key>([^<]*)</Key><LastModified>([^<]*)</LastModified><ETag>([^<]*)</ETag>"
                     rb"(?:<Checksum\w*>[^<]*</Checksum\w*>)*<Size>(\d+)</Size>"
-                    rb"[^<]*(?:<(?!/Contents>)[^<]*)*</Contents>")  # the rest of the entry, without backtracking
+                    rb"(?:<StorageClass>([^<]*)</StorageClass>)?"
+                    rb"([^<]*(?:<(?!/Contents>)[^<]*)*)</Contents>")  # the rest of the entry, without backtracking
 _ENTITY = re.compile(rb"&(#x[0-9a-fA-F]+|#[0-9]+|quot|amp|lt|gt|apos);")
 _NAMED = {b"quot": b'"', b"amp": b"&", b"lt": b"<", b"gt": b">", b"apos": b"'"}
 PAGE_KEY = "S3archListed"
@@ -107,12 +182,14 @@ def parse_listing_page(body: bytes) -> tuple[list[ListedObject], bytes] | None:
         if m.start() != end:
             return None
         end = m.end()
-        key, modified, etag, size = m.groups()
+        key, modified, etag, size, storage_class, rest = m.groups()
         k = _unescape(key) if b"&" in key else key.decode("utf-8", "surrogateescape")
         if url and (b"%" in key or b"+" in key):
             k = urllib.parse.unquote_plus(k, errors="surrogateescape")
         etag = etag.replace(b"&quot;", b'"')
-        listed.append(ListedObject(k, int(size), _unescape(etag) if b"&" in etag else etag.decode(), _time(modified)))
+        listed.append(ListedObject(k, int(size), _unescape(etag) if b"&" in etag else etag.decode(), _time(modified),
+                                   "STANDARD" if storage_class is None else _class(
+                                       storage_class, b"<IsRestoreInProgress>false<" in rest)))
     if body.find(b"<Contents>", end) >= 0:
         return None
     return listed, body[:first] + body[end:]
@@ -176,6 +253,8 @@ class ListingFeed:
         self.bytes_listed = 0
         self.tar_bytes_bound = 0
         self.short_of_min_billable = 0  # for the cost figures (tasks/cost.py)
+        self.classes = SourceClasses()  # objects that need a restore are refused before their GET
+        self._source = f"s3://{bucket}/{prefix}"
         self.finished = False
         self._queue: queue.Queue = queue.Queue(pages_ahead)
         self._stop = threading.Event()
@@ -202,6 +281,9 @@ class ListingFeed:
                 if page is self._END:
                     break
                 self._pages += 1
+                self.classes.add(page)
+                if self.classes.unreadable:  # before any GET of them: the page never reaches the fetcher
+                    raise self.classes.refusal(self._source, self.objects_listed + len(page), complete=False)
                 for o in page:
                     self.tar_bytes_bound += member_size_bound(o.key, o.size)
                     self.short_of_min_billable += short_of_minimum(o.size)
@@ -495,7 +577,7 @@ class RangeListing:
             request = self._coordinator.track(f"LIST s3://{self._bucket}/{self._prefix} after {r.after or '(start)'}")
             try:
                 page = self._control.list_objects_v2(Bucket=self._bucket, Prefix=self._prefix,
-                                                     MaxKeys=self._page_size, **args)
+                                                     MaxKeys=self._page_size, **args, **_OPTIONAL)
             except IO_ERRORS as exc:
                 raise translate(exc, f"list s3://{self._bucket}/{self._prefix}") from exc
             finally:

@@ -47,6 +47,7 @@ class StreamedArchive:
     gets: int
     peak_buffered: int
     short_of_min_billable: int = 0
+    source_bytes_by_class: dict = field(default_factory=dict)  # sources not in STANDARD: retrieval fees
     raw_crc32: int = 0  # of the tar bytes (the gzip trailer's CRC)
     last_block: int = 0  # index of the last block, and where its compressed bytes start
     last_block_start: int = 0
@@ -344,6 +345,7 @@ class _Stream:
                                tar_bytes=sink.offset - self.target.tar_start, blocks=sink.blocks,
                                archive_crc32=out.crc32, gets=self.fetcher.gets, peak_buffered=self.budget.peak,
                                short_of_min_billable=self.feed.short_of_min_billable, raw_crc32=out.raw_crc32,
+                               source_bytes_by_class=self.feed.classes.bytes_by_class,
                                last_block=sink.blocks - 1, last_block_start=out.last_block_start,
                                tags_unread=self.fetcher.tags_unread)
 

@@ -12,6 +12,7 @@ and responses are streamed back, unless a rule says otherwise. Rules are set per
     proxy.add(Fault("status", status=500, match=is_complete_upload))  # every matching request
     proxy.add(Fault("status", status=400, code="ExpiredToken"))        # any S3 error code
     proxy.add(Fault("header", headers={"x-amz-restore": 'ongoing-request="true"'}, count=2))
+    proxy.add(Fault("rewrite", rewrite=lambda body: body.replace(b"STANDARD", b"GLACIER"), match=is_list))
 
 Each rule counts what it injected (``fault.injected``), so a test can prove the fault
 actually happened. Randomness is seeded. The server runs in daemon threads, stops itself
@@ -79,7 +80,7 @@ def makes_visible(r: Request, suffix: str) -> bool:
 
 @dataclass
 class Fault:
-    kind: str  # status | reset | truncate | stall | header
+    kind: str  # status | reset | truncate | stall | header | rewrite
     match: Callable[[Request], bool] = lambda r: True
     rate: float = 1.0
     count: int | None = None  # at most this many injections
@@ -89,6 +90,7 @@ class Fault:
     seconds: float = 30.0
     headers: dict[str, str] = field(default_factory=dict)  # a "header" fault sets these on the response
     at: int | None = None  # a "reset"/"truncate" fault sends this many body bytes first (default: half)
+    rewrite: Callable[[bytes], bytes] | None = None  # a "rewrite" fault answers this of the upstream's body
     injected: int = 0
     seen: int = 0
     on_inject: Callable[[Request], None] | None = None
@@ -213,12 +215,16 @@ class FaultProxy:
         length = response.getheader("Content-Length")
         handler.send_response_only(response.status, response.reason)
         replaced = {k.lower(): v for k, v in fault.headers.items()} if fault and fault.kind == "header" else {}
+        payload = response.read()
+        if fault and fault.kind == "rewrite" and fault.rewrite is not None:
+            payload = fault.rewrite(payload)
+            length, replaced = None, {"content-length": None}
         for name, value in response.getheaders():
             if name.lower() not in ("transfer-encoding", "connection", "date", "server", *replaced):
                 handler.send_header(name, value)
         for name, value in replaced.items():
-            handler.send_header(name, value)
-        payload = response.read()
+            if value is not None:
+                handler.send_header(name, value)
         if length is None:
             handler.send_header("Content-Length", str(len(payload)))
         handler.end_headers()

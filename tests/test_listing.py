@@ -159,7 +159,7 @@ def test_cuts_racing_pages_under_way_lose_and_repeat_nothing():
     order = [key_order(k) for k in keys]
 
     class FakeS3:
-        def list_objects_v2(self, Bucket, Prefix, MaxKeys, StartAfter=None, ContinuationToken=None):
+        def list_objects_v2(self, Bucket, Prefix, MaxKeys, StartAfter=None, ContinuationToken=None, **_):
             time.sleep(rng.random() * 0.003)
             start = int(ContinuationToken) if ContinuationToken else (
                 bisect.bisect_right(order, key_order(StartAfter)) if StartAfter else 0)

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 from ..config import ArchiveSpec
 from ..errors import ArchiverError, EmptyPrefix
-from ..listing import LISTING_WORKERS, RangeListing, iter_pages, key_order
+from ..listing import LISTING_WORKERS, RangeListing, SourceClasses, iter_pages, key_order
 from ..manifest import ArchiveLayout, layout_for
 from ..tarwriter import END_OF_ARCHIVE, member_size
 from ..upload import MAX_PARTS, create_upload
@@ -244,6 +244,7 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int,
     run = secrets.token_hex(8)
     pages: list[_Page] = []
     short = 0
+    classes = SourceClasses()  # objects that need a restore: refused once listed, before any GET
     layout = layout_for(spec.source, spec.destination)
     listing = RangeListing(control, spec.source.bucket, spec.source.key, workers=LISTING_WORKERS, ordered=False)
     recorder = ListingRecorder(spec, control, layout, run)
@@ -254,10 +255,13 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int,
             if page is None:
                 recorder.end(source)
                 continue
+            classes.add(page)
             recorder.add(source, page)
             tar = sum(member_size(o.key, o.size) for o in page)
             pages.append(_Page(page[0].key, page[-1].key, len(page), sum(o.size for o in page), tar))
             short += sum(short_of_minimum(o.size) for o in page)
+        if classes.unreadable:
+            raise classes.refusal(str(spec.source), sum(p.objects for p in pages), complete=True)
         recorded = recorder.close()
     except BaseException:
         recorder.abandon()  # what it wrote is left to the temporaries' cleanup
