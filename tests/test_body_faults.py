@@ -63,6 +63,7 @@ def test_a_reset_inside_the_manifest_body_is_resumed(command, s3, buckets, archi
                    check=False)
     took = time.monotonic() - started
     stderr = proc.stderr.decode(errors="replace")
+    print(f"\n{command}: exit {proc.returncode} in {took:.1f} s: {stderr.strip()[-300:]}")
     assert fault.injected == 1
     assert "Traceback" not in stderr
     assert proc.returncode == 0, stderr
@@ -85,6 +86,7 @@ def test_a_manifest_body_that_never_arrives_exits_3_naming_it(command, s3, bucke
                    check=False)
     took = time.monotonic() - started
     stderr = proc.stderr.decode(errors="replace")
+    print(f"\n{command}: exit {proc.returncode} in {took:.1f} s: {stderr.strip()[-300:]}")
     assert fault.injected >= 3
     assert "Traceback" not in stderr, stderr
     assert proc.returncode == 3, stderr
