@@ -68,7 +68,7 @@ class ListingRecorder:
             chunk = self._open[source] = _Open(page[0].key)
         # By column, and times as seconds since the epoch: no Python loop per object (isoformat
         # alone would cost more than the listing), and exact to the microsecond.
-        keys, sizes, etags, times = zip(*page)
+        keys, sizes, etags, times, _classes = zip(*page)  # classes: checked by the plan
         chunk.lines.append(json.dumps([keys, sizes, etags, list(map(datetime.timestamp, times))]).encode())
         chunk.last, chunk.objects = page[-1].key, chunk.objects + len(page)
         if len(chunk.lines) >= CHUNK_PAGES:
