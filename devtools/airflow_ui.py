@@ -60,9 +60,9 @@ def _large_day_objects() -> int:
 
 # Days the documented examples name, seeded besides the last ten days so that each example
 # goes green as printed: README's on-call prefix and date range (2026-11-01 .. 2026-11-07), and
-# docs/JOBS.md's backfill of the logical dates 2026-01-01 .. 2026-01-31, each of which archives
-# its date minus the job's min_age_days (1): 2025-12-31 .. 2026-01-30.
-EXAMPLE_DAYS = (*days(date(2026, 11, 1), date(2026, 11, 7)), *days(date(2025, 12, 31), date(2026, 1, 30)))
+# docs/JOBS.md's backfill of the logical dates 2026-01-01 .. 2026-01-03, each of which archives
+# its date minus the job's min_age_days (1): 2025-12-31 .. 2026-01-02.
+EXAMPLE_DAYS = (*days(date(2026, 11, 1), date(2026, 11, 7)), *days(date(2025, 12, 31), date(2026, 1, 2)))
 
 
 def seed_samples(s3, today: date, *, large_objects: int = 0) -> tuple[date, date, date | None]:

@@ -2,7 +2,8 @@
 airflow` stack, and every run it starts must go green.
 
 The commands are read from the docs themselves (the `airflow` and `curl` lines of fenced
-`bash` blocks, and inline `airflow dags trigger ...` / `airflow backfill create ...`), so an edited example is tested as it now reads. The stack is the
+`bash` blocks, and inline `airflow dags trigger ...` / `airflow backfill create ...` with
+arguments), so an edited example is tested as it now reads. The stack is the
 suite's one Airflow (``airflow_e2e_stack``), given what `make airflow` gives its own: the
 shipped job of dags/archive_jobs.yaml, the sample days `devtools.airflow_ui.seed_samples`
 seeds, and the env file `devtools.airflow_ui.write_env_file` writes. Each command runs in a
@@ -30,19 +31,6 @@ from devtools.demo import ARCHIVE_BUCKET, DAG_ID, JOBS_FILE, SOURCE_BUCKET
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", ROOT / "docs" / "JOBS.md"]
-
-# Examples known to fail as printed against `make airflow`, with why. Each is left out of the
-# run (so it cannot take the shared stack down) and turns the test into an xfail naming it,
-# after every other example has passed; fixing one means deleting its entry here.
-KNOWN_FAILING = {
-    "airflow backfill create --dag-id s3_archive__app_logs --from-date 2026-01-01 --to-date 2026-01-31":
-        "on make airflow's SQLite, `airflow backfill create` of 31 runs fails with 'database is locked' "
-        "while the scheduler writes (5 tries of 6 here), and a try that fails after creating some runs "
-        "crashed the scheduler (StaleDataError on dag_run), which stops make airflow; measured 2026-11-25 "
-        "with devtools.airflow_ui by hand. The REST backfill (tests/test_airflow_e2e.py) goes green on "
-        "the same SQLite stack: there, backfill through the REST API or the UI (README says so)",
-}
-
 
 def _commands(text: str) -> list[str]:
     """The Airflow commands a doc prints: `airflow ...` and `curl ...` lines of its bash
@@ -73,8 +61,8 @@ def test_the_docs_have_the_examples_this_test_runs():
     per_doc = {doc.name: _commands(doc.read_text()) for doc in DOCS}
     assert any(c.startswith("airflow dags trigger") for c in per_doc["README.md"]), per_doc
     assert any(c.startswith("airflow dags trigger") for c in per_doc["JOBS.md"]), per_doc
-    assert any(c.startswith("airflow backfill create") for c in per_doc["JOBS.md"]), per_doc
-    assert any(c.startswith("curl ") for c in per_doc["JOBS.md"]), per_doc
+    assert any(c.startswith("curl ") and "/backfills" in c for c in per_doc["JOBS.md"]), per_doc
+    assert any(c.startswith("curl ") and "/clearTaskInstances" in c for c in per_doc["JOBS.md"]), per_doc
 
 
 def _bash(env_file: Path, command: str, done=lambda: False, attempts: int = 20) -> str:
@@ -137,23 +125,21 @@ def test_every_readme_and_jobs_airflow_example_goes_green_as_printed(airflow_e2e
 
     commands = [(doc.name, c) for doc in DOCS for c in _commands(doc.read_text())]
     on_call = None  # the run of the first prefixes trigger: the REST example clears in it
-    left_out = []
     for doc, command in commands:
-        if command in KNOWN_FAILING:
-            left_out.append(f"{doc}: {command}: {KNOWN_FAILING[command]}")
-            continue
         before = set(_runs(airflow))
-        if command.startswith("curl "):
+        clears = command.startswith("curl ") and "/clearTaskInstances" in command
+        backfill = command.startswith("airflow backfill create") or (command.startswith("curl ") and "/backfills" in command)
+        if clears:
             assert on_call, f"{doc}: the REST example needs a run to clear in: {command}"
             index = _mapped_archive(airflow, on_call["run_id"])[on_call["prefix"]]
             command = command.replace("RUN_ID", on_call["run_id"]).replace("MAP_INDEX", str(index))
 
         def made_runs():  # a try that failed late may have made its runs all the same
-            return command.startswith("airflow ") and any(
+            return not clears and any(
                 r not in before and v["run_type"] in ("manual", "backfill") for r, v in _runs(airflow).items())
 
         output = _bash(env_file, command, done=made_runs)
-        if command.startswith("curl "):
+        if clears:
             cleared = json.loads(output)
             assert ("archive", index) in {(ti["task_id"], ti["map_index"]) for ti in cleared["task_instances"]}, output
             deadline = time.monotonic() + 60
@@ -167,8 +153,9 @@ def test_every_readme_and_jobs_airflow_example_goes_green_as_printed(airflow_e2e
                                      if r not in before and v["run_type"] in ("manual", "backfill"))):
                 assert time.monotonic() < deadline, f"{doc}: no run appeared for: {command}\n{output}"
                 time.sleep(1)
-        if command.startswith("airflow backfill create"):
-            frm, to = (date.fromisoformat(re.search(rf"--{w}-date (\S+)", command).group(1)) for w in ("from", "to"))
+        if backfill:
+            frm, to = (date.fromisoformat(re.search(rf"(?:--{w}-date |\"{w}_date\": \")(\d{{4}}-\d\d-\d\d)", command).group(1))
+                       for w in ("from", "to"))
             expected = (to - frm).days + 1
             deadline = time.monotonic() + 60
             while len(new := sorted(r for r, v in _runs(airflow).items()
@@ -180,6 +167,3 @@ def test_every_readme_and_jobs_airflow_example_goes_green_as_printed(airflow_e2e
         conf = json.loads(re.search(r"--conf '(.*?)'", command).group(1)) if "--conf '" in command else {}
         if on_call is None and conf.get("prefixes"):
             on_call = {"run_id": new[0], "prefix": conf["prefixes"][0]}
-    assert not set(KNOWN_FAILING) - {c for _, c in commands}, "a known failure is no longer in the docs: drop it"
-    if left_out:
-        pytest.xfail("every other example went green; left out as known to fail:\n" + "\n".join(left_out))
