@@ -17,7 +17,7 @@ $(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt pypro
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements-test.txt -c constraints.txt
-	# The engine in editable mode, so Airflow's DAG and task processes import `s3arch`.
+	# The project (engine s3arch and Airflow glue s3arch_airflow) in editable mode, with its plugin entry point.
 	$(VENV)/bin/pip install --quiet --no-deps -e .
 	touch $@
 
