@@ -67,7 +67,7 @@ def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
                 "note": f"dry run: segment {k + 1} would be produced here; nothing was read or written"}
     clients = clients or S3Clients.from_session()
     clients.expect_owner(spec.expected_owner)
-    clients.check_bucket(spec.source.bucket, "source")
+    clients.check_bucket(spec.source.bucket, "source", spec.source.key)
     try:
         return produce_planned_segment(spec, clients, k, progress, cancel)
     except PlanOutdated as exc:
@@ -103,7 +103,8 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None,
         raise BadArgument(f"the destination s3://{layout.bucket}/{archive_key} lies inside the source "
                           f"prefix {spec.source}", hint="choose a destination outside the source prefix")
     clients.expect_owner(spec.expected_owner)
-    clients.check_buckets((spec.source.bucket, "source"), (layout.bucket, "destination"))
+    clients.check_buckets((spec.source.bucket, "source", spec.source.key),
+                          (layout.bucket, "destination", archive_key.rsplit("/", 1)[0] + "/"))
     if spec.locks:
         require_object_lock(clients.control, layout.bucket)
     return CommitProtocol(spec, clients, progress, cancel)

@@ -347,7 +347,8 @@ class CommitProtocol:
 
     def _current_etag(self, key: str) -> str | None:
         head = none_if_missing(lambda: self.control.head_object(Bucket=self.layout.bucket, Key=key),
-                               f"check s3://{self.layout.bucket}/{key}")
+                               f"check s3://{self.layout.bucket}/{key}", control=self.control,
+                               bucket=self.layout.bucket, key=key)
         return head["ETag"] if head else None
 
     def _commit(self, streamed: StreamedArchive, previous: Committed | None, archive_etag: str | None,

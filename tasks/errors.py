@@ -329,12 +329,38 @@ def status_of(exc: BaseException) -> int | None:
     return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
 
 
-def none_if_missing(call: Callable[[], T], what: str, subject: Subject = "object") -> T | None:
+def missing_key_denied(what: str, bucket: str, key: str, listing_denied: bool = True) -> AccessDenied:
+    """403 for a HEAD/GET of a key that may not exist: S3 answers 403, not 404, for a missing
+    key unless the caller may s3:ListBucket it (an s3:ListBucket narrowed by an s3:prefix
+    condition does not count: S3 checks it without a prefix)."""
+    folder = key.rsplit("/", 1)[0] + "/" if "/" in key else ""
+    return AccessDenied(
+        f"{what}: access denied (403) for s3://{bucket}/{key}, a key that may not exist; S3 answers 403 rather "
+        "than 404 for a missing key to a caller without s3:ListBucket"
+        + (", and listing it (ListObjectsV2, prefix the key) was denied too" if listing_denied else ""),
+        hint=f"grant s3:ListBucket on arn:aws:s3:::{bucket} (an s3:prefix condition must allow "
+             f"'{folder}*'), and s3:GetObject on the key (docs/SECURITY.md)")
+
+
+def none_if_missing(call: Callable[[], T], what: str, subject: Subject = "object", *, control=None,
+                    bucket: str | None = None, key: str | None = None) -> T | None:
     """``call()``'s answer, or None if S3 answers 404 (a HEAD or GET of something that may not
-    exist); any other I/O failure as a typed error (``translate``)."""
+    exist); any other I/O failure as a typed error (``translate``). With ``control``, ``bucket``
+    and ``key``, a 403 is told apart by a LIST of the key (``listing.key_listed``): a missing key
+    is None, as for a caller whose s3:ListBucket is narrowed by a prefix condition."""
     try:
         return call()
     except IO_ERRORS as exc:
-        if status_of(exc) == 404:
+        status = status_of(exc)
+        if status == 404:
             return None
+        if status == 403 and bucket is not None and key is not None:
+            if control is not None:
+                from .listing import key_listed
+
+                if not key_listed(control, bucket, key, what):
+                    return None
+                raise AccessDenied(f"{what}: access denied (s3:GetObject on s3://{bucket}/{key}, which exists)",
+                                   hint="grant the caller s3:GetObject on it (docs/SECURITY.md)") from exc
+            raise missing_key_denied(what, bucket, key, listing_denied=False) from exc
         raise translate(exc, what, subject) from exc

@@ -258,7 +258,7 @@ class _S3Writer:
 
     def _existing(self, key: str) -> dict | None:
         return none_if_missing(lambda: self.control.head_object(Bucket=self.bucket, Key=key),
-                               f"check s3://{self.bucket}/{key}")
+                               f"check s3://{self.bucket}/{key}", control=self.control, bucket=self.bucket, key=key)
 
     @staticmethod
     def _same(head: dict, record: dict) -> bool:

@@ -223,6 +223,21 @@ def install_page_parser(client) -> None:
     events.register_first("before-parse.s3.*", before_parse)
 
 
+def key_listed(control, bucket: str, key: str, what: str) -> bool:
+    """Whether ``key`` exists, by one LIST with the key as its prefix: what a caller whose
+    s3:ListBucket is narrowed by an s3:prefix condition may ask, where its HEAD or GET of a
+    missing key answers 403 rather than 404. A denied LIST is ``missing_key_denied``."""
+    from .errors import missing_key_denied, status_of
+
+    try:
+        page = control.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1)
+    except IO_ERRORS as exc:
+        if status_of(exc) == 403:
+            raise missing_key_denied(what, bucket, key) from exc
+        raise translate(exc, f"{what} (list the key)") from exc
+    return any(o.key == key for o in _listed(page))
+
+
 def key_order(key: str) -> bytes:
     """S3 lists keys in the binary order of their UTF-8 bytes, not Python's str order."""
     return key.encode("utf-8", "surrogateescape")

@@ -254,7 +254,8 @@ def iter_manifest(control, layout: ArchiveLayout) -> Iterator[dict]:
 
 def manifest_exists(control, layout: ArchiveLayout) -> bool:
     return none_if_missing(lambda: control.head_object(Bucket=layout.bucket, Key=layout.manifest_key),
-                           f"check manifest {layout.manifest_url}") is not None
+                           f"check manifest {layout.manifest_url}", control=control, bucket=layout.bucket,
+                           key=layout.manifest_key) is not None
 
 
 def read_header_and_summary(control, layout: ArchiveLayout) -> tuple[dict, dict]:

@@ -16,7 +16,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import boto3
 from botocore.config import Config
@@ -124,9 +124,11 @@ class S3Clients:
                     self._planes["single"].meta.events.register("before-parameter-build.s3", self._add_expected_owner)
             return self._planes["single"]
 
-    def check_bucket(self, bucket: str, role: str) -> BucketRoute:
+    def check_bucket(self, bucket: str, role: str, prefix: str = "") -> BucketRoute:
         """HeadBucket ``bucket``: fail with a typed error naming it, else remember where
-        botocore sent the request and which region answered, for the data plane."""
+        botocore sent the request and which region answered, for the data plane. HeadBucket
+        needs s3:ListBucket without an s3:prefix condition; where it is denied, a listing of
+        ``prefix`` (if given) that passes proves the bucket usable instead."""
         what = f"{role} bucket s3://{bucket}"
         sent: list[str] = []
 
@@ -137,8 +139,9 @@ class S3Clients:
                 sent.append(request.url)
 
         self.control.meta.events.register("before-send.s3.HeadBucket", capture)
+        self.control.meta.events.register("before-send.s3.ListObjectsV2", capture)
         try:
-            response = self.control.head_bucket(Bucket=bucket)
+            response = self._head_or_list(bucket, prefix)
         except IO_ERRORS as exc:
             error = translate(exc, what, "bucket")
             if isinstance(error, AccessDenied) and self.expected_owner:
@@ -156,6 +159,7 @@ class S3Clients:
             raise error from exc
         finally:
             self.control.meta.events.unregister("before-send.s3.HeadBucket", capture)
+            self.control.meta.events.unregister("before-send.s3.ListObjectsV2", capture)
         headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
         region = response.get("BucketRegion") or headers.get("x-amz-bucket-region") or self.region
         url = urllib.parse.urlsplit(sent[-1])
@@ -164,17 +168,35 @@ class S3Clients:
             self._routes[bucket] = route
         return route
 
-    def check_buckets(self, *buckets: tuple[str, str]) -> None:
-        """``check_bucket`` each (bucket, role) at once, once per bucket for the life of these
-        clients: a task that archives many prefixes of one bucket pays for it once."""
-        todo = [(bucket, role) for bucket, role in dict(buckets).items() if bucket not in self._routes]
+    def _head_or_list(self, bucket: str, prefix: str) -> Any:
+        from .errors import status_of
+
+        try:
+            return self.control.head_bucket(Bucket=bucket)
+        except IO_ERRORS as exc:
+            if not prefix or self.expected_owner or status_of(exc) != 403:
+                raise
+            try:  # s3:ListBucket narrowed to the prefix: S3 denies HeadBucket, lists the prefix
+                return self.control.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=0)
+            except IO_ERRORS as probe:
+                if status_of(probe) != 403:
+                    raise exc from None
+                raise AccessDenied(
+                    f"bucket s3://{bucket}: access denied (403) to HeadBucket and to a listing of {prefix!r}",
+                    hint=f"grant s3:ListBucket on arn:aws:s3:::{bucket}, unconditioned or with an s3:prefix "
+                         f"condition that allows '{prefix}' (docs/SECURITY.md)") from probe
+
+    def check_buckets(self, *buckets: tuple[str, ...]) -> None:
+        """``check_bucket`` each (bucket, role[, prefix]) at once, once per bucket for the life of
+        these clients: a task that archives many prefixes of one bucket pays for it once."""
+        todo = [t for t in {t[0]: t for t in buckets}.values() if t[0] not in self._routes]
         if len(todo) == 1:
             self.check_bucket(*todo[0])
         elif todo:
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(len(todo), thread_name_prefix="s3arch-buckets") as pool:
-                for done in [pool.submit(self.check_bucket, bucket, role) for bucket, role in todo]:
+                for done in [pool.submit(self.check_bucket, *t) for t in todo]:
                     done.result()
 
     def data_for(self, bucket: str, concurrency: int = 64) -> "DataPlane":
@@ -465,6 +487,11 @@ def read_object(control, bucket: str, key: str, what: str, *, missing_ok: bool =
             status = status_of(exc)
             if status == 404 and missing_ok:
                 return None
+            if status == 403 and missing_ok:  # 404 to a caller with s3:ListBucket on it, else 403
+                from .listing import key_listed
+
+                if not key_listed(control, bucket, key, what):
+                    return None
             if status == 412 and failures:
                 raise _changed(what) from exc
             raise translate(exc, what, subject) from exc

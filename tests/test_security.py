@@ -210,7 +210,7 @@ def roles(minio, cli_env):
     for day in ("20", "21"):
         seed(s3, src, {f"logs/2026/11/{day}/{i:02d}.log": b"entry %d\n" % i * 30 for i in range(12)})
     s3.put_object(Bucket=src, Key="logs/2026/11/21/tagged.log", Body=b"t", Tagging="team=ops")
-    names = dict(SOURCE_BUCKET=src, ARCHIVE_BUCKET=dst, ARCHIVE_PREFIX="archive/", RESTORE_BUCKET=back)
+    names = dict(SOURCE_BUCKET=src, SOURCE_PREFIX="logs/", ARCHIVE_BUCKET=dst, ARCHIVE_PREFIX="archive/", RESTORE_BUCKET=back)
     users = {
         "archive": minio_user(minio, policy("archive", **names)),
         "archive-delete": minio_user(minio, policy("archive", **names) + policy("archive-delete-extra", **names)),
@@ -387,3 +387,70 @@ def test_expected_owner_self_is_the_callers_account_from_sts(moto_server, cli_en
         proxy.stop()
     assert result["status"] == "archived"
     assert owners and set(owners) == {"123456789012"}  # moto does not check it; the proxy saw it sent
+
+
+def test_missing_key_403_under_a_prefix_conditioned_list_bucket(minio, cli_env):
+    """S3 answers 403, not 404, for a missing key to a caller whose s3:ListBucket has an
+    s3:prefix condition, and denies its HeadBucket. MinIO does the latter but answers 404 for
+    a missing key, so the fault proxy plays S3: 403 AccessDenied for every HEAD/GET of a key
+    of the destination that does not exist. The archive role of docs/SECURITY.md (its
+    ListBucket narrowed by prefix): a first run (no manifest, index or lease yet) archives,
+    a second skips, verify reads it. With the destination's ListBucket narrowed to another
+    prefix, the run stops with exit 2 naming s3:ListBucket, and writes nothing."""
+    s3, src, dst = source_with_one_object(minio, "lb")
+    names = dict(SOURCE_BUCKET=src, SOURCE_PREFIX="logs/", ARCHIVE_BUCKET=dst, ARCHIVE_PREFIX="archive/",
+                 RESTORE_BUCKET=dst)
+    statements = policy("archive", **names)
+    assert [s["Condition"] for s in statements if s["Action"] == ["s3:ListBucket"]] == [
+        {"StringLike": {"s3:prefix": ["logs/*"]}}, {"StringLike": {"s3:prefix": ["archive/*"]}}]
+
+    def missing(r) -> bool:
+        if r.method not in ("HEAD", "GET") or "list-type" in r.query or not r.key.startswith(f"{dst}/"):
+            return False
+        key = r.key.split("/", 1)[1]
+        if not key:
+            return False
+        try:
+            s3.head_object(Bucket=dst, Key=key)
+            return False
+        except s3.exceptions.ClientError:
+            return True
+
+    proxy = FaultProxy(minio.endpoint_url)
+    as_s3 = proxy.add(Fault("status", status=403, code="AccessDenied", match=missing))
+    try:
+        env = {**as_user(cli_env, *minio_user(minio, statements)), "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
+        vault = f"s3://{dst}/archive/"
+        started = time.monotonic()
+        result = run_json(env, "archive", f"s3://{src}/{PREFIX}", vault, "--storage-class", "STANDARD")
+        print(f"first run {result['status']} in {time.monotonic() - started:.1f} s, {as_s3.injected} 403s for missing keys")
+        assert result["status"] == "archived" and as_s3.injected >= 2  # the manifest and the lease, at least
+        assert run_json(env, "archive", f"s3://{src}/{PREFIX}", vault, "--storage-class", "STANDARD")["status"] == "skipped"
+        assert run_json(env, "verify", f"s3://{dst}/archive/{src}/logs/2026/11/21.manifest.jsonl.gz")["objects"] == 1
+
+        narrowed = [dict(s, Condition={"StringLike": {"s3:prefix": ["elsewhere/*"]}})
+                    if s.get("Sid") == "ListDestination" else s
+                    for s in policy("archive", **{**names, "ARCHIVE_PREFIX": "other/"})]
+        env = {**as_user(cli_env, *minio_user(minio, narrowed)), "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
+        started = time.monotonic()
+        message = _denied(run_cli(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/other/", "--storage-class",
+                                  "STANDARD", check=False))
+        print(f"exit 2 in {time.monotonic() - started:.1f} s: {message.strip().splitlines()[-1]}")
+        assert "s3:ListBucket" in message and dst in message and "other/" in message
+        assert keys_in(s3, dst, "other/") == [] and open_uploads(s3, dst) == []
+
+        # The bucket check passes (its folder may be listed), the manifest's HEAD gets 403 and
+        # the listing of that key is denied: the message names s3:ListBucket and the key.
+        exact = [dict(s, Condition={"StringEquals": {"s3:prefix": [f"other/{src}/logs/2026/11/"]}})
+                 if s.get("Sid") == "ListDestination" else s
+                 for s in policy("archive", **{**names, "ARCHIVE_PREFIX": "other/"})]
+        env = {**as_user(cli_env, *minio_user(minio, exact)), "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
+        started = time.monotonic()
+        message = _denied(run_cli(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/other/", "--storage-class",
+                                  "STANDARD", check=False))
+        print(f"exit 2 in {time.monotonic() - started:.1f} s: {message.strip().splitlines()[-1]}")
+        assert "s3:ListBucket" in message and "403 rather than 404" in message
+        assert f"s3://{dst}/other/{src}/logs/2026/11/21." in message
+        assert keys_in(s3, dst, "other/") == [] and open_uploads(s3, dst) == []
+    finally:
+        proxy.stop()

@@ -165,7 +165,7 @@ def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, 
         clients = S3Clients.from_session(session, endpoint_url=connection["endpoint_url"],
                                          verify=connection["verify"])
         clients.expect_owner(spec.expected_owner)
-        clients.check_bucket(spec.source.bucket, "source")
+        clients.check_bucket(spec.source.bucket, "source", spec.source.key)
         send.send(produce_segment(spec, clients, layout, SegmentPlan.from_dict(plan), k))
     except ArchiverError as exc:
         send.send({"error": type(exc).__name__, "message": str(exc)})
