@@ -27,6 +27,22 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client  # typing only (requirements-test.txt)
 
 
+DIRECTORY_BUCKET_SUFFIX = "--x-s3"  # S3 Express One Zone directory buckets: BUCKET--AZID--x-s3
+
+
+def refuse_directory_bucket(bucket: str, role: str) -> None:
+    """S3 Express One Zone directory buckets are refused until supported: their listings are in
+    no key order and take no StartAfter (ranges, segments and the deletion merge assume both),
+    and they use a session auth the data plane is not built with."""
+    if bucket.endswith(DIRECTORY_BUCKET_SUFFIX):
+        from .errors import BadArgument
+
+        raise BadArgument(f"{role} bucket s3://{bucket} is an S3 Express directory bucket (its name ends in "
+                          f"{DIRECTORY_BUCKET_SUFFIX}); s3arch does not support directory buckets yet",
+                          hint="use a general purpose bucket for the source and the destination "
+                               "(copy the prefix to one first if it lives in a directory bucket)")
+
+
 @dataclass(frozen=True)
 class BucketRoute:
     """Where botocore sent a request for ``bucket``, and the region the bucket answered from."""
@@ -130,6 +146,7 @@ class S3Clients:
         needs s3:ListBucket without an s3:prefix condition; where it is denied, a listing of
         ``prefix`` (if given) that passes proves the bucket usable instead."""
         what = f"{role} bucket s3://{bucket}"
+        refuse_directory_bucket(bucket, role)
         sent: list[str] = []
 
         def capture(request, **_):
@@ -189,6 +206,8 @@ class S3Clients:
     def check_buckets(self, *buckets: tuple[str, ...]) -> None:
         """``check_bucket`` each (bucket, role[, prefix]) at once, once per bucket for the life of
         these clients: a task that archives many prefixes of one bucket pays for it once."""
+        for t in buckets:  # before any request
+            refuse_directory_bucket(t[0], t[1])
         todo = [t for t in {t[0]: t for t in buckets}.values() if t[0] not in self._routes]
         if len(todo) == 1:
             self.check_bucket(*todo[0])
