@@ -72,6 +72,7 @@ class ArchiveResult:
     timings: dict = field(default_factory=dict)  # of a segmented run: plan, slowest segment, assembly
     estimated_bytes_out: int | None = None
     tags_unread: int = 0  # tagged objects archived without their tags (--without-tags)
+    throttled: int = 0  # throttled answers (503 SlowDown) to GETs, waited out with a growing backoff
     needs_restore: int = 0  # source objects in GLACIER/DEEP_ARCHIVE, not restored (a dry run counts them)
     retention: dict | None = None  # the archive's Object Lock: mode, retain_until, legal_hold, applied
     cost: dict | None = None  # tasks/cost.py: monthly and one-time figures, archive vs one by one
@@ -399,6 +400,7 @@ class CommitProtocol:
         r.state = State.COMMITTED.value
         r.objects, r.bytes_in, r.bytes_out = streamed.objects, streamed.bytes_in, streamed.bytes_out
         r.tar_bytes, r.gets, r.peak_buffered = streamed.tar_bytes, streamed.gets, streamed.peak_buffered
+        r.throttled = streamed.throttled
         r.cost = cost_of(spec, r.objects, r.bytes_in, streamed.short_of_min_billable, r.bytes_out,
                          streamed.source_bytes_by_class)
         if streamed.tags_unread:

@@ -165,6 +165,16 @@ class TransientError(ArchiverError):
     retryable = True
 
 
+class Throttled(TransientError):
+    """S3 asked for fewer requests (503 SlowDown and the like): retried with a backoff that keeps
+    growing for as long as it lasts, within the throttle budget (tasks/fetching.py)."""
+
+
+# S3's (and S3-compatible servers') answers that mean "slow down", not "broken".
+THROTTLE_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "TooManyRequestsException",
+                            "RequestLimitExceeded", "RequestThrottled", "ProvisionedThroughputExceededException"})
+
+
 class EmptyPrefix(ArchiverError):
     """The source prefix holds no objects; nothing was written."""
 
@@ -250,6 +260,8 @@ def error_for(code: str, status: int | None, message: str, *, what: str,
     """Turn an S3 answer (error code and/or HTTP status) into the engine's typed error."""
     code = code or ""
     entry = None
+    if code in THROTTLE_CODES or (not code and status in (429, 503)):
+        return Throttled(f"{what}: {code or status}: {message}".rstrip(": "), hint=_RETRY_LATER)
     if code == "NoSuchKey":
         entry = _BY_STATUS[(404, subject if subject != "bucket" else "object")]
     elif code == "PreconditionFailed":

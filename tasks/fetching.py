@@ -14,12 +14,21 @@ the GETs: in the stream's table of requests in flight (the stall watchdog cancel
 retried with the same backoff, and whatever a callback raises on CRT's thread settles its
 piece with that error (CRT swallows exceptions: uncaught, the piece would never settle).
 
+Throttling (503 SlowDown) is not a failure to count down: a throttled request is sent again
+after a pause drawn at random up to a ceiling that doubles with each throttled answer (full
+jitter, capped at ``THROTTLE_CAP``), for as long as S3 keeps throttling, until the throttle
+budget (``S3ARCH_THROTTLE_BUDGET`` seconds, 15 minutes by default) runs out; meanwhile the
+requests in flight are fewer (``InFlightLimit``: halved on a throttle, grown back by one per
+window of successes). Other faults keep their few tries.
+
 Failures go to the stream's coordinator (tasks/coordinator.py), the one place a stream's
 failure is kept; a fetch stage stopped by the stream raises ``Stopped``, which is no cause.
 """
 
 from __future__ import annotations
 
+import os
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,11 +36,25 @@ from typing import Any, Iterable, Iterator
 
 from . import attributes
 from .coordinator import Request, Stopped, StreamCoordinator
-from .errors import AccessDenied, ArchiverError, IntegrityError, TransientError
+from .errors import AccessDenied, ArchiverError, IntegrityError, Throttled, TransientError
 from .listing import ListedObject
 
 _ATTEMPTS = 3  # of each GET, tag read and checksum read, beyond the CRT client's own retries
 _BACKOFF = 0.2  # seconds times the attempts made
+
+# Throttled requests: a pause of random.uniform(0, min(THROTTLE_CAP, THROTTLE_BASE * 2**n)) after
+# the n-th throttled answer (each one after the CRT client's own retries), until a request has
+# been throttled for the budget's seconds.
+THROTTLE_BASE = 0.5
+THROTTLE_CAP = 20.0
+THROTTLE_BUDGET = 900.0
+
+
+def throttle_budget() -> float:
+    """Seconds a request may stay throttled before the run gives up (exit 3):
+    ``S3ARCH_THROTTLE_BUDGET``, else 15 minutes."""
+    value = os.environ.get("S3ARCH_THROTTLE_BUDGET")
+    return float(value) if value else THROTTLE_BUDGET
 
 # What a piece holds besides its payload while it is in flight or waits for the tar writer:
 # the Piece, its listed object and record fields, its callbacks and its entry in the table of
@@ -69,6 +92,76 @@ class ByteBudget:
             self._cond.notify_all()
 
 
+class InFlightLimit:
+    """The requests the fetcher keeps in flight, AIMD as in TCP: halved when S3 throttles (at
+    most once per ``cooldown``, so one burst of throttled answers is one cut; never below one),
+    grown back by one per ``limit`` successes, up to the configured concurrency. A request sent
+    again after a throttle (``retry=True``) goes before new ones, so the oldest piece, the one
+    the tar writer waits for, is not starved."""
+
+    def __init__(self, cap: int, *, cooldown: float = 1.0, clock=time.monotonic):
+        self.cap = max(1, cap)
+        self.cooldown = cooldown
+        self.held = 0
+        self.lowest = self.cap
+        self._limit = float(self.cap)
+        self._clock = clock
+        self._cut_at: float | None = None
+        self._retries = 0  # retries waiting for a slot
+        self._cond = threading.Condition()
+
+    @property
+    def limit(self) -> int:
+        return max(1, int(self._limit))
+
+    def acquire(self, timeout: float, retry: bool = False) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            if retry:
+                self._retries += 1
+            try:
+                while self.held >= self.limit or (self._retries and not retry):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+                self.held += 1
+                return True
+            finally:
+                if retry:
+                    self._retries -= 1
+                    self._cond.notify_all()
+
+    def release(self) -> None:
+        with self._cond:
+            self.held -= 1
+            self._cond.notify_all()
+
+    def throttled(self) -> None:
+        with self._cond:
+            now = self._clock()
+            if self._cut_at is None or now - self._cut_at >= self.cooldown:
+                self._limit = max(1.0, self._limit / 2)
+                self._cut_at = now
+                self.lowest = min(self.lowest, self.limit)
+
+    def succeeded(self) -> None:
+        with self._cond:
+            if self._limit < self.cap:
+                self._limit = min(float(self.cap), self._limit + 1.0 / self._limit)
+                self._cond.notify_all()
+
+
+@dataclass(slots=True)
+class Tries:
+    """One request's answers that called for another try: faults (retried ``_ATTEMPTS``
+    times) and throttles (retried until the throttle budget runs out)."""
+
+    failures: int = 0
+    throttles: int = 0
+    throttled_since: float | None = None
+
+
 @dataclass(slots=True)
 class Piece:
     obj: ListedObject
@@ -78,7 +171,8 @@ class Piece:
     end: int
     chunks: list = field(default_factory=list)
     received: int = 0
-    attempts: int = 0
+    tries: Tries = field(default_factory=Tries)
+    holding: bool = False  # holds a slot of the in-flight limit
     headers: list | None = None  # the first piece's response headers, until they are captured
     captured: attributes.Captured | None = None  # the object's attributes (first piece only)
     settled: bool = False  # handed on or failed; its GET slot released
@@ -105,7 +199,9 @@ class Fetcher:
         self.chunk = chunk
         self.gets = 0
         self.follow_ups = 0
-        self._slots = threading.Semaphore(concurrency)
+        self.throttled = 0  # throttled answers (503 SlowDown) to GETs and follow-ups, each retried
+        self.throttle_budget = throttle_budget()
+        self.limit = InFlightLimit(concurrency)
         self._cond = threading.Condition()
         self._done: dict[int, Piece] = {}
         self._total: int | None = None
@@ -147,9 +243,10 @@ class Fetcher:
                     piece = Piece(obj, i, i == len(spans) - 1, start, end)
                     if not self.budget.acquire(piece.cost, coordinator):
                         return
-                    while not self._slots.acquire(timeout=0.2):
+                    while not self.limit.acquire(timeout=0.2):
                         if coordinator.is_set():
                             return
+                    piece.holding = True
                     self._request(seq, piece)
                     seq += 1
             with self._cond:
@@ -167,7 +264,7 @@ class Fetcher:
                 self._fail(error)
             return
         piece.settled = True
-        self._slots.release()
+        self._release(piece)
         if error is not None:
             piece.chunks = []
             self._fail(error)
@@ -184,21 +281,55 @@ class Fetcher:
         except BaseException as exc:  # noqa: BLE001 - never lost: it becomes the piece's failure
             self._settle(seq, piece, exc)
 
-    def _retry_later(self, error: BaseException, attempt: int, again, seq: int, piece: Piece) -> bool:
-        """Send a request again after the backoff if ``error`` is one another try can cure;
-        whether it will be."""
-        if not (isinstance(error, (IntegrityError, TransientError)) and error.retryable
-                and attempt < _ATTEMPTS and not self.coordinator.is_set()):
-            return False
-        timer = threading.Timer(_BACKOFF * attempt, self._guarded, args=(seq, piece, again))
+    def _release(self, piece: Piece) -> None:
+        if piece.holding:
+            piece.holding = False
+            self.limit.release()
+
+    def _retry_later(self, error: ArchiverError, tries: Tries, again, seq: int, piece: Piece) -> ArchiverError | None:
+        """Send a request again after the backoff if ``error`` is one another try can cure:
+        None if it will be, else the error to fail with."""
+        if (self.coordinator.is_set() or not isinstance(error, (IntegrityError, TransientError))
+                or not error.retryable):
+            return error
+        if isinstance(error, Throttled):
+            self.throttled += 1
+            self.limit.throttled()
+            now = time.monotonic()
+            if tries.throttled_since is None:
+                tries.throttled_since = now
+            left = self.throttle_budget - (now - tries.throttled_since)
+            if left <= 0:
+                return Throttled(f"S3 kept throttling for {now - tries.throttled_since:.0f} s, longer than the "
+                                 f"throttle budget ({self.throttle_budget:.0f} s, S3ARCH_THROTTLE_BUDGET): {error}")
+            tries.throttles += 1
+            delay = min(left, random.uniform(0.0, min(THROTTLE_CAP, THROTTLE_BASE * 2 ** min(tries.throttles, 16))))
+            self._release(piece)  # fewer in flight while it lasts: the retry waits for a slot
+            self._later(delay, seq, piece, self._resend, seq, piece, again)
+            return None
+        tries.failures += 1
+        if tries.failures >= _ATTEMPTS:
+            return error
+        self._later(_BACKOFF * tries.failures, seq, piece, again)
+        return None
+
+    def _later(self, delay: float, seq: int, piece: Piece, call, *args) -> None:
+        timer = threading.Timer(delay, self._guarded, args=(seq, piece, call, *args))
         timer.daemon = True
         timer.start()
-        return True
+
+    def _resend(self, seq: int, piece: Piece, again) -> None:
+        """Send a throttled request again once the in-flight limit lets it."""
+        while not self.limit.acquire(timeout=0.2, retry=True):
+            if self.coordinator.is_set():
+                self._settle(seq, piece, Stopped("fetch stopped"))
+                return
+        piece.holding = True
+        again()
 
     # -- the GET of a piece --------------------------------------------------------------
 
     def _request(self, seq: int, piece: Piece) -> None:
-        piece.attempts += 1
         piece.chunks = []
         piece.received = 0
         piece.headers = [] if piece.index == 0 else None
@@ -207,7 +338,6 @@ class Fetcher:
         byte_range = None if whole else (piece.start, piece.end)
         entry = self.coordinator.track(f"GET s3://{self.bucket}/{piece.obj.key}"
                                        + ("" if whole else f" bytes {piece.start}-{piece.end - 1}"))
-        attempt = piece.attempts
 
         def on_body(chunk: bytes) -> None:
             piece.chunks.append(chunk)
@@ -220,8 +350,12 @@ class Fetcher:
                 error = IntegrityError(
                     f"GET s3://{self.bucket}/{piece.obj.key}: received {piece.received} bytes "
                     f"of {piece.size} for bytes {piece.start}-{piece.end}")
-            if error is not None and self._retry_later(error, attempt, lambda: self._request(seq, piece), seq, piece):
-                return
+            if error is not None:
+                error = self._retry_later(error, piece.tries, lambda: self._request(seq, piece), seq, piece)
+                if error is None:
+                    return
+            else:
+                self.limit.succeeded()
             if error is None and piece.index == 0:
                 self._follow_up(seq, piece)
                 return
@@ -258,7 +392,7 @@ class Fetcher:
 
         next_step()
 
-    def _send(self, seq: int, piece: Piece, what: str, attempt: int, send, finish, again) -> None:
+    def _send(self, seq: int, piece: Piece, what: str, tries: Tries, send, finish, again) -> None:
         """One attempt of a follow-up request: tracked in flight (the watchdog may cancel it),
         retried with the GETs' backoff, its callbacks guarded. ``send(on_body_progress,
         on_done)`` starts it and returns CRT's request; ``finish(error)`` reads the answer."""
@@ -266,15 +400,20 @@ class Fetcher:
 
         def done(error: ArchiverError | None) -> None:
             self.coordinator.untrack(entry)
-            if error is not None and self._retry_later(error, attempt, again, seq, piece):
-                return
+            if error is not None:
+                error = self._retry_later(error, tries, again, seq, piece)
+                if error is None:
+                    return
+            else:
+                self.limit.succeeded()
             finish(error)
 
         self.follow_ups += 1
         request = send(entry.progressed, lambda error: self._guarded(seq, piece, done, error))
         self.coordinator.cancellable(entry, request.cancel)
 
-    def _read_tags(self, seq: int, piece: Piece, then, attempt: int = 1) -> None:
+    def _read_tags(self, seq: int, piece: Piece, then, tries: Tries | None = None) -> None:
+        tries = tries or Tries()
         body: list[bytes] = []
         captured = piece.captured
         assert captured is not None
@@ -302,12 +441,13 @@ class Fetcher:
                     error = None
             then(error)
 
-        self._send(seq, piece, f"GetObjectTagging s3://{self.bucket}/{piece.obj.key}", attempt,
+        self._send(seq, piece, f"GetObjectTagging s3://{self.bucket}/{piece.obj.key}", tries,
                    lambda progressed, on_done: self.data.tagging(piece.obj.key, version_id=captured.version_id,
                                                                  on_body=on_body(progressed), on_done=on_done),
-                   finish, lambda: self._read_tags(seq, piece, then, attempt + 1))
+                   finish, lambda: self._read_tags(seq, piece, then, tries))
 
-    def _read_checksum(self, seq: int, piece: Piece, then, attempt: int = 1) -> None:
+    def _read_checksum(self, seq: int, piece: Piece, then, tries: Tries | None = None) -> None:
+        tries = tries or Tries()
         headers: list[tuple[str, str]] = []
         captured = piece.captured
         assert captured is not None
@@ -319,7 +459,7 @@ class Fetcher:
                     captured.fields["checksum"] = checksum
             then(error)
 
-        self._send(seq, piece, f"HeadObject s3://{self.bucket}/{piece.obj.key}", attempt,
+        self._send(seq, piece, f"HeadObject s3://{self.bucket}/{piece.obj.key}", tries,
                    lambda progressed, on_done: self.data.head(piece.obj.key, etag=piece.obj.etag,
                                                               on_headers=headers.extend, on_done=on_done),
-                   finish, lambda: self._read_checksum(seq, piece, then, attempt + 1))
+                   finish, lambda: self._read_checksum(seq, piece, then, tries))

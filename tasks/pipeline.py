@@ -53,6 +53,7 @@ class StreamedArchive:
     last_block_start: int = 0
     segments: int = 1
     tags_unread: int = 0  # tagged objects archived without their tags (--without-tags)
+    throttled: int = 0  # throttled answers (503 SlowDown) the fetcher waited out
     timings: dict = field(default_factory=dict)  # seconds per phase of a segmented run
     notes: list = field(default_factory=list)
 
@@ -347,7 +348,7 @@ class _Stream:
                                short_of_min_billable=self.feed.short_of_min_billable, raw_crc32=out.raw_crc32,
                                source_bytes_by_class=self.feed.classes.bytes_by_class,
                                last_block=sink.blocks - 1, last_block_start=out.last_block_start,
-                               tags_unread=self.fetcher.tags_unread)
+                               tags_unread=self.fetcher.tags_unread, throttled=self.fetcher.throttled)
 
 
 def _record(obj, sha256: str, header_offset: int, data_offset: int, captured) -> dict:

@@ -318,7 +318,19 @@ def _crt_client(session: boto3.Session, route: BucketRoute, verify: bool | str |
     return s3.S3Client(bootstrap=bootstrap, region=route.region,
                        credential_provider=_crt_credentials_provider(auth, creds),
                        tls_mode=tls, tls_connection_options=_crt_tls_options(io, route, verify),
-                       throughput_target_gbps=crt_throughput_target(concurrency), part_size=1 << 20)
+                       throughput_target_gbps=crt_throughput_target(concurrency), part_size=1 << 20,
+                       retry_config=crt_retry_config(s3, io))
+
+
+def crt_retry_config(s3, io):
+    """The CRT client's own retries: its default five per request (full jitter, up to 20 s), but
+    with a token bucket too large to drain. The default bucket (500 tokens, 5 a retry, shared
+    by every request to the host) was empty within a second of S3 answering SlowDown to 64
+    GETs in flight, and every request after that failed at once: the run gave up after 1 s.
+    Throttling that outlasts these retries is the fetcher's to wait out (tasks/fetching.py:
+    growing backoff within a time budget, fewer requests in flight)."""
+    return s3.S3RetryConfig(max_backoff_secs=20, jitter_mode=io.ExponentialBackoffJitterMode.FULL,
+                            initial_bucket_capacity=1 << 30)
 
 
 def crt_throughput_target(concurrency: int) -> float:
@@ -399,6 +411,8 @@ class DataPlane:
                 on_done(None)
                 return
             code, message = _parse_error_body(error_body)
+            if not code and getattr(error, "name", "") == "AWS_ERROR_S3_SLOW_DOWN":
+                code = "SlowDown"  # CRT's retries ended without the answer's status or body
             on_done(error_for(code, status_code, message or str(error), what=what, subject="source"))
 
         def headers_received(status_code, headers, **_):

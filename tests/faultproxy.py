@@ -10,6 +10,8 @@ and responses are streamed back, unless a rule says otherwise. Rules are set per
     proxy.add(Fault("truncate", count=3, match=is_get))               # short body, then close
     proxy.add(Fault("stall", seconds=30, count=1, match=is_get))      # hold the response back
     proxy.add(Fault("status", status=500, match=is_complete_upload))  # every matching request
+    proxy.add(Fault("status", status=503, window=30, match=is_get))   # SlowDown to every GET for 30 s
+    proxy.add(Fault("status", status=503, above_rate=50, match=is_get))  # SlowDown above 50 GETs/s
     proxy.add(Fault("status", status=400, code="ExpiredToken"))        # any S3 error code
     proxy.add(Fault("header", headers={"x-amz-restore": 'ongoing-request="true"'}, count=2))
     proxy.add(Fault("rewrite", rewrite=lambda body: body.replace(b"STANDARD", b"GLACIER"), match=is_list))
@@ -91,6 +93,12 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)  # a "header" fault sets these on the response
     at: int | None = None  # a "reset"/"truncate" fault sends this many body bytes first (default: half)
     rewrite: Callable[[bytes], bytes] | None = None  # a "rewrite" fault answers this of the upstream's body
+    window: float | None = None  # fires only during this many seconds from the first matching request
+    above_rate: float | None = None  # a token bucket: lets this many matching requests a second through
+    first_seen: float | None = None
+    last_injected: float | None = None
+    _tokens: float = 0.0
+    _refilled: float = 0.0
     injected: int = 0
     seen: int = 0
     on_inject: Callable[[Request], None] | None = None
@@ -105,9 +113,22 @@ class Fault:
                 return False
             if self.count is not None and self.injected >= self.count:
                 return False
+            now = time.monotonic()
+            if self.first_seen is None:
+                self.first_seen = self._refilled = now
+                self._tokens = self.above_rate or 0.0
+            if self.window is not None and now - self.first_seen >= self.window:
+                return False
+            if self.above_rate is not None:
+                self._tokens = min(self.above_rate, self._tokens + (now - self._refilled) * self.above_rate)
+                self._refilled = now
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                    return False
             if rng.random() >= self.rate:
                 return False
             self.injected += 1
+            self.last_injected = now
         if self.on_inject:
             self.on_inject(request)
         return True
