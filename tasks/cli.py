@@ -270,7 +270,9 @@ def _archive(args) -> int:
               + (f" {_retention_text(result.retention)}" if result.retention else "") + "\n"
               f"  manifest: {result.manifest}"
               + (f"\n  {_deletion_line(result)}" if result.deletion else "")
-              + f"\n  {_cost_line(result)}")
+              + f"\n  {_cost_line(result)}"
+              + (f"\n  throttled: S3 answered {result.throttled:,} request(s) 503 SlowDown; waited out with "
+                 "backoff and fewer requests in flight" if result.throttled else ""))
     for note in result.notes:
         print(f"note: {note}")
     return 0

@@ -106,3 +106,19 @@ def test_the_in_flight_limit_holds_requests_to_it_and_lets_retries_go_first():
     limit.release()
     waiter.join()
     assert got == [True]
+
+
+def test_the_throttled_count_goes_to_the_task_row_and_the_metrics(monkeypatch):
+    """StatsD (Airflow's Stats) gets ``s3arch.throttled`` per prefix, beside ``s3arch.objects``."""
+    from types import SimpleNamespace
+
+    import airflow.providers.common.compat.sdk as compat
+    from s3arch_airflow.operators import S3ArchiveBaseOperator, result_row
+
+    sent = []
+    monkeypatch.setattr(compat.Stats, "incr", lambda name, count=1, **kw: sent.append((name, count)))
+    monkeypatch.setattr(compat.Stats, "timing", lambda *a, **kw: None)
+    row = result_row("day/", "archived", objects=300, throttled=41)
+    S3ArchiveBaseOperator._emit_metrics(SimpleNamespace(storage_class="GLACIER", dag_id="d"), row)
+    assert ("s3arch.throttled", 41) in sent and ("s3arch.objects", 300) in sent
+    assert result_row("day/", "archived")["throttled"] == 0

@@ -213,7 +213,8 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
                          bytes_in=result.bytes_in, bytes_out=result.bytes_out or result.estimated_bytes_out or 0,
                          seconds=round(result.seconds, 2), archive=result.archive, manifest=result.manifest,
                          deleted=result.deleted, deletion="finished" if result.deletion else None, cost=result.cost,
-                         segments=result.segments, timings=result.timings or None, retention=result.retention)
+                         segments=result.segments, timings=result.timings or None, retention=result.retention,
+                         throttled=getattr(result, "throttled", 0))
         row["ratio"] = round(row["bytes_in"] / row["bytes_out"], 2) if row["bytes_out"] else 0.0
         if context is not None and row["status"] == "archived":
             self._emit_asset_event(context, row)
@@ -229,6 +230,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         Stats.incr("s3arch.objects", row["objects"], tags=tags)
         Stats.incr("s3arch.bytes_in", row["bytes_in"], tags=tags)
         Stats.incr("s3arch.bytes_out", row["bytes_out"], tags=tags)
+        Stats.incr("s3arch.throttled", row.get("throttled", 0), tags=tags)
         Stats.timing("s3arch.seconds", row["seconds"] * 1000.0, tags=tags)
 
     def _emit_asset_event(self, context: Context, row: dict) -> None:
@@ -255,8 +257,9 @@ class S3ArchivePrefixOperator(S3ArchiveBaseOperator):
     extra, through every ``AssetAlias`` in ``outlets`` (the archive DAG gives one per job,
     ``s3_archive__<job>``), so downstream DAGs can be scheduled on archives (docs/JOBS.md). Per
     prefix, the counters ``s3arch.objects``, ``s3arch.bytes_in``, ``s3arch.bytes_out``,
-    ``s3arch.failures`` and the timer ``s3arch.seconds`` go to Airflow's metrics (StatsD or
-    OpenTelemetry, as Airflow is configured), tagged with the storage class and status.
+    ``s3arch.throttled`` (GETs S3 answered 503 SlowDown, waited out), ``s3arch.failures`` and
+    the timer ``s3arch.seconds`` go to Airflow's metrics (StatsD or OpenTelemetry, as Airflow is
+    configured), tagged with the storage class and status.
     """
 
     template_fields: Sequence[str] = (*S3ArchiveBaseOperator.template_fields, "prefix")
@@ -467,7 +470,8 @@ def result_row(prefix: str, status: str, **values) -> dict:
     """One prefix's line in the task result and the report."""
     row = {"prefix": prefix, "status": status, "objects": 0, "bytes_in": 0, "bytes_out": 0,
            "ratio": 0.0, "seconds": 0.0, "archive": None, "manifest": None, "deleted": 0,
-           "deletion": None, "cost": None, "error": None, "retryable": None, "segments": 1, "timings": None}
+           "deletion": None, "cost": None, "error": None, "retryable": None, "segments": 1, "timings": None,
+           "throttled": 0}
     row.update(values)
     return row
 
