@@ -14,13 +14,13 @@ from .commit import ArchiveResult, CommitProtocol, cost_of
 from .cost import short_of_minimum
 from .compression import codec_for
 from .config import ArchiveSpec, MiB
-from .errors import IO_ERRORS, BadArgument, EmptyPrefix, translate
+from .errors import BadArgument, EmptyPrefix
 from .listing import LISTING_WORKERS, NEEDS_RESTORE, SourceClasses, iter_pages
 from .manifest import layout_for
 from .outcome import Outcome
 from .progress import Progress
 from .retention import require_object_lock
-from .s3 import S3Clients
+from .s3 import S3Clients, read_object
 from .tarwriter import member_size_bound
 
 
@@ -159,10 +159,10 @@ def _compressed_sample(spec: ArchiveSpec, clients: S3Clients, sample: list) -> t
     codec = codec_for(spec.codec, spec.effective_level)
 
     def fetch(o) -> bytes:
-        try:
-            return clients.control.get_object(Bucket=spec.source.bucket, Key=o.key, IfMatch=o.etag)["Body"].read()
-        except IO_ERRORS as exc:
-            raise translate(exc, f"sample s3://{spec.source.bucket}/{o.key}", "source") from exc
+        response = read_object(clients.control, spec.source.bucket, o.key, f"sample s3://{spec.source.bucket}/{o.key}",
+                               subject="source", IfMatch=o.etag)
+        assert response is not None  # not missing_ok: a 404 raises
+        return response["Body"]
 
     with ThreadPoolExecutor(_SAMPLE_THREADS, thread_name_prefix="s3arch-sample") as pool:
         bodies = list(pool.map(fetch, sample))

@@ -29,11 +29,11 @@ from datetime import date, datetime, timedelta, timezone
 
 from .config import S3Url
 from .cost import estimate, prices_with
-from .errors import IO_ERRORS, ArchiverError, none_if_missing, translate
+from .errors import IO_ERRORS, ArchiverError, translate
 from .jobs import ArchiveJob, days_between
 from .listing import ListedObject, _listed
 from .manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, layout_for, read_header_and_summary
-from .s3 import parse_s3_time
+from .s3 import parse_s3_time, read_object
 
 # Day states, in the order the page's legend shows them.
 ARCHIVED = "archived"            # manifest present: complete and verified when it was written
@@ -256,9 +256,9 @@ class Catalog:
         try:
             if indexed:
                 counter.add("GET")
-                body = none_if_missing(
-                    lambda: self.control.get_object(Bucket=layout.bucket, Key=layout.index_key)["Body"].read(),
-                    f"read s3://{layout.bucket}/{layout.index_key}")
+                got = read_object(self.control, layout.bucket, layout.index_key,
+                                  f"read s3://{layout.bucket}/{layout.index_key}", missing_ok=True)
+                body = None if got is None else got["Body"]
                 found = _summary_of(body) if body is not None else None
                 if found is not None:
                     return found, None
@@ -365,12 +365,11 @@ def apply_runs(view: CatalogView, runs: dict[str, dict]) -> CatalogView:
 
 def read_scrub_result(control, job: ArchiveJob) -> dict | None:
     bucket, key = job.destination.bucket, scrub_result_key(job)
-    body = none_if_missing(lambda: control.get_object(Bucket=bucket, Key=key)["Body"].read(),
-                           f"read the scrub result s3://{bucket}/{key}")
-    if body is None:
+    got = read_object(control, bucket, key, f"read the scrub result s3://{bucket}/{key}", missing_ok=True)
+    if got is None:
         return None
     try:
-        return json.loads(body)
+        return json.loads(got["Body"])
     except ValueError:
         return None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import tarfile
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 from isal import isal_zlib
 
@@ -70,26 +70,39 @@ def cat_object(control, layout: ArchiveLayout, key: str, out: BinaryIO) -> dict:
     archive_key = header["archive"]["key"]
     chunks = stream_object(control, layout.bucket, archive_key, f"read s3://{layout.bucket}/{archive_key}",
                            start=start, end=end, chunk=DECODE_CHUNK)
+    digest, size = hashlib.sha256(), 0
+    try:
+        for data in member_data(chunks, record, header):
+            digest.update(data)
+            size += len(data)
+            out.write(data)
+    finally:
+        chunks.close()
+    if size != record["size"] or digest.hexdigest() != record["sha256"]:
+        raise IntegrityError(f"{key!r} read back from the archive does not match its manifest "
+                             f"entry (missing {record['size'] - size} bytes or SHA-256 differs)")
+    return record
+
+
+def member_data(compressed: Iterable[bytes], record: dict, header: dict) -> Iterator[bytes]:
+    """The bytes of one member, from the compressed bytes of its record's ``range`` (which
+    starts at its first block): decompressed, the block's bytes before the member skipped, cut
+    at the member's size. Fewer bytes than ``record["size"]`` if ``compressed`` ends early; the
+    caller checks size and SHA-256."""
     d = _decompressor(header["codec"], from_block_start=True)
     skip = record["data_offset"] - record["block"] * header["block_size"]
     remaining = record["size"]
-    digest = hashlib.sha256()
-    for chunk in chunks:
+    for chunk in compressed:
         data = d.decompress(chunk)
         if skip:
             cut = min(skip, len(data))
             data, skip = data[cut:], skip - cut
         data = data[:remaining]
         remaining -= len(data)
-        digest.update(data)
-        out.write(data)
+        if data:
+            yield data
         if not remaining:
-            break
-    chunks.close()
-    if remaining or digest.hexdigest() != record["sha256"]:
-        raise IntegrityError(f"{key!r} read back from the archive does not match its manifest "
-                             f"entry (missing {remaining} bytes or SHA-256 differs)")
-    return record
+            return
 
 
 class _DecompressingReader:

@@ -36,9 +36,9 @@ from .errors import IO_ERRORS, ArchiverError, none_if_missing, translate
 from .jobs import ArchiveJob, days_between
 from .listing import _listed
 from .manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, layout_for, read_chunk, read_header_and_summary
-from .reading import _decompressor
+from .reading import DECODE_CHUNK, member_data
 from .restore import NEEDS_RESTORE
-from .s3 import parse_s3_time
+from .s3 import parse_s3_time, read_object, stream_object
 
 # Request prices (us-east-1 list prices, as tasks/cost.py dates its table): LIST per 1,000,
 # GET/HEAD per 1,000 in STANDARD, and retrieval per GB where a class bills reads.
@@ -197,8 +197,9 @@ def _check_day(job: ArchiveJob, control, layout, day: date, listed: dict, sample
         index = None
         if layout.index_key in listed:
             counter.add("GET")
-            body = none_if_missing(lambda: control.get_object(Bucket=layout.bucket, Key=layout.index_key)["Body"].read(),
-                                   f"read s3://{layout.bucket}/{layout.index_key}")
+            got = read_object(control, layout.bucket, layout.index_key, f"read s3://{layout.bucket}/{layout.index_key}",
+                              missing_ok=True)
+            body = None if got is None else got["Body"]
             if body is not None:
                 import gzip
 
@@ -288,32 +289,22 @@ def _sample(control, layout, index: dict, header: dict, archive_key: str, sample
     for record in picked:
         start, end = record["range"]
         counter.add("GET")
+        read += end - start  # what the ranged GET asks for, and is billed
+        compressed = stream_object(control, layout.bucket, archive_key, f"read s3://{layout.bucket}/{archive_key}",
+                                   start=start, end=end, chunk=DECODE_CHUNK)
+        digest, size = hashlib.sha256(), 0
         try:
-            body = control.get_object(Bucket=layout.bucket, Key=archive_key, Range=f"bytes={start}-{end - 1}")["Body"]
-        except IO_ERRORS as exc:
-            raise translate(exc, f"read s3://{layout.bucket}/{archive_key}") from exc
-        d = _decompressor(header["codec"], from_block_start=True)
-        skip = record["data_offset"] - record["block"] * header["block_size"]
-        remaining = record["size"]
-        digest = hashlib.sha256()
-        try:
-            for chunk in body.iter_chunks(1 << 20):
-                read += len(chunk)
-                data = d.decompress(chunk)
-                if skip:
-                    cut = min(skip, len(data))
-                    data, skip = data[cut:], skip - cut
-                data = data[:remaining]
-                remaining -= len(data)
+            for data in member_data(compressed, record, header):
                 digest.update(data)
-                if not remaining:
-                    break
+                size += len(data)
+        except ArchiverError:
+            raise  # S3 or the network, typed at the I/O: not drift
         except Exception as exc:  # a damaged deflate stream is drift, not a crash
             bad.append(f"{record['key']}: does not decompress ({exc})")
             continue
         finally:
-            body.close()
-        if remaining or digest.hexdigest() != record["sha256"]:
+            compressed.close()
+        if size != record["size"] or digest.hexdigest() != record["sha256"]:
             bad.append(f"{record['key']}: SHA-256 differs from the manifest's")
     return len(picked), read, bad
 
