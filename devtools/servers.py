@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -109,7 +110,9 @@ def _wait_healthy(server: S3Server, url: str, timeout: float) -> None:
                 f"healthy. Its log ends with:\n{server.log_tail()}"
             )
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
+            # An HTTPS server's own CA is the caller's to trust; health is all that is asked here.
+            context = ssl._create_unverified_context() if url.startswith("https:") else None
+            with urllib.request.urlopen(url, timeout=2, context=context) as resp:
                 if resp.status < 500:
                     return
         except urllib.error.HTTPError as e:
@@ -135,12 +138,14 @@ def _spawn(name: str, argv: list[str], env: dict[str, str], workdir: Path) -> tu
 
 def start_minio(console: bool = False, timeout: float = 60.0, data_dir: Path | None = None,
                 access_key: str | None = None, secret_key: str | None = None,
-                region: str = "us-east-1", kms_key_id: str | None = None) -> S3Server:
+                region: str = "us-east-1", kms_key_id: str | None = None,
+                certs_dir: Path | None = None) -> S3Server:
     """Start the pinned MinIO build on a free loopback port.
 
     By default the data dir is throwaway and the credentials random; the benchmark passes a
     ``data_dir`` (kept on stop) and fixed credentials so its seeded data sets survive runs.
     ``kms_key_id`` turns on MinIO's built-in single-key KMS, so SSE-KMS works under that id.
+    ``certs_dir`` (holding ``public.crt`` and ``private.key``) serves HTTPS with that certificate.
     """
     if not MINIO_BIN.exists():
         raise ServerStartError(
@@ -168,13 +173,17 @@ def start_minio(console: bool = False, timeout: float = 60.0, data_dir: Path | N
         env["MINIO_KMS_SECRET_KEY"] = f"{kms_key_id}:{base64.b64encode(secrets.token_bytes(32)).decode()}"
     argv = [str(MINIO_BIN), "server", str(data_dir), "--quiet",
             "--address", f"127.0.0.1:{port}"]
+    scheme = "http"
+    if certs_dir is not None:
+        argv += ["--certs-dir", str(certs_dir)]
+        scheme = "https"
     console_url = None
     if console:
         console_port = free_loopback_port()
         argv += ["--console-address", f"127.0.0.1:{console_port}"]
         console_url = f"http://127.0.0.1:{console_port}"
     process, log_path, log_file = _spawn("minio", argv, env, workdir)
-    server = S3Server("MinIO", f"http://127.0.0.1:{port}", access_key, secret_key, region=region,
+    server = S3Server("MinIO", f"{scheme}://127.0.0.1:{port}", access_key, secret_key, region=region,
                       process=process, workdir=workdir, log_path=log_path,
                       console_url=console_url, _log_file=log_file)
     _wait_healthy(server, f"{server.endpoint_url}/minio/health/live", timeout)

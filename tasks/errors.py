@@ -57,6 +57,14 @@ class CredentialsExpired(ArchiverError):
     retryable = True
 
 
+class CertificateUntrusted(ArchiverError):
+    """The endpoint's TLS certificate does not verify against the trusted CAs."""
+
+
+_TRUST_CA = ("trust its CA: AWS_CA_BUNDLE=/path/to/ca.pem (or ca_bundle in the AWS profile, or the Airflow "
+             "connection's verify), or add the CA to the system trust store")
+
+
 class ClockSkewed(ArchiverError):
     """The machine's clock is too far from S3's for signatures to be accepted."""
 
@@ -326,6 +334,17 @@ def translate(exc: BaseException, what: str, subject: Subject = "object") -> Arc
             return WrongRegion(f"{what}: bucket is in region {region}",
                                hint="set AWS_REGION / the connection's region_name to the bucket's region")
         return error_for(code, status, err.get("Message", ""), what=what, subject=subject)
+    from botocore.exceptions import SSLError
+
+    if isinstance(exc, SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        endpoint = getattr(exc, "kwargs", {}).get("endpoint_url") or "the endpoint"
+        return CertificateUntrusted(f"{what}: the TLS certificate of {endpoint} does not verify ({exc})",
+                                    hint=_TRUST_CA)
+    if isinstance(exc, AwsCrtError) and exc.name.startswith("AWS_IO_TLS_"):
+        # The CRT data plane, after the control plane's TLS to the same endpoint passed: its
+        # trust differs (a CA bundle it was not given); another try fails the same way.
+        return CertificateUntrusted(f"{what}: TLS negotiation with the endpoint failed ({exc.name})",
+                                    hint=_TRUST_CA)
     if isinstance(exc, NoCredentialsError):
         return BadCredentials(f"{what}: no AWS credentials found",
                               hint="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or the Airflow connection")

@@ -93,9 +93,13 @@ class S3Clients:
                                      config=_with_s3_options(config, path_style=True))
         _keep_timestamps_as_text(control)
         _send_bodies_at_once(control)
+        _retry_expired_tokens(control)
         from .listing import install_page_parser  # listing needs this module: imported here
 
         install_page_parser(control)
+        _fail_fast_on_untrusted_certificate(control)
+        if verify is None:  # AWS_CA_BUNDLE or the profile's ca_bundle, as botocore reads them: the CRT plane too
+            verify = session._session.get_config_variable("ca_bundle") or None
         return cls(session=session, control=control, endpoint_url=custom, region=region, verify=verify)
 
     def expect_owner(self, account: str | None) -> None:
@@ -254,6 +258,22 @@ def _send_bodies_at_once(client) -> None:
     client.meta.events.unregister("before-call.s3", add_expect_header)
 
 
+def _retry_expired_tokens(client, limit: int = 5) -> None:
+    """ExpiredToken and TokenRefreshRequired retried (0.25, 0.5, 1, 2 s apart): botocore
+    signs each attempt anew with the credentials it has refreshed meanwhile; its standard retry
+    mode takes them as final. A token that outlives its announced expiry, or a request signed
+    just before a refresh, then costs a pause, not the run."""
+
+    def retry(response=None, attempts: int = 1, **_):
+        if response is None or attempts >= limit:
+            return None
+        if response[1].get("Error", {}).get("Code") in ("ExpiredToken", "TokenRefreshRequired"):
+            return 0.25 * 2 ** (attempts - 1)
+        return None
+
+    client.meta.events.register("needs-retry.s3", retry)
+
+
 def _keep_timestamps_as_text(client) -> None:
     """Make this client return timestamps as S3's ISO 8601 text instead of datetimes.
 
@@ -331,6 +351,19 @@ def crt_retry_config(s3, io):
     growing backoff within a time budget, fewer requests in flight)."""
     return s3.S3RetryConfig(max_backoff_secs=20, jitter_mode=io.ExponentialBackoffJitterMode.FULL,
                             initial_bucket_capacity=1 << 30)
+
+
+def _fail_fast_on_untrusted_certificate(client) -> None:
+    """A certificate that does not verify will not verify on the next try: botocore's retries
+    (ConnectionError, of which SSLError is one) are stopped for it, and ``translate`` makes it a
+    permanent error naming the endpoint and how to trust it."""
+    from botocore.exceptions import SSLError
+
+    def stop(caught_exception=None, **_):
+        if isinstance(caught_exception, SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(caught_exception):
+            raise caught_exception
+
+    client.meta.events.register_first("needs-retry.s3", stop)
 
 
 def crt_throughput_target(concurrency: int) -> float:

@@ -1,0 +1,150 @@
+"""HTTPS with its own CA (issue 31): MinIO serving a certificate from a CA made here.
+AWS_CA_BUNDLE is honoured by both planes (botocore's control plane and the CRT data plane):
+archive, verify and extract pass. Without it the certificate does not verify, and that is
+permanent: exit 2 within seconds, naming the endpoint and AWS_CA_BUNDLE, not retried."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import time
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from helpers import ROOT, run_cli, run_json, seed
+
+
+def _make_ca_and_server_cert(directory: Path) -> Path:
+    """A CA, and a certificate for 127.0.0.1/localhost it signed, where MinIO's --certs-dir
+    wants them (public.crt, private.key). Returns the CA's PEM file."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "s3arch test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=2))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    certs = directory / "certs"
+    certs.mkdir()
+    (certs / "public.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (certs / "private.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                          serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    ca_file = directory / "ca.pem"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    return ca_file
+
+
+@pytest.fixture(scope="session")
+def minio_tls(tmp_path_factory):
+    """One MinIO over HTTPS with its own CA for the session: (server, CA file)."""
+    from devtools.servers import start_minio
+
+    directory = tmp_path_factory.mktemp("tls")
+    ca_file = _make_ca_and_server_cert(directory)
+    server = start_minio(certs_dir=directory / "certs")
+    yield server, ca_file
+    server.stop()
+
+
+@pytest.fixture
+def tls_day(minio_tls):
+    server, ca_file = minio_tls
+    s3 = boto3.client("s3", endpoint_url=server.endpoint_url, aws_access_key_id=server.access_key,
+                      aws_secret_access_key=server.secret_key, region_name=server.region, verify=str(ca_file),
+                      config=Config(s3={"addressing_style": "path"}, max_pool_connections=32))
+    suffix = uuid.uuid4().hex[:8]
+    src, dst = f"tls-src-{suffix}", f"tls-dst-{suffix}"
+    for bucket in (src, dst):
+        s3.create_bucket(Bucket=bucket)
+    objects = {f"day/{i:03d}.log": b"line %d\n" % i * (20 + i) for i in range(120)}
+    objects["day/big.bin"] = os.urandom(3 << 20)  # fetched as ranged pieces
+    seed(s3, src, objects)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SSL_CERT", "REQUESTS_CA"))}
+    env.update(server.env())
+    env["PYTHONPATH"] = str(ROOT)
+    return env, str(ca_file), src, dst, objects
+
+
+def test_archive_verify_extract_over_https_with_aws_ca_bundle(tls_day, tmp_path):
+    env, ca_file, src, dst, objects = tls_day
+    env = {**env, "AWS_CA_BUNDLE": ca_file}
+    assert env["AWS_ENDPOINT_URL_S3"].startswith("https://")
+    started = time.monotonic()
+    result = run_json(env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD")
+    assert result["status"] == "archived" and result["objects"] == len(objects)
+    assert run_json(env, "verify", result["manifest"])["objects"] == len(objects)
+    run_cli(env, "extract", result["manifest"], "--to-dir", str(tmp_path / "out"))
+    assert {str(p.relative_to(tmp_path / "out")): p.read_bytes()
+            for p in (tmp_path / "out").rglob("*") if p.is_file()} == {k.removeprefix("day/"): v
+                                                                       for k, v in objects.items()}
+    print(f"archive, verify, extract over HTTPS: {time.monotonic() - started:.1f} s")
+
+
+@pytest.mark.parametrize("command", ["archive", "verify", "extract"])
+def test_untrusted_certificate_is_exit_2_at_once_naming_aws_ca_bundle(tls_day, tmp_path, command):
+    env, _, src, dst, _ = tls_day
+    manifest = f"s3://{dst}/a/{src}/day.manifest.jsonl.gz"
+    args = {"archive": ("archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD"),
+            "verify": ("verify", manifest),
+            "extract": ("extract", manifest, "--to-dir", str(tmp_path / "out"))}[command]
+    started = time.monotonic()
+    proc = run_cli(env, *args, check=False)
+    seconds = time.monotonic() - started
+    message = proc.stderr.decode()
+    print(f"{command} without AWS_CA_BUNDLE: exit {proc.returncode} in {seconds:.1f} s: "
+          f"{message.strip().splitlines()[-1] if message.strip() else ''}")
+    assert proc.returncode == 2, message
+    assert "AWS_CA_BUNDLE" in message and "127.0.0.1" in message and "Traceback" not in message
+    assert seconds < 10, "a certificate that does not verify is not retried"
+
+
+@pytest.mark.parametrize("where", ["AWS_CA_BUNDLE", "profile ca_bundle"])
+def test_ca_bundle_reaches_the_crt_plane(minio_tls, monkeypatch, tmp_path, where):
+    """AWS_CA_BUNDLE, or the profile's ca_bundle, becomes the clients' ``verify``, from which
+    the CRT data plane's TLS options are built (before: only botocore read them)."""
+    from s3arch.s3 import S3Clients
+
+    server, ca_file = minio_tls
+    monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    if where == "AWS_CA_BUNDLE":
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(ca_file))
+        session = boto3.Session(aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,
+                                region_name=server.region)
+    else:
+        config = tmp_path / "config"
+        config.write_text(f"[profile tls]\nregion = {server.region}\nca_bundle = {ca_file}\n"
+                          f"aws_access_key_id = {server.access_key}\naws_secret_access_key = {server.secret_key}\n")
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+        session = boto3.Session(profile_name="tls")
+    clients = S3Clients.from_session(session, server.endpoint_url)
+    assert clients.verify == str(ca_file)
+    assert clients.control.list_buckets()["ResponseMetadata"]["HTTPStatusCode"] == 200
