@@ -39,6 +39,7 @@ from .retention import check_applied, refuse_locked_overwrite, retention_of
 from .s3 import S3Clients
 from .segments import (PrefixIsLarge, SegmentPlan, SizingListing, assemble, could_use_segments, delete_temporaries,
                        open_upload, plan_segments, read_plan, stream_segmented, write_plan)
+from .throttling import throttled
 from .upload import abort_uploads, open_uploads
 
 
@@ -98,6 +99,7 @@ class CommitProtocol:
         self.archive_key = self.layout.archive_key(spec.extension)
         self.started = time.monotonic()
         self.segmented = False  # produced as segments: temporaries to delete after the commit
+        self.control_throttled = throttled(self.control)  # the control plane's count when the run began
         self.result = ArchiveResult(Outcome.ARCHIVED, str(spec.source), self.archive_url, self.layout.manifest_url,
                                     storage_class=spec.storage_class, codec=spec.codec)
 
@@ -400,7 +402,7 @@ class CommitProtocol:
         r.state = State.COMMITTED.value
         r.objects, r.bytes_in, r.bytes_out = streamed.objects, streamed.bytes_in, streamed.bytes_out
         r.tar_bytes, r.gets, r.peak_buffered = streamed.tar_bytes, streamed.gets, streamed.peak_buffered
-        r.throttled = streamed.throttled
+        r.throttled = streamed.throttled + throttled(self.control) - self.control_throttled
         r.cost = cost_of(spec, r.objects, r.bytes_in, streamed.short_of_min_billable, r.bytes_out,
                          streamed.source_bytes_by_class)
         if streamed.tags_unread:

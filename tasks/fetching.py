@@ -56,6 +56,12 @@ def throttle_budget() -> float:
     value = os.environ.get("S3ARCH_THROTTLE_BUDGET")
     return float(value) if value else THROTTLE_BUDGET
 
+
+def throttle_pause(throttles: int) -> float:
+    """The pause after a request's ``throttles``-th throttled answer: full jitter under a
+    ceiling that doubles each time, up to ``THROTTLE_CAP``."""
+    return random.uniform(0.0, min(THROTTLE_CAP, THROTTLE_BASE * 2 ** min(throttles, 16)))
+
 # What a piece holds besides its payload while it is in flight or waits for the tar writer:
 # the Piece, its listed object and record fields, its callbacks and its entry in the table of
 # requests in flight (its response headers are dropped once its attributes are captured).
@@ -303,7 +309,7 @@ class Fetcher:
                 return Throttled(f"S3 kept throttling for {now - tries.throttled_since:.0f} s, longer than the "
                                  f"throttle budget ({self.throttle_budget:.0f} s, S3ARCH_THROTTLE_BUDGET): {error}")
             tries.throttles += 1
-            delay = min(left, random.uniform(0.0, min(THROTTLE_CAP, THROTTLE_BASE * 2 ** min(tries.throttles, 16))))
+            delay = min(left, throttle_pause(tries.throttles))
             self._release(piece)  # fewer in flight while it lasts: the retry waits for a slot
             self._later(delay, seq, piece, self._resend, seq, piece, again)
             return None

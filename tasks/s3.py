@@ -97,6 +97,9 @@ class S3Clients:
         from .listing import install_page_parser  # listing needs this module: imported here
 
         install_page_parser(control)
+        from .throttling import install as wait_out_throttling
+
+        wait_out_throttling(control)  # listing pages, part uploads: throttling waited out and counted
         _fail_fast_on_untrusted_certificate(control)
         if verify is None:  # AWS_CA_BUNDLE or the profile's ca_bundle, as botocore reads them: the CRT plane too
             verify = session._session.get_config_variable("ca_bundle") or None

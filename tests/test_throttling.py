@@ -122,3 +122,35 @@ def test_the_throttled_count_goes_to_the_task_row_and_the_metrics(monkeypatch):
     S3ArchiveBaseOperator._emit_metrics(SimpleNamespace(storage_class="GLACIER", dag_id="d"), row)
     assert ("s3arch.throttled", 41) in sent and ("s3arch.objects", 300) in sent
     assert result_row("day/", "archived")["throttled"] == 0
+
+
+def test_listing_pages_and_uploads_throttled_past_botocores_retries_are_waited_out(s3, buckets, proxy, minio,
+                                                                                   reliability):
+    """The control plane (boto3): botocore's standard retries (here 2 attempts, so its own give
+    up within a second) and then the engine's backoff until the throttle budget runs out.
+    Before: the lease's PUT failed with SlowDown after botocore's 2 attempts (Throttled, exit 3)."""
+    from faultproxy import is_list
+    from helpers import engine_clients
+    from s3arch.archive import archive_prefix
+    from s3arch.config import ArchiveSpec, S3Url
+    from s3arch.throttling import throttled
+
+    src, dst = buckets
+    objects = {f"day/{i:03d}.log": b"line %d\n" % i for i in range(50)}
+    seed(s3, src, objects)
+    listing = proxy.add(Fault("status", status=503, window=4.0, match=is_list))
+    writes = proxy.add(Fault("status", status=503, window=4.0,
+                             match=lambda r: r.method in ("PUT", "POST") and r.key.startswith(f"{dst}/")))
+    clients = engine_clients(minio, proxy.endpoint_url, max_attempts=2)
+    started = time.monotonic()
+    result = archive_prefix(ArchiveSpec(S3Url(src, "day/"), S3Url(dst, "a/"), storage_class="STANDARD"), clients)
+    took = time.monotonic() - started
+    print(f"\ncontrol plane: archived in {took:.1f} s, {listing.injected} listing and {writes.injected} write "
+          f"answers 503, {result.throttled} counted")
+    assert listing.injected >= 3 and writes.injected >= 3
+    assert took >= 7
+    assert result.throttled >= listing.injected + writes.injected - 2 and throttled(clients.control) > 0
+    assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == objects
+    reliability.record("every listing page, then every write to the destination, answered 503 SlowDown for 4 s "
+                       "(botocore limited to 2 attempts)", f"{listing.injected + writes.injected} throttled answers",
+                       f"waited out with growing backoff; archived in {took:.0f} s")
