@@ -210,7 +210,8 @@ def roles(minio, cli_env):
     for day in ("20", "21"):
         seed(s3, src, {f"logs/2026/11/{day}/{i:02d}.log": b"entry %d\n" % i * 30 for i in range(12)})
     s3.put_object(Bucket=src, Key="logs/2026/11/21/tagged.log", Body=b"t", Tagging="team=ops")
-    names = dict(SOURCE_BUCKET=src, SOURCE_PREFIX="logs/", ARCHIVE_BUCKET=dst, ARCHIVE_PREFIX="archive/", RESTORE_BUCKET=back)
+    names = dict(SOURCE_BUCKET=src, SOURCE_PREFIX="logs/", ARCHIVE_BUCKET=dst, ARCHIVE_PREFIX="archive/", RESTORE_BUCKET=back,
+                 RESTORE_PREFIX="day/")
     users = {
         "archive": minio_user(minio, policy("archive", **names)),
         "archive-delete": minio_user(minio, policy("archive", **names) + policy("archive-delete-extra", **names)),
@@ -399,7 +400,7 @@ def test_missing_key_403_under_a_prefix_conditioned_list_bucket(minio, cli_env):
     prefix, the run stops with exit 2 naming s3:ListBucket, and writes nothing."""
     s3, src, dst = source_with_one_object(minio, "lb")
     names = dict(SOURCE_BUCKET=src, SOURCE_PREFIX="logs/", ARCHIVE_BUCKET=dst, ARCHIVE_PREFIX="archive/",
-                 RESTORE_BUCKET=dst)
+                 RESTORE_BUCKET=dst, RESTORE_PREFIX="restored/")
     statements = policy("archive", **names)
     assert [s["Condition"] for s in statements if s["Action"] == ["s3:ListBucket"]] == [
         {"StringLike": {"s3:prefix": ["logs/*"]}}, {"StringLike": {"s3:prefix": ["archive/*"]}}]
