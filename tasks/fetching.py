@@ -36,7 +36,7 @@ from typing import Any, Iterable, Iterator
 
 from . import attributes
 from .coordinator import Request, Stopped, StreamCoordinator
-from .errors import AccessDenied, ArchiverError, IntegrityError, Throttled, TransientError
+from .errors import AccessDenied, ArchiverError, CredentialsExpired, IntegrityError, Throttled, TransientError
 from .listing import ListedObject
 
 _ATTEMPTS = 3  # of each GET, tag read and checksum read, beyond the CRT client's own retries
@@ -295,7 +295,8 @@ class Fetcher:
     def _retry_later(self, error: ArchiverError, tries: Tries, again, seq: int, piece: Piece) -> ArchiverError | None:
         """Send a request again after the backoff if ``error`` is one another try can cure:
         None if it will be, else the error to fail with."""
-        if (self.coordinator.is_set() or not isinstance(error, (IntegrityError, TransientError))
+        # ExpiredToken: signed again with the credentials botocore has refreshed meanwhile.
+        if (self.coordinator.is_set() or not isinstance(error, (IntegrityError, TransientError, CredentialsExpired))
                 or not error.retryable):
             return error
         if isinstance(error, Throttled):

@@ -277,7 +277,8 @@ def test_segments_as_separate_tasks_plan_produce_in_any_order_retry_one_and_asse
 
 def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypatch):
     """Worker processes get the credentials the session holds when each one starts: a segment
-    retried after CredentialsExpired must not get the expired copy again."""
+    retried after CredentialsExpired must not get the expired copy again, and ExpiredToken is
+    not counted as one of its three attempts (here it ends three starts in a row)."""
     import multiprocessing
     import threading
 
@@ -285,7 +286,7 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
     from s3arch.segments import SegmentPlan, SegmentRange
 
     issued = iter(range(1, 10))
-    monkeypatch.setattr(workers, "_connection_of", lambda clients: {"token": f"token-{next(issued)}"})
+    monkeypatch.setattr(workers, "_connection_of", lambda clients, server: {"token": f"token-{next(issued)}"})
     seen = []
 
     class InlineProcess:
@@ -313,7 +314,7 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
 
     def worker(spec, connection, layout, plan, k, send):
         seen.append(connection["token"])
-        send.send({"error": "CredentialsExpired", "message": "expired"} if len(seen) == 1 else {"segment": k})
+        send.send({"error": "CredentialsExpired", "message": "expired"} if len(seen) <= 3 else {"segment": k})
         send.close()
 
     monkeypatch.setattr(workers.multiprocessing, "get_context", lambda method: Context)
@@ -322,7 +323,7 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
                        (SegmentRange(0, None, "k", 1, 1, 0, 512, 2, 10),))
     durations = workers._run_workers(None, None, None, plan, 1, threading.Event())
     assert list(durations) == [0]
-    assert seen == ["token-1", "token-2"]
+    assert seen == ["token-1", "token-2", "token-3", "token-4"]
 
 
 def test_segments_read_the_plans_listing_and_archive_exactly_what_it_planned(minio, s3, buckets, clients):

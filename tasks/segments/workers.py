@@ -10,13 +10,14 @@ from dataclasses import replace
 
 from .. import errors
 from ..config import ArchiveSpec
-from ..errors import IO_ERRORS, ArchiverError, translate
+from ..errors import IO_ERRORS, ArchiverError, CredentialsExpired, translate
 from ..manifest import ArchiveLayout
 from ..pipeline import StreamedArchive
 from ..progress import Progress
 from ..s3 import S3Clients
 from ..upload import PartUploader
 from .assemble import assemble
+from .credentials import CredentialServer, worker_session
 from .plan import MIN_SHARE, PlanOutdated, SegmentPlan, open_upload, plan_segments, processes_within
 from .produce import produce_segment
 from .temporaries import abort_records_uploads
@@ -71,17 +72,22 @@ def _worker_spec(spec: ArchiveSpec, processes: int) -> ArchiveSpec:
 
 
 _ATTEMPTS = 3
+_EXPIRED_RESTARTS = 5  # of a segment whose credentials S3 called expired: not counted in _ATTEMPTS
 
 
 def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
                  processes: int, abort: threading.Event) -> dict[int, float]:
     """Run every segment in a fresh interpreter (spawn: the CRT client and threads do not
     survive fork), at most ``processes`` at once. A segment that fails retryably or whose
-    process dies is run again, alone, up to three times; the others are not repeated.
+    process dies is run again, alone, up to three times; the others are not repeated. Workers
+    sign with the parent's credentials as they refresh (``credentials.CredentialServer``); a
+    segment that still ends in ExpiredToken is run again without counting as a failure.
     Returns each segment's seconds (its successful attempt)."""
     context = multiprocessing.get_context("spawn")
     todo = list(range(plan.count))
     attempts = dict.fromkeys(todo, 0)
+    expired = dict.fromkeys(todo, 0)
+    server = CredentialServer(clients.session, context) if clients is not None else None
     running: dict[int, tuple] = {}
     durations: dict[int, float] = {}
     try:
@@ -90,12 +96,13 @@ def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, p
                 k = todo.pop(0)
                 attempts[k] += 1
                 receive, send = context.Pipe(duplex=False)
-                # Credentials as they are now, per start: a segment run again after
-                # CredentialsExpired gets the session's refreshed ones, not the expired copy.
+                connection = _connection_of(clients, server)
                 proc = context.Process(target=_segment_worker, name=f"s3arch-segment-{k + 1}",
-                                       args=(spec, _connection_of(clients), layout, plan.to_dict(), k, send), daemon=True)
+                                       args=(spec, connection, layout, plan.to_dict(), k, send), daemon=True)
                 proc.start()
                 send.close()
+                if connection.get("credentials_pipe") is not None:
+                    connection["credentials_pipe"].close()  # the worker's end, now in the worker
                 running[k] = (proc, receive, time.monotonic())
             if abort.is_set():
                 raise InterruptedError("segments aborted")
@@ -112,6 +119,9 @@ def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, p
                     durations[k] = time.monotonic() - began
                     continue
                 error = _error_of(outcome, k, plan, proc.exitcode)
+                if isinstance(error, CredentialsExpired) and expired[k] < _EXPIRED_RESTARTS:
+                    expired[k] += 1  # refreshed by the next start: not one of its attempts
+                    attempts[k] -= 1
                 # The source changed since the plan: this plan's segments would fail again.
                 if not error.retryable or isinstance(error, PlanOutdated) or attempts[k] >= _ATTEMPTS:
                     raise error
@@ -121,6 +131,8 @@ def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, p
             proc.kill()
             proc.join()
             receive.close()
+        if server is not None:
+            server.close()
     return durations
 
 
@@ -145,23 +157,18 @@ def _error_of(outcome: dict | None, k: int, plan: SegmentPlan, exitcode: int | N
     return error
 
 
-def _connection_of(clients: S3Clients) -> dict:
-    """What a worker process needs to reach S3 as the parent does: credentials as they are
-    now (a worker lives minutes, well within a session token's life), region, endpoint, TLS."""
-    creds = clients.session.get_credentials()
-    frozen = creds.get_frozen_credentials() if creds else None
-    return {"access_key": frozen.access_key if frozen else None, "secret_key": frozen.secret_key if frozen else None,
-            "token": frozen.token if frozen else None, "region": clients.region,
+def _connection_of(clients: S3Clients, server: CredentialServer | None) -> dict:
+    """What a worker process needs to reach S3 as the parent does: the credentials as they are
+    now and a pipe to ask for them again when they refresh (a segment may outlive a session
+    token: never a frozen copy), region, endpoint, TLS."""
+    return {"credentials": server.first() if server else None,
+            "credentials_pipe": server.connect() if server else None, "region": clients.region,
             "endpoint_url": clients.endpoint_url, "verify": clients.verify}
 
 
 def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, plan: dict, k: int, send) -> None:
-    import boto3
-
     try:
-        session = boto3.Session(aws_access_key_id=connection["access_key"],
-                                aws_secret_access_key=connection["secret_key"],
-                                aws_session_token=connection["token"], region_name=connection["region"])
+        session = worker_session(connection["credentials"], connection["credentials_pipe"], connection["region"])
         clients = S3Clients.from_session(session, endpoint_url=connection["endpoint_url"],
                                          verify=connection["verify"])
         clients.expect_owner(spec.expected_owner)
