@@ -122,6 +122,11 @@ def test_the_throttled_count_goes_to_the_task_row_and_the_metrics(monkeypatch):
     S3ArchiveBaseOperator._emit_metrics(SimpleNamespace(storage_class="GLACIER", dag_id="d"), row)
     assert ("s3arch.throttled", 41) in sent and ("s3arch.objects", 300) in sent
     assert result_row("day/", "archived")["throttled"] == 0
+    from s3arch_airflow.report import format_table
+
+    table = format_table([row, result_row("day2/", "archived", throttled=1)])
+    assert "S3 answered 42 request(s) 503 SlowDown" in table
+    assert "throttled" not in format_table([result_row("day3/", "archived")])
 
 
 def test_listing_pages_and_uploads_throttled_past_botocores_retries_are_waited_out(s3, buckets, proxy, minio,

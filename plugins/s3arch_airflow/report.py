@@ -66,6 +66,9 @@ def format_table(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> str:
     for row in rows:
         counts[row["status"]] = counts.get(row["status"], 0) + 1
     lines.append(", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "nothing planned")
+    throttled = sum(row.get("throttled") or 0 for row in rows)
+    if throttled:
+        lines.append(f"throttled: S3 answered {throttled:,} request(s) 503 SlowDown; waited out with backoff")
     costs = [CostEstimate.from_dict(row["cost"]) for row in rows if row.get("cost")]
     if costs:
         lines.append(f"total of the {len(costs)} archived: {sum(costs[1:], costs[0]).line()}")
