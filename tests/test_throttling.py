@@ -159,3 +159,116 @@ def test_listing_pages_and_uploads_throttled_past_botocores_retries_are_waited_o
     reliability.record("every listing page, then every write to the destination, answered 503 SlowDown for 4 s "
                        "(botocore limited to 2 attempts)", f"{listing.injected + writes.injected} throttled answers",
                        f"waited out with growing backoff; archived in {took:.0f} s")
+
+
+class _ScriptedPlane:
+    """A data plane whose GETs answer from a script: each GET of a key takes the next answer
+    (an error, or None for the object's bytes), on a thread of its own as CRT's callbacks do."""
+
+    def __init__(self, answers):
+        import collections
+        import threading
+
+        self.answers = collections.defaultdict(list, {k: list(v) for k, v in answers.items()})
+        self.sent = collections.Counter()
+        self.in_flight = self.most_in_flight = 0
+        self._lock = threading.Lock()
+
+    def get(self, key, *, etag, byte_range, on_body, on_done, on_headers=None):
+        import threading
+
+        with self._lock:
+            self.sent[key] += 1
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            answer = self.answers[key].pop(0) if self.answers[key] else None
+
+        def reply():
+            time.sleep(0.01)
+            with self._lock:
+                self.in_flight -= 1
+            if answer is None:
+                if on_headers is not None:
+                    on_headers([])
+                on_body(b"x" * 8)
+            on_done(answer)
+
+        threading.Thread(target=reply, daemon=True).start()
+        return SimpleCancel()
+
+
+class SimpleCancel:
+    def cancel(self):
+        pass
+
+
+def _fetch(plane, keys, monkeypatch, budget=60.0, concurrency=8, cooldown=1.0, failed=None):
+    from datetime import datetime, timezone
+
+    import s3arch.fetching as fetching
+    from s3arch.coordinator import StreamCoordinator
+    from s3arch.listing import ListedObject
+
+    monkeypatch.setattr(fetching, "THROTTLE_BASE", 0.01)  # the same growth, in milliseconds
+    monkeypatch.setattr(fetching, "THROTTLE_CAP", 0.2)
+    monkeypatch.setenv("S3ARCH_THROTTLE_BUDGET", str(budget))
+    coordinator = StreamCoordinator("test")
+    fetcher = fetching.Fetcher(plane, "src", budget=fetching.ByteBudget(1 << 20), concurrency=concurrency,
+                               chunk=1 << 20, coordinator=coordinator)
+    fetcher.limit = fetching.InFlightLimit(concurrency, cooldown=cooldown)
+    if failed is not None:
+        failed.append(coordinator)
+    now = datetime.now(timezone.utc)
+    objects = [ListedObject(k, 8, '"e"', now) for k in keys]
+    return fetcher, [p.obj.key for p in fetcher.pieces(objects)]
+
+
+def test_a_throttled_get_is_retried_past_the_fault_attempts_and_other_errors_keep_theirs(monkeypatch):
+    from s3arch.errors import AccessDenied, Throttled, TransientError
+    from s3arch.coordinator import Stopped
+
+    slow = Throttled("GET s3://src/a: SlowDown")
+    plane = _ScriptedPlane({"a": [slow] * 12, "b": [TransientError("reset")] * 2})
+    fetcher, got = _fetch(plane, ["a", "b", "c"], monkeypatch)
+    assert got == ["a", "b", "c"]
+    assert plane.sent["a"] == 13 and fetcher.throttled == 12  # 12 throttles: no count limit
+    assert plane.sent["b"] == 3  # a fault: the 3 tries of before
+    # A fault that lasts fails after 3 tries; a 403 is not retried.
+    plane = _ScriptedPlane({"a": [TransientError("reset")] * 3})
+    with pytest.raises(Stopped):
+        _fetch(plane, ["a"], monkeypatch)
+    assert plane.sent["a"] == 3
+    plane = _ScriptedPlane({"a": [AccessDenied("GET s3://src/a: denied")]})
+    with pytest.raises(Stopped):
+        _fetch(plane, ["a"], monkeypatch)
+    assert plane.sent["a"] == 1
+
+
+def test_throttling_that_outlasts_the_budget_fails_naming_it(monkeypatch):
+    from s3arch.coordinator import Stopped
+    from s3arch.errors import Throttled
+
+    plane = _ScriptedPlane({"a": [Throttled("GET s3://src/a: SlowDown")] * 10_000})
+    started = time.monotonic()
+    failed: list = []
+    with pytest.raises(Stopped):
+        _fetch(plane, ["a"], monkeypatch, budget=1.0, failed=failed)
+    took = time.monotonic() - started
+    error = failed[0].exception
+    assert isinstance(error, Throttled) and error.exit_code == 3
+    assert "longer than the throttle budget (1 s, S3ARCH_THROTTLE_BUDGET)" in str(error), error
+    assert 1.0 <= took < 5
+    assert 5 < plane.sent["a"] < 10_000
+
+
+def test_gets_in_flight_shrink_while_s3_throttles(monkeypatch):
+    from s3arch.errors import Throttled
+
+    keys = [f"k{i:03d}" for i in range(200)]
+    slow = Throttled("SlowDown")
+    plane = _ScriptedPlane({k: [slow] * 3 for k in keys[:40]})  # the first 40 throttled three times each
+    fetcher, got = _fetch(plane, keys, monkeypatch, concurrency=32, cooldown=0.005)
+    assert got == keys and fetcher.throttled == 120
+    assert fetcher.limit.lowest <= 4  # halved, burst after burst
+    assert plane.most_in_flight <= 32
+    assert fetcher.limit.limit > fetcher.limit.lowest  # and grown back after
