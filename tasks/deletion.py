@@ -214,12 +214,17 @@ def _is_versioned(control, bucket: str) -> bool:
 
 
 def _endpoint_honours_etag(control, layout: ArchiveLayout) -> bool:
-    """Delete a scratch object with a wrong ETag: if it survives, the endpoint checks ETags."""
+    """Delete a scratch object with a wrong ETag: if it survives, the endpoint checks ETags.
+    In a versioned bucket the probe's version (and a delete marker) is deleted by its id, so
+    nothing is left, not even under a default retention (``retention.scratch_lock_args``)."""
+    from .retention import delete_scratch_version, scratch_lock_args
+
     bucket, key = layout.bucket, layout.probe_key
     try:
-        control.put_object(Bucket=bucket, Key=key, Body=b"probe: does this endpoint honour ETags in DeleteObjects?")
-        control.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": key, "ETag": _WRONG_ETAG}],
-                                                      "Quiet": True})
+        version = control.put_object(Bucket=bucket, Key=key, Body=b"probe: does this endpoint honour ETags in DeleteObjects?",
+                                     **scratch_lock_args(control, bucket)).get("VersionId")
+        answer = control.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": key, "ETag": _WRONG_ETAG}],
+                                                               "Quiet": False})
         try:
             control.head_object(Bucket=bucket, Key=key)
             survived = True
@@ -227,7 +232,18 @@ def _endpoint_honours_etag(control, layout: ArchiveLayout) -> bool:
             if status_of(exc) != 404:
                 raise
             survived = False
-        if survived:
+        if version not in (None, "null"):
+            try:  # best effort: without s3:DeleteObjectVersion they stay, locked an hour at most
+                for marker in [d.get("DeleteMarkerVersionId") for d in answer.get("Deleted", [])]:
+                    if marker:
+                        control.delete_object(Bucket=bucket, Key=key, VersionId=marker)
+                delete_scratch_version(control, bucket, key, version)
+            except IO_ERRORS as exc:
+                if status_of(exc) != 403:
+                    raise
+                if survived:
+                    control.delete_object(Bucket=bucket, Key=key)
+        elif survived:
             control.delete_object(Bucket=bucket, Key=key)
         return survived
     except IO_ERRORS as exc:

@@ -86,6 +86,8 @@ class PrefixLease:
         self.me = Holder.me(purpose)
         self.extra_args = extra_args or {}
         self._etag: str | None = None
+        self._version: str | None = None  # of the lease this run last wrote, in a versioned bucket
+        self._written: str | None = None
         self._renewed = 0.0  # monotonic time the last write of the lease that succeeded was sent
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -100,16 +102,34 @@ class PrefixLease:
                            "ttl_seconds": self.ttl}).encode()
 
     def _put(self, **condition) -> str:
-        return self.control.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
-                                       ContentType="application/json", StorageClass="STANDARD",
-                                       **self.extra_args, **condition)["ETag"]
+        from .retention import scratch_lock_args
+
+        response = self.control.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
+                                           ContentType="application/json", StorageClass="STANDARD",
+                                           **self.extra_args, **scratch_lock_args(self.control, self.bucket),
+                                           **condition)
+        self._written = response.get("VersionId")
+        return response["ETag"]
+
+    def _forget(self, version: str | None) -> None:
+        """In a versioned bucket every write of the lease is a version of its own (locked, under
+        a default retention): delete one this run no longer needs, for good. Best effort: one
+        left behind is only clutter (unlocked within ``retention.SCRATCH_HOLD_SECONDS``)."""
+        if version is None or version == "null":
+            return
+        from .retention import delete_scratch_version
+
+        try:
+            delete_scratch_version(self.control, self.bucket, self.key, version)
+        except IO_ERRORS:
+            pass
 
     def acquire(self) -> None:
         for _ in range(5):
             sent = time.monotonic()
             try:
                 self._etag = self._put(IfNoneMatch="*")
-                self._renewed = sent
+                self._version, self._renewed = self._written, sent
                 return
             except IO_ERRORS as exc:
                 if status_of(exc) not in (409, 412):
@@ -117,7 +137,7 @@ class PrefixLease:
             current = self._read()
             if current is None:
                 continue  # released in between: try to create it again
-            holder, etag, age = current
+            holder, etag, age, dead_version = current
             if not (holder is None or holder.provably_dead() or age > self.ttl):
                 raise ConcurrentRun(
                     f"another run holds this prefix ({holder.describe()}, lease {self.url} renewed "
@@ -125,7 +145,8 @@ class PrefixLease:
                                              "after its holder's last renewal if that run died")
             try:
                 self._etag = self._put(IfMatch=etag)  # take over the dead lease, atomically
-                self._renewed = sent
+                self._version, self._renewed = self._written, sent
+                self._forget(dead_version)  # else our release would make it current again
                 return
             except IO_ERRORS as exc:
                 if status_of(exc) not in (404, 409, 412):
@@ -133,7 +154,7 @@ class PrefixLease:
         raise ConcurrentRun(f"the lease {self.url} changed hands repeatedly while this run tried to take it",
                             hint="another run of this prefix is starting; retry later")
 
-    def _read(self) -> tuple[Holder | None, str, float] | None:
+    def _read(self) -> tuple[Holder | None, str, float, str | None] | None:
         from .s3 import read_object
 
         response = read_object(self.control, self.bucket, self.key, f"read the lease {self.url}", missing_ok=True)
@@ -149,7 +170,7 @@ class PrefixLease:
             holder = Holder(**{k: fields[k] for k in Holder.__dataclass_fields__})
         except (ValueError, KeyError, TypeError):
             holder = None  # unreadable: treat as dead, it protects nothing
-        return holder, response["ETag"], (now - modified).total_seconds()
+        return holder, response["ETag"], (now - modified).total_seconds(), response.get("VersionId")
 
     def renew(self) -> None:
         """Prove the lease is still ours and extend it; ConcurrentRun if it was taken over."""
@@ -157,13 +178,15 @@ class PrefixLease:
             sent = time.monotonic()
             try:
                 self._etag = self._put(IfMatch=self._etag)
-                self._renewed = sent
+                previous, self._version, self._renewed = self._version, self._written, sent
             except IO_ERRORS as exc:
                 if status_of(exc) in (404, 409, 412):
                     raise ConcurrentRun(f"this run's lease {self.url} was taken over by another run; "
                                         "nothing was committed",
                                         hint="the other run archives this prefix; re-run later to see it skipped") from exc
                 raise translate(exc, f"renew the lease {self.url}") from exc
+            if previous != self._version:
+                self._forget(previous)
 
     def confirm(self) -> None:
         """Right before something becomes visible: prove the lease is still ours. A lease
@@ -222,11 +245,13 @@ class PrefixLease:
             try:
                 head = self.control.head_object(Bucket=self.bucket, Key=self.key)
                 wait(list(after))
-                if head["ETag"] == self._etag:
+                if self._version not in (None, "null"):
+                    self._forget(self._version)  # ours, current or not: no delete marker, no locked copy
+                elif head["ETag"] == self._etag:
                     self.control.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self._etag)
             except Exception:  # noqa: BLE001
                 pass
-            self._etag = None
+            self._etag = self._version = None
 
     @contextmanager
     def held(self, taking: Future | None = None) -> Iterator["Held"]:

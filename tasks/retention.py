@@ -11,6 +11,7 @@ with its date.
 
 from __future__ import annotations
 
+import weakref
 from datetime import datetime, timezone
 
 from .attributes import lock_reason
@@ -81,3 +82,48 @@ def refuse_locked_overwrite(control, bucket: str, keys: list[str], now: datetime
                                       "before then, so --overwrite was refused; nothing was read or written",
                                       hint="archive into another destination prefix, or wait until the "
                                            "retention ends (a legal hold must be lifted by whoever placed it)")
+
+
+# -- scratch objects in a bucket with a default retention -----------------------------------
+
+SCRATCH_HOLD_SECONDS = 3600
+_DEFAULT_RETENTION: "weakref.WeakKeyDictionary[object, dict[str, bool]]" = weakref.WeakKeyDictionary()
+
+
+def has_default_retention(control, bucket: str) -> bool:
+    """Whether ``bucket`` locks every new object by default (Object Lock with a
+    DefaultRetention), read once per client and bucket; a caller who may not read the
+    configuration (403) or a bucket without one: False."""
+    known = _DEFAULT_RETENTION.setdefault(control, {})
+    cached = known.get(bucket)
+    if cached is None:
+        try:
+            config = control.get_object_lock_configuration(Bucket=bucket).get("ObjectLockConfiguration", {})
+        except IO_ERRORS as exc:
+            if status_of(exc) not in (400, 403, 404, 405, 501):
+                raise translate(exc, f"read the Object Lock configuration of s3://{bucket}", "bucket") from exc
+            config = {}
+        cached = bool(config.get("ObjectLockEnabled") == "Enabled" and config.get("Rule", {}).get("DefaultRetention"))
+        known[bucket] = cached
+    return cached
+
+
+def scratch_lock_args(control, bucket: str) -> dict:
+    """PutObject arguments for a scratch object (the lease, the delete probe) in ``bucket``:
+    none, unless the bucket's default retention would lock it (for years, as a noncurrent
+    version nobody may delete); then an explicit GOVERNANCE retention of one hour instead,
+    which ``delete_scratch_version`` lifts at once with BypassGovernanceRetention (S3 lets a
+    PutObject name its own retention, never none, in such a bucket)."""
+    if not has_default_retention(control, bucket):
+        return {}
+    from datetime import timedelta
+
+    return {"ObjectLockMode": "GOVERNANCE",
+            "ObjectLockRetainUntilDate": datetime.now(timezone.utc) + timedelta(seconds=SCRATCH_HOLD_SECONDS)}
+
+
+def delete_scratch_version(control, bucket: str, key: str, version_id: str) -> None:
+    """Delete one version of a scratch object this run wrote, for good (no delete marker),
+    bypassing the GOVERNANCE retention ``scratch_lock_args`` gave it."""
+    bypass = {"BypassGovernanceRetention": True} if has_default_retention(control, bucket) else {}
+    control.delete_object(Bucket=bucket, Key=key, VersionId=version_id, **bypass)

@@ -116,6 +116,9 @@ def test_a_slow_lease_renewal_counts_as_time_and_stops_the_holder_before_the_ttl
     from s3arch.lease import PrefixLease
 
     class SlowS3:
+        def get_object_lock_configuration(self, **kwargs):
+            return {}  # no default retention
+
         def put_object(self, **kwargs):
             if "IfMatch" in kwargs:
                 time.sleep(4)  # each renewal answers after 4 s; the TTL is 3 s

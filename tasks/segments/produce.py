@@ -83,9 +83,11 @@ class SegmentTarget:
                             max_parts=self.range.parts, head_size=sizer.min_part, owns_upload=False)
 
     def records(self, control, abort: StreamCoordinator) -> SegmentRecords:
+        from ..retention import scratch_lock_args  # a temporary: no locked version left behind
+
         return SegmentRecords(control, self.layout.bucket,
                               self.plan.temp_key(self.layout, self.range.index, MANIFEST_SUFFIX),
-                              self.spec.encryption_args, abort)
+                              {**self.spec.encryption_args, **scratch_lock_args(control, self.layout.bucket)}, abort)
 
     def check_produced(self, objects: int, tar_end: int) -> None:
         if objects != self.range.objects or tar_end != self.tar_end:
@@ -116,7 +118,7 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
         "first_block": target.tar_start // spec.block_size, "last_block": streamed.last_block,
         "last_block_start": streamed.last_block_start, "head": len(uploader.head), "tail": len(uploader.tail),
         "parts": [[p.number, p.etag, p.crc32c, p.size] for p in parts], "gets": streamed.gets,
-        "tags_unread": streamed.tags_unread,
+        "tags_unread": streamed.tags_unread, "throttled": streamed.throttled,
         "peak_buffered": streamed.peak_buffered, "seconds": round(time.monotonic() - started, 3),
     }
     try:
