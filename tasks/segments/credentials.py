@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 
 from botocore.credentials import Credentials, RefreshableCredentials
 
@@ -34,10 +34,10 @@ def _describe(creds) -> dict:
 class CredentialServer:
     """In the parent: one thread answering the workers' pipes with the session's credentials."""
 
-    def __init__(self, session, context):
+    def __init__(self, session, context) -> None:
         self._creds = session.get_credentials()
         self._context = context
-        self._ends: list = []
+        self._ends: list[Connection] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -71,7 +71,8 @@ class CredentialServer:
         while not self._stop.is_set():
             with self._lock:
                 ends = list(self._ends)
-            for end in wait(ends, timeout=0.2) if ends else ():
+            for ready in wait(ends, timeout=0.2) if ends else ():
+                end: Connection = ready  # type: ignore[assignment]  # wait() returns what it was given
                 try:
                     end.recv()
                     end.send(self.answer())
