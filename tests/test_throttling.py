@@ -272,3 +272,30 @@ def test_gets_in_flight_shrink_while_s3_throttles(monkeypatch):
     assert fetcher.limit.lowest <= 4  # halved, burst after burst
     assert plane.most_in_flight <= 32
     assert fetcher.limit.limit > fetcher.limit.lowest  # and grown back after
+
+
+def test_a_segmented_archive_counts_what_its_segments_waited_out(minio, s3, buckets, clients, proxy, monkeypatch):
+    """Each segment's throttled GETs travel in its result to the assembled archive's summary.
+    The CRT client's own retries are turned off here so that a 3 s throttle reaches the engine."""
+    import s3arch.fetching
+    import s3arch.s3
+    from helpers import engine_clients
+    from s3arch.archive import archive_segment, assemble_segments, prepare_segments
+    from s3arch.config import ArchiveSpec, S3Url
+
+    src, dst = buckets
+    prefix = "events/"
+    objects = {f"{prefix}{i:04d}.log": b"id=%d ok\n" % i for i in range(300)}
+    seed(s3, src, objects)
+    monkeypatch.setattr(s3arch.s3, "crt_retry_config", lambda s3, io: s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
+    monkeypatch.setattr(s3arch.fetching, "THROTTLE_CAP", 2.0)  # pauses up to 2 s, not 20: a short test
+    spec = ArchiveSpec(S3Url(src, prefix), S3Url(dst, "v/"), storage_class="STANDARD", processes=1)
+    assert prepare_segments(spec, 2, clients).segments == 2
+    fault = proxy.add(Fault("status", status=503, window=3.0,
+                            match=lambda r: is_get(r) and r.key.startswith(f"{src}/{prefix}")))
+    produced = archive_segment(spec, 0, engine_clients(minio, proxy.endpoint_url))
+    assert fault.injected > 0 and produced["throttled"] >= fault.injected // 2
+    archive_segment(spec, 1, clients)
+    result = assemble_segments(spec, clients)
+    assert result.status == "archived" and result.throttled == produced["throttled"]
+    assert read_archive(s3, dst, f"v/{src}/events.tar.gz") == objects

@@ -57,6 +57,7 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
                            tar_bytes=tar_total, blocks=results[-1]["last_block"] + 1, archive_crc32=joined.crc32,
                            gets=sum(r["gets"] for r in results),
                            tags_unread=sum(r.get("tags_unread", 0) for r in results),
+                           throttled=sum(r.get("throttled", 0) for r in results),
                            peak_buffered=max(r["peak_buffered"] for r in results),
                            short_of_min_billable=plan.short_of_min_billable, raw_crc32=raw_crc,
                            segments=plan.count, timings={
