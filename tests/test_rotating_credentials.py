@@ -2,8 +2,8 @@
 
 The CLI runs on a profile whose credential_process hands out new MinIO STS keys, which botocore
 refreshes LIFETIME seconds after each issue (tests/rotating_credentials.py); the fault proxy in
-front of MinIO answers 400 ExpiredToken, as S3 does, to every request signed with an access key
-first seen more than EXPIRES seconds ago. GETs pass the proxy one at a time, slowly, so each
+front of MinIO answers 400 ExpiredToken, as S3 does, to every request signed more than EXPIRES
+seconds after its access key's first signature. GETs pass the proxy one at a time, slowly, so each
 segment lives several keys long. Before: each worker signed with a frozen copy of the parent's
 keys, failed with ExpiredToken, was started again from zero three times, and the prefix failed.
 """
@@ -80,6 +80,6 @@ def test_segmented_prefix_outlives_many_rotating_keys(minio, s3, buckets, tmp_pa
     assert read_archive(s3, dst, f"{src}/{PREFIX.rstrip('/')}.tar.gz") == objects
     assert open_uploads(s3, dst) == []
     reliability.record("temporary credentials rotating under a segmented run (ExpiredToken for old keys)",
-                       f"keys refreshed every {LIFETIME:.0f} s, rejected {EXPIRES:.0f} s after first use; "
-                       f"segments living {seconds:.0f} s",
-                       "workers sign with the parent's refreshed keys; archive green")
+                       f"keys refreshed every {LIFETIME:.0f} s, 400 ExpiredToken {EXPIRES:.0f} s after a key's first "
+                       "signature, 3 more ExpiredToken answers; 2 segments outliving several keys",
+                       "workers sign with the parent's refreshed keys, ExpiredToken retried; archive green")
