@@ -205,6 +205,8 @@ class S3Clients:
             except IO_ERRORS as probe:
                 if status_of(probe) != 403:
                     raise exc from None
+                if not isinstance(translate(probe, f"list s3://{bucket}/{prefix}", "bucket"), AccessDenied):
+                    raise  # a listing's body names what a HEAD cannot: a wrong secret, an expired token
                 raise AccessDenied(
                     f"bucket s3://{bucket}: access denied (403) to HeadBucket and to a listing of {prefix!r}",
                     hint=f"grant s3:ListBucket on arn:aws:s3:::{bucket}, unconditioned or with an s3:prefix "
