@@ -38,7 +38,7 @@ def refuse_directory_bucket(bucket: str, role: str) -> None:
         from .errors import BadArgument
 
         raise BadArgument(f"{role} bucket s3://{bucket} is an S3 Express directory bucket (its name ends in "
-                          f"{DIRECTORY_BUCKET_SUFFIX}); s3arch does not support directory buckets yet",
+                          f"{DIRECTORY_BUCKET_SUFFIX}); directory buckets are not supported yet",
                           hint="use a general purpose bucket for the source and the destination "
                                "(copy the prefix to one first if it lives in a directory bucket)")
 
