@@ -246,7 +246,7 @@ def test_airflow_loads_a_few_line_dag_file_and_finds_the_plugin_by_its_entry_poi
     started = time.monotonic()
     checked = _run([venv / "bin" / "python", "-c", AIRFLOW_CHECK, dags], env=env, cwd=tmp_path)
     found = json.loads(checked.stdout.strip().splitlines()[-1])
-    assert found["import_errors"] == {}
+    assert found["import_errors"] == {}, "\n".join(found["import_errors"].values())
     assert set(found["dags"]) == {"s3_archive__weblogs", "s3_restore__weblogs", "s3_scrub__weblogs"}
     assert found["dags"]["s3_archive__weblogs"]["fileloc"] == str(dags / "s3arch.py")
     assert {"plan", "archive", "report"} <= set(found["dags"]["s3_archive__weblogs"]["tasks"])
