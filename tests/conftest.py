@@ -51,11 +51,14 @@ def airflow_e2e_stack(minio, tmp_path_factory):
 
 
 def pytest_runtest_teardown(item, nextitem):
-    if "airflow_e2e_stack" in item.fixturenames and (
-            nextitem is None or "airflow_e2e_stack" not in nextitem.fixturenames):
-        stack = getattr(item, "funcargs", {}).get("airflow_e2e_stack")
-        if stack is not None:
-            stack[0].shutdown()
+    if "airflow_e2e_stack" not in item.fixturenames:
+        return
+    items = item.session.items  # the next test may not use the stack while a later one does
+    if any("airflow_e2e_stack" in later.fixturenames for later in items[items.index(item) + 1:]):
+        return
+    stack = getattr(item, "funcargs", {}).get("airflow_e2e_stack")
+    if stack is not None:
+        stack[0].shutdown()
 
 
 @pytest.fixture

@@ -110,18 +110,28 @@ def _login(browser, airflow, role):
 def _open_catalog(browser, airflow, via_nav: bool = False):
     """The catalog as the UI shows it: the plugin's page in Airflow's frame, entered from the
     navigation (Browse > Archive catalog) or by its route."""
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
 
     if via_nav:
         browser.get(f"{airflow.api_url}/")
-        WebDriverWait(browser, 60).until(EC.element_to_be_clickable(
-            (By.XPATH, "//nav//button[normalize-space()='Browse'] | //button[normalize-space()='Browse']"))).click()
-        WebDriverWait(browser, 30).until(EC.element_to_be_clickable(
-            (By.XPATH, "//*[@role='menuitem'][normalize-space()='Archive catalog'] | "
-                       "//a[normalize-space()='Archive catalog']"))).click()
-        WebDriverWait(browser, 30).until(lambda b: b.current_url.rstrip("/").endswith("/plugin/s3arch-catalog"))
+        # On a loaded machine the UI's menu can swallow a click made while it still renders:
+        # open it again until the navigation happened (the page must be reached through it).
+        deadline = time.monotonic() + 180
+        while not browser.current_url.rstrip("/").endswith("/plugin/s3arch-catalog"):
+            assert time.monotonic() < deadline, f"the navigation did not open the catalog: {browser.current_url}"
+            WebDriverWait(browser, 60).until(EC.element_to_be_clickable(
+                (By.XPATH, "//nav//button[normalize-space()='Browse'] | //button[normalize-space()='Browse']"))).click()
+            try:
+                WebDriverWait(browser, 30).until(EC.element_to_be_clickable(
+                    (By.XPATH, "//*[@role='menuitem'][normalize-space()='Archive catalog'] | "
+                               "//a[normalize-space()='Archive catalog']"))).click()
+                WebDriverWait(browser, 30).until(
+                    lambda b: b.current_url.rstrip("/").endswith("/plugin/s3arch-catalog"))
+            except TimeoutException:
+                continue
     else:
         browser.get(f"{airflow.api_url}/plugin/s3arch-catalog")
     frame = WebDriverWait(browser, 60).until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe")))
