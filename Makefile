@@ -11,7 +11,7 @@ TOXIPROXY := .cache/bin/toxiproxy-server
 RCLONE_VERSION := v1.72.0
 RCLONE := .cache/bin/rclone
 
-.PHONY: demo airflow airflow-celery test reliability bench venv minio s5cmd bench-tools lock clean
+.PHONY: demo airflow airflow-celery test reliability screenshot bench venv minio s5cmd bench-tools lock clean
 
 $(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,11 @@ test: venv minio
 RELIABILITY_TESTS = $(shell grep -lF 'reliability.record' tests/test_*.py)
 reliability: venv minio
 	S3ARCH_WRITE_RELIABILITY_DOC=1 $(PY) -m pytest $(RELIABILITY_TESTS)
+
+# docs/catalog.png, the README's picture of the catalog: taken by the browser test, which under
+# `make test` saves it to .cache/ only.
+screenshot: venv minio
+	S3ARCH_WRITE_SCREENSHOT=1 $(PY) -m pytest tests/test_catalog_browser.py
 
 lock:
 	rm -rf .cache/lockvenv && $(PYTHON) -m venv .cache/lockvenv

@@ -1,10 +1,12 @@
 """The catalog in a real browser: Debian's chromium driven by Selenium against a running Airflow
 (api-server, scheduler, dag-processor, triggerer on SQLite) with SimpleAuthManager users admin,
-user and viewer (not all-admins). Saves docs/catalog.png."""
+user and viewer (not all-admins). Saves the screenshot README shows: docs/catalog.png under
+`make screenshot`, .cache/catalog.png under `make test` (which leaves the tree clean)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 import urllib.request
@@ -21,7 +23,7 @@ DAG = f"s3_archive__{JOB}"
 PASSWORDS = {"admin": "admin-pw", "user": "user-pw", "viewer": "viewer-pw"}
 ARCHIVED = [date(2026, 3, 2), date(2026, 3, 3), date(2026, 3, 5)]
 MISSING = date(2026, 3, 4)
-SCREENSHOT = ROOT / "docs" / "catalog.png"
+SCREENSHOT = ROOT / ("docs" if os.environ.get("S3ARCH_WRITE_SCREENSHOT") == "1" else ".cache") / "catalog.png"
 
 
 def _chromium():
