@@ -106,7 +106,7 @@ def test_a_plan_outdated_segment_is_not_run_again_by_the_cli_workers(monkeypatch
 
     monkeypatch.setattr(workers.multiprocessing, "get_context", lambda method: Context)
     monkeypatch.setattr(workers, "_segment_worker", worker)
-    monkeypatch.setattr(workers, "_connection_of", lambda clients: {})
+    monkeypatch.setattr(workers, "_connection_of", lambda clients, server: {})
     plan = SegmentPlan("run", "upload", "a.tar.gz", 1, 1, 1024, 0, (SegmentRange(0, None, "k", 1, 1, 0, 512, 2, 10),))
     with pytest.raises(PlanOutdated, match="segment 1/1: the source changed since the plan") as outdated:
         workers._run_workers(None, None, None, plan, 1, threading.Event())
