@@ -186,7 +186,9 @@ def start_minio(console: bool = False, timeout: float = 60.0, data_dir: Path | N
     server = S3Server("MinIO", f"{scheme}://127.0.0.1:{port}", access_key, secret_key, region=region,
                       process=process, workdir=workdir, log_path=log_path,
                       console_url=console_url, _log_file=log_file)
-    _wait_healthy(server, f"{server.endpoint_url}/minio/health/live", timeout)
+    # /minio/health/live answers before the object layer, bucket metadata and IAM are up (a
+    # CreateBucket then fails with XMinioServerNotInitialized); /minio/health/cluster waits for all three.
+    _wait_healthy(server, f"{server.endpoint_url}/minio/health/cluster", timeout)
     return server
 
 
