@@ -64,6 +64,9 @@ class S3Clients:
     region: str
     verify: bool | str | None = None  # False: no TLS verification; a path: that CA bundle
     expected_owner: str | None = None  # the account every bucket used must belong to (expect_owner)
+    # The caller's own botocore Config (an Airflow connection's), unmerged: worker processes
+    # and other planes rebuild their clients from it, and read its proxies.
+    botocore_config: Config | None = None
     _routes: dict = field(default_factory=dict)
     _planes: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -103,7 +106,8 @@ class S3Clients:
         _fail_fast_on_untrusted_certificate(control)
         if verify is None:  # AWS_CA_BUNDLE or the profile's ca_bundle, as botocore reads them: the CRT plane too
             verify = session._session.get_config_variable("ca_bundle") or None
-        return cls(session=session, control=control, endpoint_url=custom, region=region, verify=verify)
+        return cls(session=session, control=control, endpoint_url=custom, region=region, verify=verify,
+                   botocore_config=botocore_config)
 
     def expect_owner(self, account: str | None) -> None:
         """Send ``ExpectedBucketOwner`` (``account``, or the caller's own for ``"self"``) on
