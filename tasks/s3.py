@@ -130,7 +130,8 @@ class S3Clients:
 
     def _own_account(self) -> str:
         try:
-            return self.session.client("sts", region_name=self.region, verify=self.verify).get_caller_identity()["Account"]
+            return self.session.client("sts", region_name=self.region, verify=self.verify,
+                                       config=self.botocore_config).get_caller_identity()["Account"]
         except IO_ERRORS as exc:
             raise translate(exc, "find the caller's account for --expected-owner self (sts:GetCallerIdentity)",
                             "bucket") from exc

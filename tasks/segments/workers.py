@@ -160,17 +160,19 @@ def _error_of(outcome: dict | None, k: int, plan: SegmentPlan, exitcode: int | N
 def _connection_of(clients: S3Clients, server: CredentialServer | None) -> dict:
     """What a worker process needs to reach S3 as the parent does: the credentials as they are
     now and a pipe to ask for them again when they refresh (a segment may outlive a session
-    token: never a frozen copy), region, endpoint, TLS."""
+    token: never a frozen copy), region, endpoint, TLS, and the caller's botocore Config
+    (proxies, FIPS or dual-stack endpoints, S3 addressing, user agent: a Config pickles)."""
     return {"credentials": server.first() if server else None,
             "credentials_pipe": server.connect() if server else None, "region": clients.region,
-            "endpoint_url": clients.endpoint_url, "verify": clients.verify}
+            "endpoint_url": clients.endpoint_url, "verify": clients.verify,
+            "botocore_config": clients.botocore_config}
 
 
 def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, plan: dict, k: int, send) -> None:
     try:
         session = worker_session(connection["credentials"], connection["credentials_pipe"], connection["region"])
         clients = S3Clients.from_session(session, endpoint_url=connection["endpoint_url"],
-                                         verify=connection["verify"])
+                                         verify=connection["verify"], botocore_config=connection["botocore_config"])
         clients.expect_owner(spec.expected_owner)
         clients.check_bucket(spec.source.bucket, "source", spec.source.key)
         send.send(produce_segment(spec, clients, layout, SegmentPlan.from_dict(plan), k))

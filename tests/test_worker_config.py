@@ -1,0 +1,49 @@
+"""Segment worker processes reach S3 exactly as the process that started them: with the
+caller's botocore Config (an Airflow connection's proxies, user agent, FIPS or dual-stack
+endpoints, S3 options), not only its credentials, region, endpoint and TLS settings. Against
+MinIO through a forwarding HTTP proxy on loopback (tests/faultproxy.py, which forwards the
+absolute-URI requests botocore sends to an HTTP proxy) that records every request."""
+
+from __future__ import annotations
+
+import uuid
+
+from faultproxy import Fault, FaultProxy
+from helpers import engine_clients, read_archive, seed
+
+PREFIX = "events/2026/11/21/"
+
+
+def test_segment_workers_send_through_the_callers_proxy_with_its_user_agent(minio, s3, buckets):
+    from botocore.config import Config
+
+    from s3arch.archive import archive_prefix
+    from s3arch.config import ArchiveSpec, S3Url
+
+    src, dst = buckets
+    objects = {f"{PREFIX}{i:03d}.log": f"line {i}\n".encode() * (i + 1) for i in range(60)}
+    seed(s3, src, objects)
+    proxy = FaultProxy(minio.endpoint_url)
+    seen = []
+    proxy.add(Fault("status", rate=0.0, match=lambda r: seen.append(r) and False))  # records, never fires
+    agent = f"s3arch-test/{uuid.uuid4().hex[:10]}"
+    try:
+        clients = engine_clients(minio, botocore_config=Config(proxies={"http": proxy.endpoint_url},
+                                                               user_agent_extra=agent))
+        spec = ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, ""), storage_class="STANDARD", processes=2,
+                           segments=2, segment_min_objects=1)
+        result = archive_prefix(spec, clients)
+    finally:
+        proxy.stop()
+    assert result.segments == 2 and result.objects == len(objects)
+    assert read_archive(s3, dst, f"{src}/{PREFIX.rstrip('/')}.tar.gz") == objects
+    # Only a worker writes its segment's result, records and kept-back bytes: each of these
+    # requests, and the source HeadBucket every worker sends first, came through the proxy.
+    written = {r.key.rsplit("/", 1)[-1] for r in seen if r.method == "PUT" and ".segments/" in r.key}
+    assert {f"{k:05d}{suffix}" for k in (0, 1) for suffix in (".json", ".held", ".manifest.jsonl.gz")} <= written, \
+        sorted(written)
+    heads = [r for r in seen if r.method == "HEAD" and r.key.rstrip("/") == src]
+    assert len(heads) >= 3, f"{len(heads)} HeadBucket of the source through the proxy (parent and 2 workers)"
+    without = sorted({f"{r.method} {r.key} {r.headers.get('user-agent')}" for r in seen
+                      if agent not in r.headers.get("user-agent", "")})
+    assert without == [], f"requests through the proxy without the configured user agent: {without[:5]}"
