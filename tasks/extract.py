@@ -25,6 +25,8 @@ import fnmatch
 import hashlib
 import json
 import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,8 +34,9 @@ from typing import Iterable, Iterator
 
 from . import attributes
 from .config import MiB, S3Url
-from .errors import (IO_ERRORS, BadArgument, DestinationConflict, IntegrityError, LocalFileError, none_if_missing,
-                     translate)
+from .errors import (IO_ERRORS, ArchiverError, BadArgument, DestinationConflict, IntegrityError, LocalFileError,
+                     TransientError, none_if_missing, status_of, translate)
+from .fetching import ByteBudget
 from .manifest import ArchiveLayout, find_records, iter_manifest
 from .reading import DECODE_CHUNK, _decompressor
 from .restore import require_readable
@@ -90,19 +93,22 @@ def extract_archive(control, layout: ArchiveLayout, *, to_s3: S3Url | None = Non
     archive_key = header["archive"]["key"]
     require_readable(control, layout.bucket, archive_key)
     prefix = header["source"]["prefix"]
+    result = ExtractResult(f"s3://{layout.bucket}/{archive_key}", "")
     writer: _S3Writer | _DirWriter
     if to_s3 is not None:
-        writer = _S3Writer(control, to_s3, prefix, original_keys, overwrite, memory_budget)
+        writer = _S3Writer(control, to_s3, prefix, original_keys, overwrite, memory_budget, result)
     else:
         assert to_dir is not None  # the CLI and the restore operator give one of the two
         writer = _DirWriter(Path(to_dir), prefix, original_keys, overwrite, metadata_file)
-    result = ExtractResult(f"s3://{layout.bucket}/{archive_key}", writer.target)
+    result.target = writer.target
     cursor = None
     try:
         for run in _runs(records, header["block_size"]):
             cursor = _extract_run(control, layout.bucket, archive_key, header, run, writer, result, cursor)
-    finally:
-        writer.close()
+    except BaseException:
+        writer.close(failing=True)
+        raise
+    writer.close()
     result.conflicts = writer.conflicts
     if writer.conflicts:
         raise DestinationConflict(
@@ -233,8 +239,16 @@ def _relative(key: str, prefix: str, original_keys: bool) -> str:
 
 
 class _S3Writer:
+    """Objects written back while the archive is read on. A small object's bytes are gathered
+    as the archive is decoded, in order, then PUT by one of ``inflight`` threads (as many as the
+    client has connections: one PUT at a time made a restore one round trip per object); the
+    bodies waiting or in flight hold at most a quarter of the memory budget. Large objects
+    stream through a multipart upload from the reading thread, as their parts already go in
+    parallel. The first write that fails stops the run: nothing more is queued, writes in
+    flight end (each PUT is whole or absent), and its error is raised with what was written."""
+
     def __init__(self, control, target: S3Url, prefix: str, original_keys: bool, overwrite: bool,
-                 memory_budget: int):
+                 memory_budget: int, result: ExtractResult):
         self.control = control
         self.bucket = target.bucket
         self.base = target.key if not target.key or target.key.endswith("/") else target.key + "/"
@@ -244,12 +258,28 @@ class _S3Writer:
         self.part_memory = max(5 * MiB, memory_budget // 4)
         self.conflicts: list[str] = []
         self.target = f"s3://{self.bucket}/{self.base}"
+        self.result = result
+        inflight = max(1, control.meta.config.max_pool_connections)
+        self._pool = ThreadPoolExecutor(inflight, thread_name_prefix="s3arch-extract-put")
+        # Queued beyond the threads: one more round, so a thread that finishes finds its next
+        # body ready instead of waiting for the reader.
+        self._slots = threading.Semaphore(2 * inflight)
+        self._bodies = ByteBudget(max(_SMALL_OBJECT, memory_budget // 4))
+        self._stop = threading.Event()
+        self._failure: BaseException | None = None
+        self._lock = threading.Lock()
+
+    def key_of(self, record: dict) -> str:
+        return self.base + _relative(record["key"], self.prefix, self.original_keys)
 
     def begin(self, record: dict):
-        key = self.base + _relative(record["key"], self.prefix, self.original_keys)
+        self._raise_failure()
+        key = self.key_of(record)
+        if record["size"] <= _SMALL_OBJECT:
+            return _SmallObject(self, key, record)
         existing = self._existing(key)
         if existing is not None:
-            if self._same(existing, record):
+            if _same(existing, record):
                 return None
             if not self.overwrite:
                 self.conflicts.append(f"s3://{self.bucket}/{key}")
@@ -260,15 +290,101 @@ class _S3Writer:
         return none_if_missing(lambda: self.control.head_object(Bucket=self.bucket, Key=key),
                                f"check s3://{self.bucket}/{key}", control=self.control, bucket=self.bucket, key=key)
 
-    @staticmethod
-    def _same(head: dict, record: dict) -> bool:
-        if head["ContentLength"] != record["size"]:
-            return False
-        return head.get("ETag") == record["etag"] or \
-            head.get("Metadata", {}).get(SHA256_METADATA) == record["sha256"]
+    def put_later(self, key: str, record: dict, body: bytes) -> None:
+        """Queue ``body`` (checked against the manifest) to be written at ``key``; blocks while
+        the queue or the byte budget is full."""
+        self._slots.acquire()
+        if not self._bodies.acquire(len(body), self._stop):
+            self._slots.release()
+            self._raise_failure()
+        future = self._pool.submit(self._put, key, record, body)
+        future.add_done_callback(lambda f: self._settled(f, record, len(body)))
 
-    def close(self) -> None:
-        pass
+    def _put(self, key: str, record: dict, body: bytes) -> str:
+        """Write ``body`` unless an object with this content is already there; an object with
+        other content is replaced only with ``overwrite``. One conditional PUT settles the usual
+        case, a fresh key: a HEAD is made only when S3 says something is there."""
+        args = object_args(record)
+        name, value = attributes.put_checksum(record) or \
+            ("ChecksumSHA256", attributes.sha256_checksum(record["sha256"]))
+        what = f"write s3://{self.bucket}/{key}"
+        condition: dict = {"IfNoneMatch": "*"}
+        for _ in range(3):  # a key deleted between the 412 and the HEAD is tried again
+            try:
+                self.control.put_object(Bucket=self.bucket, Key=key, Body=body, **args, **{name: value},
+                                        **condition)
+                return "written"
+            except IO_ERRORS as exc:
+                if not condition or status_of(exc) != 412:
+                    raise translate(exc, what) from exc
+            existing = self._existing(key)
+            if existing is None:
+                continue
+            if _same(existing, record):
+                return "same"
+            if not self.overwrite:
+                return "conflict"
+            condition = {}
+        raise TransientError(f"{what}: the key was there at each conditional PUT and gone at each HEAD "
+                             "after it", hint="another writer is creating and deleting it: run again later")
+
+    def _settled(self, future: Future, record: dict, size: int) -> None:
+        self._bodies.release(size)
+        self._slots.release()
+        if future.cancelled():
+            return
+        error = future.exception()
+        with self._lock:
+            if error is not None:
+                if self._failure is None:
+                    self._failure = error
+                self._stop.set()
+                return
+            outcome = future.result()
+            if outcome == "written":
+                self.result.objects += 1
+                self.result.bytes += record["size"]
+            elif outcome == "same":
+                self.result.skipped_same += 1
+            else:
+                self.conflicts.append(f"s3://{self.bucket}/{self.key_of(record)}")
+
+    def _raise_failure(self) -> None:
+        with self._lock:
+            error = self._failure
+        if error is None:
+            return
+        if isinstance(error, ArchiverError):
+            # What was written is whole and a re-run skips it: say so beside S3's answer.
+            written = self.result.objects
+            raise type(error)(f"{error}; {written:,} objects were written before it, and a re-run skips "
+                              "them") from error
+        raise error
+
+    def close(self, failing: bool = False) -> None:
+        """Wait for the writes in flight. ``failing`` (an error or Ctrl-C in the reading
+        thread): the queued ones are dropped; each object is written whole or not at all, and
+        a re-run writes what is missing."""
+        if failing:
+            self._stop.set()
+        self._pool.shutdown(wait=True, cancel_futures=failing)
+        if not failing:
+            self._raise_failure()
+
+
+def _same(head: dict, record: dict) -> bool:
+    if head["ContentLength"] != record["size"]:
+        return False
+    return head.get("ETag") == record["etag"] or \
+        head.get("Metadata", {}).get(SHA256_METADATA) == record["sha256"]
+
+
+def object_args(record: dict) -> dict:
+    """The object as it was (attributes.py): content headers, user metadata and tags; our own
+    SHA-256 beside its metadata, so a re-run knows the content is there."""
+    args = attributes.write_args(record)
+    args["Metadata"] = {**args.get("Metadata", {}), SHA256_METADATA: record["sha256"]}
+    return args
 
 
 class _Discard:
@@ -287,52 +403,47 @@ class _MadeDirectory(_Discard):
     written = True
 
 
+class _SmallObject:
+    """An object PUT in one request: its bytes gathered, then queued for a writing thread,
+    which counts it (``written`` is False here: nothing is written yet)."""
+
+    written = False
+
+    def __init__(self, writer: _S3Writer, key: str, record: dict):
+        self.w, self.key, self.record = writer, key, record
+        self.pieces: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.pieces.append(data)
+
+    def finish(self, ok: bool) -> None:
+        if ok:
+            self.w.put_later(self.key, self.record, b"".join(self.pieces))
+
+
 class _S3Object:
-    """One object being written back: buffered and PUT if small, else a multipart upload that
-    is completed only when the content matched the manifest."""
+    """A large object written back by a multipart upload that is completed only when the
+    content matched the manifest."""
 
     written = True
 
     def __init__(self, writer: _S3Writer, key: str, record: dict):
-        self.w, self.key, self.record = writer, key, record
-        # The object as it was (attributes.py): content headers, user metadata and tags; our
-        # own SHA-256 beside its metadata, so a re-run knows the content is there.
-        self.args = attributes.write_args(record)
-        self.args["Metadata"] = {**self.args.get("Metadata", {}), SHA256_METADATA: record["sha256"]}
-        self.buffer: list[bytes] | None = [] if record["size"] <= _SMALL_OBJECT else None
-        self.uploader = None
-        if self.buffer is None:
-            # An extract killed while writing this object left its upload open: same key,
-            # same content, so it is aborted rather than billed forever.
-            abort_stale_uploads(writer.control, writer.bucket, key)
-            self.uploader = PartUploader(writer.control, writer.bucket, key, storage_class="STANDARD",
-                                         sizer=PartSizer(8 * MiB, lambda: record["size"] + MiB,
-                                                         max_part=max(8 * MiB, writer.part_memory // 2)),
-                                         memory=writer.part_memory // 2, extra_args=self.args)
+        # An extract killed while writing this object left its upload open: same key, same
+        # content, so it is aborted rather than billed forever.
+        abort_stale_uploads(writer.control, writer.bucket, key)
+        self.uploader = PartUploader(writer.control, writer.bucket, key, storage_class="STANDARD",
+                                     sizer=PartSizer(8 * MiB, lambda: record["size"] + MiB,
+                                                     max_part=max(8 * MiB, writer.part_memory // 2)),
+                                     memory=writer.part_memory // 2, extra_args=object_args(record))
 
     def write(self, data: bytes) -> None:
-        if self.buffer is not None:
-            self.buffer.append(data)
-        elif self.uploader is not None:
-            self.uploader.write(data)
+        self.uploader.write(data)
 
     def finish(self, ok: bool) -> None:
-        if not ok:
-            if self.uploader is not None:
-                self.uploader.abort()
-            return
-        if self.uploader is not None:
+        if ok:
             self.uploader.complete()
-            return
-        body = b"".join(self.buffer or [])
-        # The object's own checksum where a PUT can carry it (S3 checks it and keeps it), else
-        # our SHA-256: either way S3 refuses bytes that are not the archived ones.
-        name, value = attributes.put_checksum(self.record) or \
-            ("ChecksumSHA256", attributes.sha256_checksum(self.record["sha256"]))
-        try:
-            self.w.control.put_object(Bucket=self.w.bucket, Key=self.key, Body=body, **self.args, **{name: value})
-        except IO_ERRORS as exc:
-            raise translate(exc, f"write s3://{self.w.bucket}/{self.key}") from exc
+        else:
+            self.uploader.abort()
 
 
 def safe_component(name: str) -> str:
@@ -455,7 +566,7 @@ class _DirWriter:
                 digest.update(chunk)
         return "same" if digest.hexdigest() == record["sha256"] else "different"
 
-    def close(self) -> None:
+    def close(self, failing: bool = False) -> None:
         os.close(self.root_fd)
         if self.metadata is not None:
             with _local(self.metadata_path or "", "write the metadata file"):
