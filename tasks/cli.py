@@ -15,14 +15,15 @@ from pathlib import Path
 
 from . import __version__
 from .config import (DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_OBJECTS, SSE_MODES, ArchiveSpec,
-                     S3Url, check_lease_ttl, parse_size)
+                     S3Url, check_lease_ttl, parse_size, resolve_throttle_budget)
 from .errors import ArchiverError
 from .progress import Progress, TerminalLine, human_bytes
 
 
 def _parser() -> argparse.ArgumentParser:
-    # The connection flags work before or after the subcommand. They are shared by the main
-    # parser and every subcommand and default to "absent", so neither overrides the other.
+    # The connection flags (and how long to wait out throttling) work before or after the
+    # subcommand. They are shared by the main parser and every subcommand and default to
+    # "absent", so neither overrides the other.
     connection = argparse.ArgumentParser(add_help=False)
     connection.add_argument("--endpoint-url", default=argparse.SUPPRESS,
                             help="S3 endpoint (default: AWS_ENDPOINT_URL_S3, profile, AWS)")
@@ -31,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
                             help="the AWS account (12 digits, or `self` for the caller's) that must own every "
                                  "bucket used: sent as ExpectedBucketOwner on every request, so a bucket another "
                                  "account owns fails (exit 2) instead of being read or written")
+    connection.add_argument("--throttle-budget", default=argparse.SUPPRESS, metavar="SECONDS",
+                            help="how long a request may stay throttled (503 SlowDown, waited out with backoff) "
+                                 "before the run gives up with exit 3 (default: S3ARCH_THROTTLE_BUDGET, else 900)")
     p = argparse.ArgumentParser(prog="s3arch", description=__doc__.split("\n")[0], parents=[connection])
     p.add_argument("--version", action="version", version=f"s3arch {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -170,7 +174,8 @@ def _clients(args):
     from .s3 import S3Clients
 
     clients = S3Clients.from_session(boto3.Session(profile_name=getattr(args, "profile", None)),
-                                     getattr(args, "endpoint_url", None))
+                                     getattr(args, "endpoint_url", None),
+                                     throttle_budget=getattr(args, "throttle_budget", None))
     clients.expect_owner(getattr(args, "expected_owner", None))
     return clients
 
@@ -232,7 +237,7 @@ def _archive(args) -> int:
         sse_bucket_key=args.sse_bucket_key, object_lock=args.object_lock, retain_days=args.retain_days,
         legal_hold=args.legal_hold, expected_owner=getattr(args, "expected_owner", None),
         segments=args.segments, segment_min_objects=args.segment_min_objects, segment_min_bytes=parse_size(args.segment_min_bytes),
-        lease_ttl=check_lease_ttl(args.lease_ttl),
+        lease_ttl=check_lease_ttl(args.lease_ttl), throttle_budget=resolve_throttle_budget(getattr(args, "throttle_budget", None)),
         **({"compress_threads": args.threads} if args.threads else {}),
         **({"processes": args.processes} if args.processes else {}))
     clients = _clients(args)

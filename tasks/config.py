@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,10 @@ DEFAULT_SEGMENT_MIN_OBJECTS = 50_000
 DEFAULT_SEGMENT_MIN_BYTES = 4 * GiB
 
 MIN_LEASE_TTL = 10.0  # the least a user may set (tests of the lease go lower through ArchiveSpec)
+# Seconds a request may stay throttled (503 SlowDown) before the run gives up with exit 3:
+# long enough to outlast S3 re-partitioning a prefix, short enough to free the worker slot.
+DEFAULT_THROTTLE_BUDGET = 900.0
+THROTTLE_BUDGET_ENV = "S3ARCH_THROTTLE_BUDGET"  # the default of --throttle-budget
 
 
 def check_lease_ttl(seconds: float, name: str = "--lease-ttl") -> float:
@@ -30,6 +35,29 @@ def check_lease_ttl(seconds: float, name: str = "--lease-ttl") -> float:
         raise BadArgument(f"{name} {seconds!r} must be a number of seconds, at least {MIN_LEASE_TTL:g}",
                           hint="the lease is renewed every sixth of it; 180 (the default) suits most runs")
     return float(seconds)
+
+
+def check_throttle_budget(seconds, name: str = "--throttle-budget") -> float:
+    """``seconds`` as a number of seconds > 0 (a number, or its text from a flag, a template
+    or the environment), else BadArgument naming ``name``."""
+    try:
+        value = float(seconds) if isinstance(seconds, (str, int, float)) and not isinstance(seconds, bool) else None
+    except ValueError:
+        value = None
+    if value is None or not 0 < value < math.inf:
+        raise BadArgument(f"{name} {seconds!r} must be a number of seconds > 0",
+                          hint=f"how long a request may stay throttled before the run gives up (exit 3); "
+                               f"{DEFAULT_THROTTLE_BUDGET:g} (the default) outlasts S3 re-partitioning a prefix")
+    return value
+
+
+def resolve_throttle_budget(seconds=None) -> float:
+    """The throttle budget a run honours: ``seconds`` (--throttle-budget, a job's or an
+    operator's ``throttle_budget``) if given, else ``S3ARCH_THROTTLE_BUDGET``, else 900."""
+    if seconds is not None:
+        return check_throttle_budget(seconds)
+    env = os.environ.get(THROTTLE_BUDGET_ENV)
+    return check_throttle_budget(env, THROTTLE_BUDGET_ENV) if env else DEFAULT_THROTTLE_BUDGET
 
 
 def available_cpus() -> int:
@@ -148,6 +176,9 @@ class ArchiveSpec:
     # A tagged object whose tags may not be read fails the run (the archive would lose them),
     # unless this is set: then it is archived without them and its record says so.
     without_tags: bool = False
+    # Seconds a GET or a control-plane call may stay throttled before the run fails (exit 3);
+    # read from S3ARCH_THROTTLE_BUDGET when the spec is made, so worker processes get the same.
+    throttle_budget: float = field(default_factory=resolve_throttle_budget)
 
     def __post_init__(self):
         if self.storage_class not in STORAGE_CLASSES:
@@ -200,6 +231,7 @@ class ArchiveSpec:
             object.__setattr__(self, "processes", 1)
         if self.segment_min_objects < 0 or self.segment_min_bytes < 0:
             raise BadArgument("--segment-min-objects and --segment-min-bytes must be >= 0")
+        object.__setattr__(self, "throttle_budget", check_throttle_budget(self.throttle_budget))
         from .cost import prices_with
 
         prices_with(self.prices)  # a mistake in the overrides is reported now, not after the run

@@ -195,7 +195,8 @@ class Piece:
 
 class Fetcher:
     def __init__(self, data_plane, bucket: str, *, budget: ByteBudget, concurrency: int,
-                 chunk: int, coordinator: StreamCoordinator, without_tags: bool = False):
+                 chunk: int, coordinator: StreamCoordinator, without_tags: bool = False,
+                 throttle_seconds: float | None = None):
         self.data = data_plane
         self.without_tags = without_tags  # a denied tag read is recorded instead of failing the run
         self.tags_unread = 0
@@ -206,7 +207,7 @@ class Fetcher:
         self.gets = 0
         self.follow_ups = 0
         self.throttled = 0  # throttled answers (503 SlowDown) to GETs and follow-ups, each retried
-        self.throttle_budget = throttle_budget()
+        self.throttle_budget = throttle_budget() if throttle_seconds is None else throttle_seconds
         self.limit = InFlightLimit(concurrency)
         self._cond = threading.Condition()
         self._done: dict[int, Piece] = {}
@@ -308,7 +309,7 @@ class Fetcher:
             left = self.throttle_budget - (now - tries.throttled_since)
             if left <= 0:
                 return Throttled(f"S3 kept throttling for {now - tries.throttled_since:.0f} s, longer than the "
-                                 f"throttle budget ({self.throttle_budget:.0f} s, S3ARCH_THROTTLE_BUDGET): {error}")
+                                 f"throttle budget ({self.throttle_budget:g} s, --throttle-budget): {error}")
             tries.throttles += 1
             delay = min(left, throttle_pause(tries.throttles))
             self._release(piece)  # fewer in flight while it lasts: the retry waits for a slot

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_BYTES,
-                     DEFAULT_SEGMENT_MIN_OBJECTS, STORAGE_CLASSES, ArchiveSpec, S3Url, check_lease_ttl, parse_size)
+                     DEFAULT_SEGMENT_MIN_OBJECTS, STORAGE_CLASSES, ArchiveSpec, S3Url, check_lease_ttl,
+                     check_throttle_budget, parse_size)
 from .errors import BadArgument
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9_\-]{1,200}")
@@ -65,6 +66,9 @@ class ArchiveJob:
     # Seconds a lease outlives its last renewal: how long a retry on another host waits for
     # the prefix of a worker that died mid-run (tasks/lease.py).
     lease_ttl: float = DEFAULT_LEASE_TTL
+    # Seconds a request may stay throttled before the prefix fails (retryable); None: the
+    # worker's S3ARCH_THROTTLE_BUDGET, else 900.
+    throttle_budget: float | None = None
     # Large prefixes (docs/JOBS.md, "Large prefixes"): a prefix with at least
     # segment_min_objects objects or segment_min_bytes bytes is cut into segments.
     # segments N >= 2: N segment tasks (any workers) plus an assemble task; 1: never cut;
@@ -104,12 +108,16 @@ class ArchiveJob:
                            lease_ttl=self.lease_ttl, prices=self.prices, concurrency=self.concurrency,
                            processes=self.processes, segments=1 if self.segments == 1 else 0,
                            segment_min_objects=self.segment_min_objects, segment_min_bytes=self.segment_min_bytes,
-                           **self._threads, **self.spec_options)
+                           **self._threads, **self._throttle_budget, **self.spec_options)
         return spec.previewed() if dry_run else spec
 
     @property
     def _threads(self) -> dict[str, Any]:
         return {"compress_threads": self.threads} if self.threads else {}
+
+    @property
+    def _throttle_budget(self) -> dict[str, Any]:
+        return {} if self.throttle_budget is None else {"throttle_budget": self.throttle_budget}
 
     @property
     def spec_options(self) -> dict[str, Any]:
@@ -123,7 +131,7 @@ class ArchiveJob:
         (which are the job's keys and the CLI's flags): the DAG hands these to each operator."""
         return {"storage_class": self.storage_class, "codec": self.codec, "level": self.level,
                 "memory_budget": self.memory_budget, "concurrency": self.concurrency, "threads": self.threads,
-                "lease_ttl": self.lease_ttl, "prices": self.prices,
+                "lease_ttl": self.lease_ttl, "throttle_budget": self.throttle_budget, "prices": self.prices,
                 "processes": 1 if self.segments == 1 else self.processes,
                 "segment_min_objects": self.segment_min_objects, "segment_min_bytes": self.segment_min_bytes,
                 **self.spec_options}
@@ -241,6 +249,8 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
         values["expected_owner"] = str(values["expected_owner"])  # YAML reads 123456789012 as a number
     if "lease_ttl" in values:
         values["lease_ttl"] = check_lease_ttl(values["lease_ttl"], f"job {name!r}: lease_ttl")
+    if values.get("throttle_budget") is not None:
+        values["throttle_budget"] = check_throttle_budget(values["throttle_budget"], f"job {name!r}: throttle_budget")
     if values.get("poll_interval") is not None and (not isinstance(values["poll_interval"], (int, float))
                                                     or values["poll_interval"] <= 0):
         raise BadArgument(f"job {name!r}: poll_interval must be a number of seconds > 0")

@@ -262,7 +262,7 @@ class _Stream:
         self.fetcher = Fetcher(self.clients.data_for(spec.source.bucket, plan.gets), spec.source.bucket,
                                budget=self.budget, concurrency=plan.gets,
                                chunk=min(spec.large_object_chunk, plan.fetch // 8), coordinator=coordinator,
-                               without_tags=spec.without_tags)
+                               without_tags=spec.without_tags, throttle_seconds=spec.throttle_budget)
         self.sizer = self.target.sizer(plan, self.feed)
         self.uploader = self.target.uploader(control, self.sizer, plan.upload_inflight, coordinator)
         self.records = self.target.records(control, coordinator)

@@ -75,9 +75,11 @@ class S3Clients:
     def from_session(cls, session: boto3.Session | None = None, endpoint_url: str | None = None,
                      max_pool_connections: int = 32, max_attempts: int = 8,
                      read_timeout: float = 120.0, verify: bool | str | None = None,
-                     botocore_config: Config | None = None) -> "S3Clients":
+                     botocore_config: Config | None = None, throttle_budget: float | None = None) -> "S3Clients":
         """Both planes from one session. ``verify`` and ``botocore_config`` are boto3's (the
-        Airflow connection's); the engine's retry and pool settings are the base they refine."""
+        Airflow connection's); the engine's retry and pool settings are the base they refine.
+        ``throttle_budget``: seconds a control-plane call may stay throttled (default
+        S3ARCH_THROTTLE_BUDGET, else 900): pass the run's ``ArchiveSpec.throttle_budget``."""
         session = session or boto3.Session()
         region = session.region_name or "us-east-1"
         config = Config(retries={"mode": "standard", "max_attempts": max_attempts},
@@ -100,9 +102,11 @@ class S3Clients:
         from .listing import install_page_parser  # listing needs this module: imported here
 
         install_page_parser(control)
+        from .config import resolve_throttle_budget
         from .throttling import install as wait_out_throttling
 
-        wait_out_throttling(control)  # listing pages, part uploads: throttling waited out and counted
+        # listing pages, part uploads: throttling waited out and counted
+        wait_out_throttling(control, resolve_throttle_budget(throttle_budget))
         _fail_fast_on_untrusted_certificate(control)
         if verify is None:  # AWS_CA_BUNDLE or the profile's ca_bundle, as botocore reads them: the CRT plane too
             verify = session._session.get_config_variable("ca_bundle") or None

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from faultproxy import Fault, FaultProxy, is_get
-from helpers import read_archive, run_cli, seed
+from helpers import keys_in, open_uploads, read_archive, run_cli, seed
 
 
 @pytest.fixture
@@ -256,7 +256,7 @@ def test_throttling_that_outlasts_the_budget_fails_naming_it(monkeypatch):
     took = time.monotonic() - started
     error = failed[0].exception
     assert isinstance(error, Throttled) and error.exit_code == 3
-    assert "longer than the throttle budget (1 s, S3ARCH_THROTTLE_BUDGET)" in str(error), error
+    assert "longer than the throttle budget (1 s, --throttle-budget)" in str(error), error
     assert 1.0 <= took < 5
     assert 5 < plane.sent["a"] < 10_000
 
@@ -299,3 +299,54 @@ def test_a_segmented_archive_counts_what_its_segments_waited_out(minio, s3, buck
     result = assemble_segments(spec, clients)
     assert result.status == "archived" and result.throttled == produced["throttled"]
     assert read_archive(s3, dst, f"v/{src}/events.tar.gz") == objects
+
+
+@pytest.mark.parametrize("segmented", [False, True], ids=["one-pipeline", "segment-workers"])
+def test_throttle_budget_flag_is_the_budget_the_run_honours(s3, buckets, proxy, cli_env, segmented):
+    """--throttle-budget 3 with S3ARCH_THROTTLE_BUDGET=900 in the environment: every source GET
+    throttled for good fails the run with exit 3 after seconds, not 15 minutes, naming the
+    budget; segment worker processes honour it too (each segment tries three times)."""
+    src, dst = buckets
+    objects = {f"day/{i:03d}.log": b"event %d\n" % i for i in range(40)}
+    seed(s3, src, objects)
+    fault = proxy.add(Fault("status", status=503, match=lambda r: is_get(r) and r.key.startswith(f"{src}/day/")))
+    segments = ("--processes", "2", "--segments", "2", "--segment-min-objects", "1") if segmented else ()
+    started = time.monotonic()
+    proc = run_cli({**cli_env, "S3ARCH_THROTTLE_BUDGET": "900"}, "--endpoint-url", proxy.endpoint_url, "archive",
+                   f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD", "--throttle-budget", "3",
+                   *segments, check=False)
+    took = time.monotonic() - started
+    stderr = proc.stderr.decode(errors="replace")
+    print(f"\nexit {proc.returncode} after {took:.1f} s, {fault.injected} throttled answers: {stderr.strip()[-300:]}")
+    assert proc.returncode == 3, stderr
+    assert "longer than the throttle budget (3 s, --throttle-budget)" in stderr
+    assert fault.injected > 0 and 3 <= took < 120
+    # Nothing committed and no upload left open (a segmented run's recorded listing stays under
+    # .segments/ for the next run of the prefix to clean up, as after any failed segmented run).
+    assert [k for k in keys_in(s3, dst) if ".segments/" not in k] == [] and open_uploads(s3, dst) == []
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon", "nan", "inf"])
+def test_a_throttle_budget_that_is_not_a_positive_number_exits_2_naming_it(cli_env, value):
+    for argv in (["archive", "s3://src-x/day/", "s3://dst-x/a/", "--throttle-budget", value],
+                 ["--throttle-budget", value, "ls", "s3://dst-x/a/b.tar.gz"]):
+        proc = run_cli(cli_env, *argv, check=False)
+        stderr = proc.stderr.decode(errors="replace")
+        assert proc.returncode == 2, (argv, stderr)
+        assert f"--throttle-budget {value!r} must be a number of seconds > 0" in stderr, stderr
+    proc = run_cli({**cli_env, "S3ARCH_THROTTLE_BUDGET": value}, "archive", "s3://src-x/day/", "s3://dst-x/a/",
+                   check=False)
+    stderr = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 2 and f"S3ARCH_THROTTLE_BUDGET {value!r} must be a number of seconds > 0" in stderr, stderr
+
+
+def test_a_jobs_throttle_budget_reaches_its_spec_and_operators_and_a_bad_one_names_the_job():
+    from s3arch.errors import BadArgument
+    from s3arch.jobs import job_from_dict
+
+    body = {"source": "s3://src-x", "prefix_template": "logs/{date:%Y/%m/%d}/", "destination": "s3://dst-x/"}
+    job = job_from_dict("j", {**body, "throttle_budget": 45})
+    assert job.spec_for("logs/2026/01/31/").throttle_budget == 45.0
+    assert job.operator_args["throttle_budget"] == 45.0
+    with pytest.raises(BadArgument, match=r"job 'j': throttle_budget -1 must be a number of seconds > 0"):
+        job_from_dict("j", {**body, "throttle_budget": -1})

@@ -135,8 +135,8 @@ def archive_dag(job: ArchiveJob) -> DAG:
 
                 from s3arch.jobs import split_by_size
 
-                control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id),
-                                         job.expected_owner).control if job.segment_tasks else None
+                control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner,
+                                         job.throttle_budget).control if job.segment_tasks else None
                 split = split_by_size(job, planned, control)
                 for size in split["sizes"]:
                     print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} "

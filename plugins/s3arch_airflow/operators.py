@@ -70,7 +70,8 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
     ``segment_min_objects`` / ``segment_min_bytes`` (the size from which a prefix is cut into
     one segment per process, when ``processes`` > 1), ``without_tags``, encryption (``sse``,
     ``sse_kms_key_id``, ``sse_bucket_key``), Object Lock (``object_lock``, ``retain_days``,
-    ``legal_hold``) and ``expected_owner``. ``preview`` and ``spec_options`` (round 3's
+    ``legal_hold``), ``expected_owner`` and ``throttle_budget`` (seconds a request may stay
+    throttled before the prefix fails, retryable; default S3ARCH_THROTTLE_BUDGET, else 900). ``preview`` and ``spec_options`` (round 3's
     spellings) still work for one release, with a warning."""
 
     aws_hook_class = S3Hook
@@ -87,7 +88,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
                  segment_min_bytes: str | int | None = None, without_tags: bool = False, sse: str | None = None,
                  sse_kms_key_id: str | None = None, sse_bucket_key: bool = False, object_lock: str | None = None,
                  retain_days: int | None = None, legal_hold: bool = False, expected_owner: str | None = None,
-                 progress_interval: float = 10.0, preview: bool | str | None = None,
+                 throttle_budget: float | str | None = None, progress_interval: float = 10.0, preview: bool | str | None = None,
                  spec_options: dict | None = None, **kwargs):
         super().__init__(**kwargs)
         name = type(self).__name__
@@ -119,6 +120,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         self.retain_days = retain_days
         self.legal_hold = legal_hold
         self.expected_owner = expected_owner
+        self.throttle_budget = throttle_budget
         if spec_options:
             deprecated_kwarg(name, "spec_options")
             unknown = set(spec_options) - set(SPEC_KWARGS)
@@ -143,6 +145,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         from s3arch.config import ArchiveSpec, S3Url, parse_size
 
         given: dict[str, Any] = {"concurrency": self.concurrency, "compress_threads": self.threads, "lease_ttl": self.lease_ttl,
+                 "throttle_budget": self.throttle_budget,
                  "segment_min_objects": self.segment_min_objects,
                  "segment_min_bytes": None if self.segment_min_bytes is None else parse_size(self.segment_min_bytes)}
         spec = ArchiveSpec(source=S3Url(self.source_bucket, prefix), destination=S3Url.parse(self.destination),
@@ -171,7 +174,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         try:
             for prefix in prefixes:
                 try:
-                    clients = clients or engine_clients(self.hook)
+                    clients = clients or engine_clients(self.hook, throttle_budget=self.throttle_budget)
                     rows.append(run(clients, prefix))
                 except ArchiverError as exc:
                     self.log.error("%s: %s (%s)", prefix, exc, "retryable" if exc.retryable else "permanent: no retry")
@@ -439,10 +442,12 @@ def cancel_if_orphaned(cancel: threading.Event, log, interval: float = 1.0) -> t
     return done
 
 
-def engine_clients(hook: S3Hook, expected_owner: str | None = None):
+def engine_clients(hook: S3Hook, expected_owner: str | None = None, throttle_budget: float | str | None = None):
     """The engine's S3 clients from an amazon-provider hook: its session (credentials and
     region), the connection's endpoint_url, ``verify`` and ``botocore_config``; with
-    ``expected_owner``, every request names the account that must own the bucket."""
+    ``expected_owner``, every request names the account that must own the bucket; calls stay
+    throttled at most ``throttle_budget`` seconds (default S3ARCH_THROTTLE_BUDGET, else 900)."""
+    from s3arch.config import resolve_throttle_budget
     from s3arch.errors import BadArgument
     from s3arch.s3 import S3Clients
 
@@ -461,7 +466,8 @@ def engine_clients(hook: S3Hook, expected_owner: str | None = None):
     session = hook.get_session(region_name=hook.conn_region_name)
     clients = S3Clients.from_session(session, hook.conn_config.get_service_endpoint_url("s3"),
                                      verify=hook.verify if hook.verify is not None else hook.conn_config.verify,
-                                     botocore_config=hook.config)
+                                     botocore_config=hook.config,
+                                     throttle_budget=resolve_throttle_budget(throttle_budget))
     clients.expect_owner(expected_owner)
     return clients
 

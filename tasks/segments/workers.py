@@ -172,7 +172,8 @@ def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, 
     try:
         session = worker_session(connection["credentials"], connection["credentials_pipe"], connection["region"])
         clients = S3Clients.from_session(session, endpoint_url=connection["endpoint_url"],
-                                         verify=connection["verify"], botocore_config=connection["botocore_config"])
+                                         verify=connection["verify"], botocore_config=connection["botocore_config"],
+                                         throttle_budget=spec.throttle_budget)
         clients.expect_owner(spec.expected_owner)
         clients.check_bucket(spec.source.bucket, "source", spec.source.key)
         send.send(produce_segment(spec, clients, layout, SegmentPlan.from_dict(plan), k))
