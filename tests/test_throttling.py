@@ -340,13 +340,20 @@ def test_a_throttle_budget_that_is_not_a_positive_number_exits_2_naming_it(cli_e
     assert proc.returncode == 2 and f"S3ARCH_THROTTLE_BUDGET {value!r} must be a number of seconds > 0" in stderr, stderr
 
 
-def test_a_jobs_throttle_budget_reaches_its_spec_and_operators_and_a_bad_one_names_the_job():
+def test_a_jobs_or_operators_throttle_budget_is_the_specs_and_a_bad_one_names_the_job():
     from s3arch.errors import BadArgument
     from s3arch.jobs import job_from_dict
 
     body = {"source": "s3://src-x", "prefix_template": "logs/{date:%Y/%m/%d}/", "destination": "s3://dst-x/"}
+    from s3arch_airflow.operators import S3ArchivePrefixOperator
+
     job = job_from_dict("j", {**body, "throttle_budget": 45})
     assert job.spec_for("logs/2026/01/31/").throttle_budget == 45.0
-    assert job.operator_args["throttle_budget"] == 45.0
+    operator = S3ArchivePrefixOperator(task_id="a", source_bucket="src-x", prefix="logs/2026/01/31/",
+                                       destination="s3://dst-x/", **job.operator_args)
+    assert operator._spec("logs/2026/01/31/") == job.spec_for("logs/2026/01/31/")
+    templated = S3ArchivePrefixOperator(task_id="b", source_bucket="src-x", prefix="p/", destination="s3://dst-x/",
+                                        throttle_budget="30")  # as a rendered template gives it
+    assert templated._spec("p/").throttle_budget == 30.0
     with pytest.raises(BadArgument, match=r"job 'j': throttle_budget -1 must be a number of seconds > 0"):
         job_from_dict("j", {**body, "throttle_budget": -1})
