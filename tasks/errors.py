@@ -64,6 +64,29 @@ class CertificateUntrusted(ArchiverError):
 _TRUST_CA = ("trust its CA: AWS_CA_BUNDLE=/path/to/ca.pem (or ca_bundle in the AWS profile, or the Airflow "
              "connection's verify), or add the CA to the system trust store")
 
+# What the CRT's TLS reports for a certificate that does not verify (s2n names the reason where
+# it can; a failed negotiation is what it says otherwise, and the control plane's TLS to the same
+# endpoint has passed by then). Timeouts and failures mid-stream are not here: they are faults.
+_UNTRUSTED_CRT = frozenset({
+    "AWS_IO_TLS_ERROR_NEGOTIATION_FAILURE", "AWS_IO_TLS_ERROR_DEFAULT_TRUST_STORE_NOT_FOUND",
+    "AWS_IO_TLS_BAD_CERTIFICATE", "AWS_IO_TLS_BAD_PEER_CERTIFICATE", "AWS_IO_TLS_CERTIFICATE_EXPIRED",
+    "AWS_IO_TLS_CERTIFICATE_NOT_YET_VALID", "AWS_IO_TLS_HOST_NAME_MISMATCH", "AWS_IO_TLS_INVALID_CERTIFICATE_CHAIN",
+    "AWS_IO_TLS_NO_ROOT_CERTIFICATE_FOUND", "AWS_IO_TLS_PEER_CERTIFICATE_EXPIRED",
+    "AWS_IO_TLS_PEER_CERTIFICATE_REVOKED", "AWS_IO_TLS_PEER_CERTIFICATE_UNKNOWN",
+    "AWS_IO_TLS_UNKNOWN_ROOT_CERTIFICATE"})
+
+
+def untrusted_certificate(what: str, endpoint: str, detail: str) -> "CertificateUntrusted":
+    """The permanent error for an endpoint whose certificate does not verify: a retry fails
+    the same way, so it names the endpoint and how to trust it (exit 2)."""
+    return CertificateUntrusted(f"{what}: the TLS certificate of {endpoint} does not verify ({detail})",
+                                hint=_TRUST_CA)
+
+
+def tls_failure(name: str, what: str, endpoint: str) -> "CertificateUntrusted | None":
+    """``untrusted_certificate`` if the CRT error ``name`` says the certificate did not verify."""
+    return untrusted_certificate(what, endpoint, name) if name in _UNTRUSTED_CRT else None
+
 
 class ClockSkewed(ArchiverError):
     """The machine's clock is too far from S3's for signatures to be accepted."""
@@ -337,14 +360,11 @@ def translate(exc: BaseException, what: str, subject: Subject = "object") -> Arc
     from botocore.exceptions import SSLError
 
     if isinstance(exc, SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(exc):
-        endpoint = getattr(exc, "kwargs", {}).get("endpoint_url") or "the endpoint"
-        return CertificateUntrusted(f"{what}: the TLS certificate of {endpoint} does not verify ({exc})",
-                                    hint=_TRUST_CA)
-    if isinstance(exc, AwsCrtError) and exc.name.startswith("AWS_IO_TLS_"):
-        # The CRT data plane, after the control plane's TLS to the same endpoint passed: its
-        # trust differs (a CA bundle it was not given); another try fails the same way.
-        return CertificateUntrusted(f"{what}: TLS negotiation with the endpoint failed ({exc.name})",
-                                    hint=_TRUST_CA)
+        return untrusted_certificate(what, getattr(exc, "kwargs", {}).get("endpoint_url") or "the endpoint", str(exc))
+    if isinstance(exc, AwsCrtError):
+        untrusted = tls_failure(exc.name, what, "the endpoint")
+        if untrusted is not None:
+            return untrusted
     if isinstance(exc, NoCredentialsError):
         return BadCredentials(f"{what}: no AWS credentials found",
                               hint="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or the Airflow connection")

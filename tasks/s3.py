@@ -236,16 +236,56 @@ class S3Clients:
                 for done in [pool.submit(self.check_bucket, *t) for t in todo]:
                     done.result()
 
-    def data_for(self, bucket: str, concurrency: int = 64) -> "DataPlane":
-        """The GET plane for ``bucket`` with ``concurrency`` GETs in flight: one CRT client per
-        region and concurrency, requests routed as the control plane routes them."""
+    def data_for(self, bucket: str, concurrency: int = 64) -> "SourceRequests":
+        """The GET plane for ``bucket`` with ``concurrency`` GETs in flight, requests routed as
+        the control plane routes them, through the proxy botocore uses for that endpoint:
+        plain connections (tasks/connections.py: one pool per endpoint and concurrency) unless
+        S3ARCH_GET_PATH=crt asks for awscrt's S3 client (one per region and concurrency), which
+        cannot use a proxy and is refused with one before the first GET."""
+        from .connections import get_path, proxy_for
+
         route = self._routes.get(bucket) or self.check_bucket(bucket, "source")
-        plane = (route.region, route.tls, concurrency)
+        proxy = proxy_for(route.tls, route.host, self.botocore_config)
+        if get_path() == "crt":
+            if proxy is not None:
+                from .errors import BadArgument
+
+                raise BadArgument(f"S3ARCH_GET_PATH=crt cannot send GETs through the proxy {proxy.url} "
+                                  f"configured for {route.host}: awscrt's S3 client has no proxy option",
+                                  hint="unset S3ARCH_GET_PATH (the default GET path uses the proxy), or "
+                                       "exempt the endpoint with NO_PROXY")
+            plane = (route.region, route.tls, concurrency)
+            with self._lock:
+                client = self._planes.get(plane)
+                if client is None:
+                    client = self._planes[plane] = _crt_client(self.session, route, self.verify, concurrency)
+            return DataPlane(client, route, self.expected_owner)
+        from .connections import PlainDataPlane
+
         with self._lock:
-            client = self._planes.get(plane)
-            if client is None:
-                client = self._planes[plane] = _crt_client(self.session, route, self.verify, concurrency)
-        return DataPlane(client, route, self.expected_owner)
+            pool_key = ("pool", route.host, route.tls, proxy, concurrency)
+            pool = self._planes.get(pool_key)
+            if pool is None:
+                pool = self._planes[pool_key] = _connection_pool(self._plain_bootstrap(), route, self.verify,
+                                                                 proxy, concurrency)
+            signer = self._planes.get(("signer", route.region))
+            if signer is None:
+                from .connections import Signer
+
+                signer = self._planes[("signer", route.region)] = Signer(_credentials_provider(self.session),
+                                                                         route.region)
+        return PlainDataPlane(pool, signer, route, self.expected_owner)
+
+    def _plain_bootstrap(self):
+        """The event loop every plain connection pool of these clients runs on (called locked)."""
+        bootstrap = self._planes.get("bootstrap")
+        if bootstrap is None:
+            from awscrt import io
+
+            # One thread, as the CRT client's: a second only contends for the GIL and the cores.
+            elg = io.EventLoopGroup(1)
+            bootstrap = self._planes["bootstrap"] = io.ClientBootstrap(elg, io.DefaultHostResolver(elg))
+        return bootstrap
 
 
 def _with_s3_options(config: Config, path_style: bool) -> Config:
@@ -342,16 +382,11 @@ def _crt_client(session: boto3.Session, route: BucketRoute, verify: bool | str |
     # the second thread only contends with the GIL and the server for the same cores.
     elg = io.EventLoopGroup(1)
     bootstrap = io.ClientBootstrap(elg, io.DefaultHostResolver(elg))
-    creds = session.get_credentials()
-    if creds is None:
-        raise BadCredentials("no AWS credentials found",
-                             hint="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or the Airflow connection")
-    from awscrt import auth
-
     tls = s3.S3RequestTlsMode.ENABLED if route.tls else s3.S3RequestTlsMode.DISABLED
+    context = _crt_tls_context(io, verify) if route.tls else None
     return s3.S3Client(bootstrap=bootstrap, region=route.region,
-                       credential_provider=_crt_credentials_provider(auth, creds),
-                       tls_mode=tls, tls_connection_options=_crt_tls_options(io, route, verify),
+                       credential_provider=_credentials_provider(session),
+                       tls_mode=tls, tls_connection_options=context.new_connection_options() if context else None,
                        throughput_target_gbps=crt_throughput_target(concurrency), part_size=1 << 20,
                        retry_config=crt_retry_config(s3, io))
 
@@ -393,31 +428,41 @@ def crt_throughput_target(concurrency: int) -> float:
     return max(10.0, 1.6 * concurrency)
 
 
-def _crt_tls_options(io, route: BucketRoute, verify: bool | str | None):
-    """boto3's ``verify`` for the CRT client: False skips peer verification, a path is the
-    CA bundle to trust; None keeps the system's trust store."""
-    if not route.tls or verify in (None, True):
+def _crt_tls_context(io, verify: bool | str | None, *, default: bool = False):
+    """boto3's ``verify`` as a CRT TLS context: False skips peer verification, a path is the
+    CA bundle to trust; None keeps the system's trust store (None is returned for it unless
+    ``default``: the CRT S3 client builds that one itself)."""
+    if verify in (None, True) and not default:
         return None
     options = io.TlsContextOptions()
     if verify is False:
         options.verify_peer = False
-    else:
+    elif verify not in (None, True):
         options.override_default_trust_store_from_path(ca_filepath=str(verify))
-    return io.ClientTlsContext(options).new_connection_options()
+    return io.ClientTlsContext(options)
 
 
-class DataPlane:
-    """GETs of one bucket through awscrt's S3 client: about 0.4 ms of client CPU per small
-    object here, against about 1.1 ms for boto3's get_object."""
+def _connection_pool(bootstrap, route: BucketRoute, verify: bool | str | None, proxy, concurrency: int):
+    """The plain path's connections to ``route``'s endpoint, one per GET in flight."""
+    from awscrt import io
 
-    def __init__(self, client, route: BucketRoute, expected_owner: str | None = None):
-        from awscrt import http, s3
+    from .connections import ConnectionPool
 
-        self._s3 = s3
-        self._http = http
-        self._client = client
-        self.route = route
-        self._owner = [("x-amz-expected-bucket-owner", expected_owner)] if expected_owner else []
+    url = urllib.parse.urlsplit(f"{'https' if route.tls else 'http'}://{route.host}")
+    context = _crt_tls_context(io, verify, default=True) if route.tls else None
+    return ConnectionPool(bootstrap, url.hostname or route.host, url.port or (443 if route.tls else 80), context,
+                          proxy, concurrency)
+
+
+class SourceRequests:
+    """The requests of the data plane for one bucket's source objects: a GET, a HEAD and a tag
+    read, each with ``on_done`` receiving None or the typed error (``error_for``); what each
+    returns has a ``cancel()`` that ends it at once with a retryable error. ``_send`` is the
+    GET path's (``DataPlane``: awscrt's S3 client; ``connections.PlainDataPlane``: plain
+    connections)."""
+
+    route: BucketRoute
+    _owner: list[tuple[str, str]]
 
     def get(self, key: str, *, etag: str | None, byte_range: tuple[int, int] | None,
             on_body: Callable[[bytes], None], on_done: Callable[[ArchiverError | None], None],
@@ -446,12 +491,40 @@ class DataPlane:
         query = "?tagging" + (f"&versionId={urllib.parse.quote(version_id, safe='')}" if version_id else "")
         return self._send("GET", "GetObjectTagging", key, query, [], on_done, on_body=on_body)
 
+    @property
+    def endpoint(self) -> str:
+        return f"{'https' if self.route.tls else 'http'}://{self.route.host}"
+
+    def _path(self, key: str, query: str) -> str:
+        return f"{self.route.path_prefix}/{quote_key(key)}{query}"
+
+    def _what(self, operation: str, key: str) -> str:
+        return f"{'GET' if operation == 'GetObject' else operation} s3://{self.route.bucket}/{key}"
+
     def _send(self, method: str, operation: str, key: str, query: str, headers: list[tuple[str, str]],
               on_done: Callable[[ArchiverError | None], None], *, on_body=None, on_headers=None):
-        request = self._http.HttpRequest(method, f"{self.route.path_prefix}/{quote_key(key)}{query}",
+        raise NotImplementedError
+
+
+class DataPlane(SourceRequests):
+    """GETs of one bucket through awscrt's S3 client (meta-requests): S3ARCH_GET_PATH=crt."""
+
+    def __init__(self, client, route: BucketRoute, expected_owner: str | None = None):
+        from awscrt import http, s3
+
+        self._s3 = s3
+        self._http = http
+        self._client = client
+        self.route = route
+        self._owner = [("x-amz-expected-bucket-owner", expected_owner)] if expected_owner else []
+
+    def _send(self, method: str, operation: str, key: str, query: str, headers: list[tuple[str, str]],
+              on_done: Callable[[ArchiverError | None], None], *, on_body=None, on_headers=None):
+        from .errors import tls_failure
+
+        request = self._http.HttpRequest(method, self._path(key, query),
                                          self._http.HttpHeaders([("Host", self.route.host)] + self._owner + headers))
-        what = f"{operation} s3://{self.route.bucket}/{key}" if operation != "GetObject" \
-            else f"GET s3://{self.route.bucket}/{key}"
+        what = self._what(operation, key)
 
         def done(error, status_code=None, error_body=None, **_):
             if error is None:
@@ -460,7 +533,8 @@ class DataPlane:
             code, message = _parse_error_body(error_body)
             if not code and getattr(error, "name", "") == "AWS_ERROR_S3_SLOW_DOWN":
                 code = "SlowDown"  # CRT's retries ended without the answer's status or body
-            on_done(error_for(code, status_code, message or str(error), what=what, subject="source"))
+            untrusted = None if status_code else tls_failure(getattr(error, "name", ""), what, self.endpoint)
+            on_done(untrusted or error_for(code, status_code, message or str(error), what=what, subject="source"))
 
         def headers_received(status_code, headers, **_):
             if on_headers is not None and 200 <= status_code < 300:
@@ -470,6 +544,17 @@ class DataPlane:
             type=self._s3.S3RequestType.DEFAULT, operation_name=operation, request=request,
             on_headers=headers_received,
             on_body=(lambda chunk, offset, **_: on_body(chunk)) if on_body else None, on_done=done)
+
+
+def _credentials_provider(session: boto3.Session):
+    """The session's credentials for the CRT signer (both GET paths)."""
+    from awscrt import auth
+
+    creds = session.get_credentials()
+    if creds is None:
+        raise BadCredentials("no AWS credentials found",
+                             hint="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, or the Airflow connection")
+    return _crt_credentials_provider(auth, creds)
 
 
 def _crt_credentials_provider(auth, creds):
