@@ -7,6 +7,7 @@ and responses are streamed back, unless a rule says otherwise. Rules are set per
     proxy.add(Fault("status", status=503, rate=0.08, match=is_get))   # SlowDown on 8% of GETs
     proxy.add(Fault("reset", rate=0.05, match=is_get))                # RST in the middle of the body
     proxy.add(Fault("reset", at=0, match=is_manifest_get))            # RST right after the head
+    proxy.add(Fault("drop", count=1, match=is_complete_upload))        # RST instead of any answer
     proxy.add(Fault("truncate", count=3, match=is_get))               # short body, then close
     proxy.add(Fault("stall", seconds=30, count=1, match=is_get))      # hold the response back
     proxy.add(Fault("status", status=500, match=is_complete_upload))  # every matching request
@@ -82,7 +83,7 @@ def makes_visible(r: Request, suffix: str) -> bool:
 
 @dataclass
 class Fault:
-    kind: str  # status | reset | truncate | stall | header | rewrite
+    kind: str  # status | reset | drop | truncate | stall | header | rewrite
     match: Callable[[Request], bool] = lambda r: True
     rate: float = 1.0
     count: int | None = None  # at most this many injections
@@ -217,6 +218,9 @@ class FaultProxy:
                 _send_synthetic_page(handler, request, prefix, *synthetic)
                 return
         fault = self._pick(request)
+        if fault and fault.kind == "drop":  # the request never reaches the server: a reset, no answer
+            _abort(handler)
+            return
         if fault and fault.kind == "status":
             _send_error(handler, fault.status, fault.code)
             return

@@ -1,0 +1,144 @@
+"""Restoring to S3 (`extract --to s3://`) as a user sees it, on the embedded MinIO: odd keys
+and attributes come back as they were, writes go out while the archive is read (many in
+flight, not one round trip per object), a fault aimed at one object's PUT is retried or fails
+naming it with the right exit code, a re-run finishes the job, and the bodies waiting to be
+written stay within the memory budget."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+
+from faultproxy import Fault, FaultProxy
+from helpers import ROOT, keys_in, run_cli, run_json, seed
+
+PREFIX = "day/2026/11/21/"
+ODD_KEYS = ["with space/and+plus.log", "percent%20stays.log", "ünïcødé/日本語.txt", "q?uery#frag&amp=.log",
+            "tilde~and'quote\".log", "deep/" * 40 + "long.log", "folder/", "empty.log"]
+VICTIM = "00/victim.log"
+
+
+def _archive(env, src: str, dst: str) -> str:
+    run_json(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/vault/", "--storage-class", "STANDARD")
+    return f"s3://{dst}/vault/{src}/{PREFIX.rstrip('/')}.tar.gz"
+
+
+def _bodies(n: int) -> dict[str, bytes]:
+    rng = random.Random(n)
+    return {f"{PREFIX}{i % 7:02d}/app-{i:04d}.log": b"GET /item/%d 200\n" % rng.randrange(10**6) * rng.randrange(1, 400)
+            for i in range(n)}
+
+
+def _contents(s3, bucket: str, prefix: str) -> dict[str, bytes]:
+    return {k[len(prefix):]: s3.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys_in(s3, bucket, prefix)}
+
+
+def test_every_object_comes_back_byte_for_byte_with_its_attributes_and_a_rerun_writes_nothing(s3, buckets, cli_env):
+    src, dst = buckets
+    objects = {PREFIX + k: (b"" if k.endswith("/") or k == "empty.log" else f"body of {k}\n".encode() * 50)
+               for k in ODD_KEYS}
+    objects[PREFIX + "big.bin"] = os.urandom(9 << 20)  # over one PUT's size: a multipart upload
+    objects.update(_bodies(300))
+    seed(s3, src, objects)
+    attributed = PREFIX + ODD_KEYS[2]
+    s3.put_object(Bucket=src, Key=attributed, Body=objects[attributed], ContentType="text/plain; charset=utf-8",
+                  CacheControl="max-age=60", Metadata={"team": "ops"}, Tagging="keep=yes&owner=a%20b")
+    archive = _archive(cli_env, src, dst)
+
+    result = run_json(cli_env, "extract", archive, "--to", f"s3://{dst}/back/")
+
+    assert result["objects"] == len(objects) and result["bytes"] == sum(map(len, objects.values()))
+    assert _contents(s3, dst, "back/") == {k[len(PREFIX):]: v for k, v in objects.items()}
+    head = s3.head_object(Bucket=dst, Key="back/" + ODD_KEYS[2])
+    assert head["ContentType"] == "text/plain; charset=utf-8" and head["CacheControl"] == "max-age=60"
+    assert head["Metadata"]["team"] == "ops"
+    tags = s3.get_object_tagging(Bucket=dst, Key="back/" + ODD_KEYS[2])["TagSet"]
+    assert {t["Key"]: t["Value"] for t in tags} == {"keep": "yes", "owner": "a b"}
+
+    again = run_json(cli_env, "extract", archive, "--to", f"s3://{dst}/back/")
+    assert again["objects"] == 0 and again["skipped_same"] == len(objects)
+
+
+def test_writes_are_in_flight_together_not_one_round_trip_per_object(minio, s3, buckets, cli_env):
+    """Each PUT held 0.25 s at the proxy: 200 objects one after another take 50 s."""
+    src, dst = buckets
+    objects = _bodies(200)
+    seed(s3, src, objects)
+    archive = _archive(cli_env, src, dst)
+    proxy = FaultProxy(minio.endpoint_url)
+    try:
+        held = proxy.add(Fault("stall", seconds=0.25, match=lambda r: r.method == "PUT"))
+        started = time.monotonic()
+        run_json(cli_env, "--endpoint-url", proxy.endpoint_url, "extract", archive, "--to", f"s3://{dst}/back/")
+        took = time.monotonic() - started
+    finally:
+        proxy.stop()
+    assert held.injected == len(objects)
+    assert took < 15, f"{took:.1f} s for {len(objects)} PUTs held 0.25 s each"
+    assert _contents(s3, dst, "back/") == {k[len(PREFIX):]: v for k, v in objects.items()}
+
+
+def test_a_fault_on_one_put_is_retried_or_fails_naming_the_key_and_a_rerun_completes(minio, s3, buckets, cli_env):
+    src, dst = buckets
+    objects = _bodies(400)
+    objects[PREFIX + VICTIM] = b"the object every fault is aimed at\n" * 100
+    seed(s3, src, objects)
+    archive = _archive(cli_env, src, dst)
+    expected = {k[len(PREFIX):]: v for k, v in objects.items()}
+
+    def victim_put(r):
+        return r.method == "PUT" and r.key.endswith(VICTIM)
+
+    proxy = FaultProxy(minio.endpoint_url)
+    via = ("--endpoint-url", proxy.endpoint_url, "extract", archive)
+    try:
+        # A 503 twice, then a reset instead of any answer twice: retried, the run completes.
+        busy = proxy.add(Fault("status", status=503, count=2, match=victim_put))
+        dropped = proxy.add(Fault("drop", count=2, match=victim_put))
+        result = run_json(cli_env, *via, "--to", f"s3://{dst}/retried/")
+        assert busy.injected == 2 and dropped.injected == 2
+        assert result["objects"] == len(objects) and _contents(s3, dst, "retried/") == expected
+
+        # A 403 is final: exit 2 naming the key; what is there is whole.
+        proxy.clear()
+        proxy.add(Fault("status", status=403, code="AccessDenied", match=victim_put))
+        proc = run_cli(cli_env, *via, "--to", f"s3://{dst}/denied/", check=False)
+        stderr = proc.stderr.decode()
+        assert proc.returncode == 2 and f"s3://{dst}/denied/{VICTIM}" in stderr and "Traceback" not in stderr, stderr
+        assert "objects were written before it" in stderr
+        partial = _contents(s3, dst, "denied/")
+        assert VICTIM not in partial and all(expected[k] == v for k, v in partial.items())
+    finally:
+        proxy.stop()
+    rerun = run_json(cli_env, "extract", archive, "--to", f"s3://{dst}/denied/")
+    assert _contents(s3, dst, "denied/") == expected
+    assert rerun["objects"] == len(objects) - len(partial) and rerun["skipped_same"] == len(partial)
+
+
+def test_bodies_waiting_to_be_written_stay_within_the_memory_budget(minio, s3, buckets, cli_env):
+    """24 members of 7 MiB (each one PUT) and a 64 MiB budget: all of them queued at once would
+    add 168 MiB; the extract's peak RSS stays within the budget of a one-object extract's."""
+    src, dst = buckets
+    objects = {f"{PREFIX}blob-{i:02d}.bin": os.urandom(7 << 20) for i in range(24)}
+    seed(s3, src, objects)
+    archive = _archive(cli_env, src, dst)
+    one = _peak_rss_usage(cli_env, "extract", archive, "--to", f"s3://{dst}/one/", "--keys", f"{PREFIX}blob-00.bin",
+                          "--memory-budget", "64MiB")
+    every = _peak_rss_usage(cli_env, "extract", archive, "--to", f"s3://{dst}/all/", "--memory-budget", "64MiB")
+    assert _contents(s3, dst, "all/") == {k[len(PREFIX):]: v for k, v in objects.items()}
+    assert every - one < 64, f"peak RSS {every:.0f} MiB for 24 objects, {one:.0f} MiB for one"
+
+
+def _peak_rss_usage(env, *args) -> float:
+    """Peak RSS in MiB of `s3arch ARGS` run to completion: the kernel's high-water mark of
+    that process (ru_maxrss from wait4)."""
+    process = subprocess.Popen([sys.executable, "-m", "s3arch", *args], env=env, cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert process.stderr is not None
+    stderr = process.stderr.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, stderr.decode()
+    return usage.ru_maxrss / 1024
