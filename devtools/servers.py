@@ -129,6 +129,22 @@ def _wait_healthy(server: S3Server, url: str, timeout: float) -> None:
     )
 
 
+# Where a throwaway data dir goes: tmpfs when it has room. On the ext4 (mounted with discard)
+# of the machine make test runs on, deleting a data dir cost 2 ms a file: 45 s for 10,000
+# objects (the session MinIO's, at the end of the suite), 1.4 s on /dev/shm.
+SHM = Path("/dev/shm")
+SHM_MIN_FREE = 4 << 30
+
+
+def _throwaway_root() -> str | None:
+    try:
+        stat = os.statvfs(SHM)
+    except OSError:
+        return None
+    roomy = stat.f_bavail * stat.f_frsize >= SHM_MIN_FREE
+    return str(SHM) if roomy and os.access(SHM, os.W_OK | os.X_OK) else None
+
+
 def _spawn(name: str, argv: list[str], env: dict[str, str], workdir: Path) -> tuple:
     log_path = workdir / f"{name}.log"
     log_file = open(log_path, "wb")
@@ -152,7 +168,7 @@ def start_minio(console: bool = False, timeout: float = 60.0, data_dir: Path | N
             f"MinIO binary not found at {MINIO_BIN}. Build it with `make minio` "
             f"(go install github.com/minio/minio@{MINIO_VERSION}, about 2 minutes)."
         )
-    workdir = Path(tempfile.mkdtemp(prefix="s3arch-minio-"))
+    workdir = Path(tempfile.mkdtemp(prefix="s3arch-minio-", dir=_throwaway_root()))
     data_dir = data_dir or workdir / "data"
     port = free_loopback_port()
     access_key = access_key or "minio-" + secrets.token_hex(4)
