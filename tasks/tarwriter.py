@@ -7,6 +7,7 @@ appended from the fetched chunks without joining them. See docs/FORMAT.md for th
 
 from __future__ import annotations
 
+import zlib
 from typing import Callable
 
 BLOCK = 512
@@ -24,6 +25,8 @@ def member_name(key: str, size: int) -> tuple[str, bool]:
     key ends in ``/`` (a "folder marker") becomes a directory entry; any other key ending in
     ``/`` keeps its data under a last segment ``%2F``. The manifest records the exact key.
     """
+    if _as_it_is(key):
+        return key, False
     is_dir = size == 0 and key.endswith("/")
     segments = key.split("/")
     if is_dir:
@@ -40,11 +43,16 @@ def member_name(key: str, size: int) -> tuple[str, bool]:
     return (name + "/", True) if is_dir else (name, False)
 
 
+def _as_it_is(key: str) -> bool:
+    """Whether ``member_name`` keeps the key unchanged: no empty, ``.`` or ``..`` segment and no
+    trailing ``/`` (it errs towards False: ``a/.b`` takes the long way and stays itself)."""
+    return not (key.startswith(("/", ".")) or "//" in key or "/." in key or key.endswith("/"))
+
+
 def member_size(key: str, size: int) -> int:
     """A member's exact bytes in the tar stream (headers, data, padding): what lets a
     segment know from the listing alone where in the tar stream its first member starts."""
-    if size <= _OCTAL_SIZE_MAX and len(key) <= _USTAR_NAME_MAX and key.isascii() and not (
-            key.startswith(("/", ".")) or "//" in key or "/." in key or key.endswith("/")):
+    if size <= _OCTAL_SIZE_MAX and len(key) <= _USTAR_NAME_MAX and key.isascii() and _as_it_is(key):
         return BLOCK + _padded(size)  # the common case: one ustar header, the name as it is
     name, is_dir = member_name(key, size)
     return len(member_header(name, size, 0, is_dir)) + _padded(size)
@@ -72,19 +80,23 @@ def _pax_record(keyword: str, value: bytes) -> bytes:
     return str(n).encode() + body
 
 
+# Everything after the checksum field but the type flag is the same in every header: the
+# link name (empty), the "ustar" magic and version, and the unused owner and prefix fields.
+_MAGIC = b"ustar\x0000"
+_AFTER_TYPEFLAG = bytes(100) + _MAGIC + bytes(BLOCK - 265)
+_CONSTANT_SUM = sum(b" " * 8) + sum(_MAGIC)  # the checksum field counts as spaces
+
+
 def _ustar_header(name: bytes, size: int, mtime: int, typeflag: bytes, mode: int) -> bytes:
-    h = bytearray(BLOCK)
-    h[0:len(name)] = name
-    h[100:108] = b"%07o\0" % mode
-    h[108:116] = b"0000000\0"
-    h[116:124] = b"0000000\0"
-    h[124:136] = b"%011o\0" % min(size, _OCTAL_SIZE_MAX)
-    h[136:148] = b"%011o\0" % max(0, min(mtime, 8**11 - 1))
-    h[148:156] = b"        "
-    h[156:157] = typeflag
-    h[257:265] = b"ustar\x0000"
-    h[148:156] = b"%06o\0 " % sum(h)
-    return bytes(h)
+    # mode, uid, gid, size, mtime
+    fields = (b"%07o\0" b"0000000\0" b"0000000\0" b"%011o\0" b"%011o\0") % (
+        mode, min(size, _OCTAL_SIZE_MAX), max(0, min(mtime, 8**11 - 1)))
+    # The checksum is the sum of the header's bytes. adler32's low half is 1 + that sum modulo
+    # 65521, and name and fields (at most 100 + 44 bytes) never reach it: adler32 sums them in
+    # C, where sum() over the bytes took most of a header's time.
+    checksum = (zlib.adler32(fields, zlib.adler32(name)) & 0xFFFF) - 1 + _CONSTANT_SUM + typeflag[0]
+    return b"".join((name, bytes(_USTAR_NAME_MAX - len(name)), fields, b"%06o\0 " % checksum, typeflag,
+                     _AFTER_TYPEFLAG))
 
 
 def member_header(name: str, size: int, mtime: int, is_dir: bool) -> bytes:
@@ -122,21 +134,34 @@ class BlockSink:
         self.offset = start
         self._emit = emit
         self._index = start // block_size
-        self._lead = start % block_size  # bytes of the first block that belong to an earlier segment
-        self._buf = bytearray()
+        # One block's buffer, filled in place and copied out when full: appending to a
+        # bytearray emptied after every block reallocated it as it grew, which cost more than
+        # everything else a small member takes here.
+        self._buf = memoryview(bytearray(block_size))
+        self._filled = 0
+        # The length at which the block being filled is complete: the first one of a segment
+        # starting mid-block lacks the bytes that belong to an earlier segment.
+        self._full = block_size - start % block_size
         self._ready: list[bytes] = []
 
     def write(self, data) -> None:
+        n = len(data)
+        self.offset += n
+        filled = self._filled
+        if filled + n < self._full:  # most writes: a header or an object within the block
+            self._buf[filled:filled + n] = data
+            self._filled = filled + n
+            return
         mv = memoryview(data)
-        self.offset += len(mv)
         while mv:
-            room = self.block_size - self._lead - len(self._buf)
-            self._buf += mv[:room]
-            mv = mv[room:]
-            if len(self._buf) == self.block_size - self._lead:
-                self._ready.append(bytes(self._buf))
-                self._buf.clear()
-                self._lead = 0
+            piece = mv[:self._full - self._filled]
+            self._buf[self._filled:self._filled + len(piece)] = piece
+            self._filled += len(piece)
+            mv = mv[len(piece):]
+            if self._filled == self._full:
+                self._ready.append(self._buf[:self._filled].tobytes())
+                self._filled = 0
+                self._full = self.block_size
 
     def emit_ready(self) -> None:
         for block in self._ready:
@@ -148,9 +173,9 @@ class BlockSink:
         """Emit the last, partial block; ``final`` ends the compressed stream with it (a
         segment that is not the archive's last leaves the stream open)."""
         self.emit_ready()
-        self._emit(self._index, bytes(self._buf), final)
+        self._emit(self._index, self._buf[:self._filled].tobytes(), final)
         self._index += 1
-        self._buf.clear()
+        self._filled = 0
 
     @property
     def blocks(self) -> int:
