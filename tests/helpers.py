@@ -116,3 +116,39 @@ def minio_user(minio, statements: list[dict]) -> tuple[str, str]:
     admin.policy_add(policy, policy={"Version": "2012-10-17", "Statement": statements})
     admin.attach_policy([policy], user=user)
     return user, secret
+
+
+class InlineProcess:
+    """A stand-in for a segment worker's process that runs its target at once, in this
+    process: for tests of what the workers' loop gives each worker and makes of its answer
+    (its one small message fits the pipe, so nothing waits for a reader)."""
+
+    def __init__(self, target, name, args, daemon):
+        self.target, self.args, self.exitcode = target, args, None
+
+    def start(self):
+        self.target(*self.args)
+
+    def is_alive(self):
+        return False
+
+    def join(self):
+        self.exitcode = 0
+
+    def kill(self):
+        pass
+
+
+def run_segment_workers_inline(monkeypatch, worker) -> None:
+    """``s3arch.segments.workers`` starts ``worker(spec, connection, layout, plan, k, send)``
+    in an InlineProcess instead of ``_segment_worker`` in a forked one."""
+    import multiprocessing
+
+    import s3arch.segments.workers as workers
+
+    class Context:
+        Pipe = staticmethod(multiprocessing.get_context("fork").Pipe)
+        Process = InlineProcess
+
+    monkeypatch.setattr(workers.multiprocessing, "get_context", lambda method: Context)
+    monkeypatch.setattr(workers, "_segment_worker", worker)

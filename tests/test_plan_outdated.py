@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from helpers import keys_in, open_uploads, read_archive, seed
+from helpers import keys_in, open_uploads, read_archive, run_segment_workers_inline, seed
 
 PREFIX = "events/2026/11/21/"
 
@@ -72,40 +72,17 @@ def test_a_plan_outdated_segment_is_not_run_again_by_the_cli_workers(monkeypatch
     """The CLI's workers run a failed segment again up to three times; a plan that no longer
     matches the source fails the same way each time, so PlanOutdated ends the run at once,
     retryable for the run (its next run plans again)."""
-    import multiprocessing
-
     import s3arch.segments.workers as workers
     from s3arch.segments import PlanOutdated, SegmentPlan, SegmentRange
 
     attempts = []
-
-    class InlineProcess:
-        def __init__(self, target, name, args, daemon):
-            self.target, self.args, self.exitcode = target, args, None
-
-        def start(self):
-            self.target(*self.args)
-
-        def is_alive(self):
-            return False
-
-        def join(self):
-            self.exitcode = 0
-
-        def kill(self):
-            pass
-
-    class Context:
-        Pipe = staticmethod(multiprocessing.get_context("fork").Pipe)
-        Process = InlineProcess
 
     def worker(spec, connection, layout, plan, k, send):
         attempts.append(k)
         send.send({"error": "PlanOutdated", "message": "the source changed since the plan; a new plan is needed"})
         send.close()
 
-    monkeypatch.setattr(workers.multiprocessing, "get_context", lambda method: Context)
-    monkeypatch.setattr(workers, "_segment_worker", worker)
+    run_segment_workers_inline(monkeypatch, worker)
     monkeypatch.setattr(workers, "_connection_of", lambda clients, server: {})
     plan = SegmentPlan("run", "upload", "a.tar.gz", 1, 1, 1024, 0, (SegmentRange(0, None, "k", 1, 1, 0, 512, 2, 10),))
     with pytest.raises(PlanOutdated, match="segment 1/1: the source changed since the plan") as outdated:

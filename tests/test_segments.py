@@ -16,7 +16,7 @@ import zlib
 import pytest
 
 from faultproxy import Fault, FaultProxy, is_get, wait_until
-from helpers import ROOT, keys_in, open_uploads, read_archive, run_cli, run_json, seed
+from helpers import ROOT, keys_in, open_uploads, read_archive, run_cli, run_json, run_segment_workers_inline, seed
 
 PREFIX = "events/2026/11/21/"
 
@@ -279,7 +279,6 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
     """Worker processes get the credentials the session holds when each one starts: a segment
     retried after CredentialsExpired must not get the expired copy again, and ExpiredToken is
     not counted as one of its three attempts (here it ends three starts in a row)."""
-    import multiprocessing
     import threading
 
     import s3arch.segments.workers as workers
@@ -289,36 +288,12 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
     monkeypatch.setattr(workers, "_connection_of", lambda clients, server: {"token": f"token-{next(issued)}"})
     seen = []
 
-    class InlineProcess:
-        """Runs the worker target at once, in this process: what matters here is what it is
-        given (its one small message fits the pipe, so nothing waits for a reader)."""
-
-        def __init__(self, target, name, args, daemon):
-            self.target, self.args, self.exitcode = target, args, None
-
-        def start(self):
-            self.target(*self.args)
-
-        def is_alive(self):
-            return False
-
-        def join(self):
-            self.exitcode = 0
-
-        def kill(self):
-            pass
-
-    class Context:
-        Pipe = staticmethod(multiprocessing.get_context("fork").Pipe)
-        Process = InlineProcess
-
     def worker(spec, connection, layout, plan, k, send):
         seen.append(connection["token"])
         send.send({"error": "CredentialsExpired", "message": "expired"} if len(seen) <= 3 else {"segment": k})
         send.close()
 
-    monkeypatch.setattr(workers.multiprocessing, "get_context", lambda method: Context)
-    monkeypatch.setattr(workers, "_segment_worker", worker)
+    run_segment_workers_inline(monkeypatch, worker)
     plan = SegmentPlan("run", "upload", "a.tar.gz", 1, 1, 1024, 0,
                        (SegmentRange(0, None, "k", 1, 1, 0, 512, 2, 10),))
     durations = workers._run_workers(None, None, None, plan, 1, threading.Event())
