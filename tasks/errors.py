@@ -352,10 +352,15 @@ def translate(exc: BaseException, what: str, subject: Subject = "object") -> Arc
         code = err.get("Code", "")
         if code.isdigit():  # HEAD responses carry no body, only the status
             status, code = int(code), ""
-        region = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("x-amz-bucket-region")
-        if not code and status in (301, 400) and region:  # a HEAD of a bucket in another region
-            return WrongRegion(f"{what}: bucket is in region {region}",
-                               hint="set AWS_REGION / the connection's region_name to the bucket's region")
+        # Where S3 says which region the bucket is in (the header, or <Region> of a 400), the
+        # message names it: the one thing the user has to copy into the configuration.
+        region = (exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("x-amz-bucket-region")
+                  or err.get("Region"))
+        redirected = _BY_CODE.get(code, (None,))[0] is WrongRegion or (not code and status in (301, 400))
+        if region and redirected:  # without a code: a HEAD of a bucket in another region
+            return WrongRegion(f"{what}: bucket is in region {region}{f' ({code})' if code else ''}",
+                               hint=f"set AWS_REGION (or the profile's region, the Airflow connection's "
+                                    f"region_name) to {region}; an endpoint URL, if set, must serve {region}")
         return error_for(code, status, err.get("Message", ""), what=what, subject=subject)
     from botocore.exceptions import SSLError
 

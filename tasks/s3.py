@@ -147,11 +147,13 @@ class S3Clients:
         half a minute does not cure, when falling back to another tier would."""
         with self._lock:
             if "single" not in self._planes:
-                control = self.control
+                # From the endpoint as configured (None on AWS), never control.meta.endpoint_url: a
+                # resolved AWS endpoint passed back in is a custom one, whose host botocore's region
+                # redirect keeps, so a bucket in another region answered 301 again.
                 self._planes["single"] = self.session.client(
-                    "s3", endpoint_url=control.meta.endpoint_url, region_name=control.meta.region_name,
-                    verify=self.verify,
-                    config=control.meta.config.merge(Config(retries={"mode": "standard", "total_max_attempts": 1})))
+                    "s3", endpoint_url=self.endpoint_url, region_name=self.region, verify=self.verify,
+                    config=self.control.meta.config.merge(Config(retries={"mode": "standard",
+                                                                          "total_max_attempts": 1})))
                 if self.expected_owner:
                     self._planes["single"].meta.events.register("before-parameter-build.s3", self._add_expected_owner)
             return self._planes["single"]

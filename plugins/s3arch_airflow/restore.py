@@ -102,7 +102,8 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
                                                       aws_conn_id=self.aws_conn_id, region_name=self.region_name,
                                                       verify=self.verify, botocore_config=self.botocore_config,
                                                       poll_interval=interval,
-                                                      deadline=time.time() + self.wait_timeout),
+                                                      deadline=time.time() + self.wait_timeout,
+                                                      expected_owner=clients.expected_owner),  # "self" resolved
                        method_name="execute_complete")
         self._guard(context, lambda: wait_restored(clients.control, layout.bucket, committed.archive_key,
                                                    timeout=self.wait_timeout, interval=interval))

@@ -19,7 +19,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 class ArchiveRestoredTrigger(BaseTrigger):
     def __init__(self, *, bucket: str, key: str, aws_conn_id: str | None, region_name: str | None = None,
                  verify: bool | str | None = None, botocore_config: dict | None = None,
-                 poll_interval: float = 300.0, deadline: float | None = None):
+                 poll_interval: float = 300.0, deadline: float | None = None, expected_owner: str | None = None):
         super().__init__()
         self.bucket = bucket
         self.key = key
@@ -29,20 +29,21 @@ class ArchiveRestoredTrigger(BaseTrigger):
         self.botocore_config = botocore_config
         self.poll_interval = poll_interval
         self.deadline = deadline  # epoch seconds; None waits as long as the task allows
+        self.expected_owner = expected_owner  # the job's: its HEADs name the owner as its other requests do
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("s3arch_airflow.triggers.ArchiveRestoredTrigger",
                 {"bucket": self.bucket, "key": self.key, "aws_conn_id": self.aws_conn_id,
                  "region_name": self.region_name, "verify": self.verify,
                  "botocore_config": self.botocore_config, "poll_interval": self.poll_interval,
-                 "deadline": self.deadline})
+                 "deadline": self.deadline, "expected_owner": self.expected_owner})
 
     def _control(self):
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
         from s3arch_airflow.operators import engine_clients
 
         return engine_clients(S3Hook(aws_conn_id=self.aws_conn_id, region_name=self.region_name,
-                                     verify=self.verify, config=self.botocore_config)).control
+                                     verify=self.verify, config=self.botocore_config), self.expected_owner).control
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from s3arch.errors import ArchiverError
