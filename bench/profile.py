@@ -50,7 +50,7 @@ GENERIC = [
     ("member loop (pipeline hand-over)", lambda m, f, src: m == "pipeline"),
     ("commit protocol, lease, control plane", lambda m, f, src: True),
 ]
-STARTUP = "interpreter start and imports"
+STARTUP = "start-up: imports, clients' set-up"
 NATIVE_CALLBACK = "CRT native code calling into Python"
 OTHER = "other (threading, logging, interpreter)"
 UNSEEN_WITHOUT_GIL = "CPU without the GIL: CRT's native threads, compression and hashing of large buffers"
@@ -82,8 +82,16 @@ def engine_module(path: str) -> str | None:
     return ".".join(rel)[: -len(".py")] if rel else None
 
 
+def _starting(function: str, path: str) -> bool:
+    """An import in progress, or botocore building a client (its models and endpoint rules
+    loaded from JSON): what a process pays once, whichever stage it happens under."""
+    return "importlib._bootstrap" in path or (function == "create_client" and path.endswith("botocore/session.py"))
+
+
 def stage_of(frames: list[tuple[str, str, int]], sources: Sources) -> str:
     """The stage of one stack (outermost frame first)."""
+    if any(_starting(function, path) for function, path, _ in frames):
+        return STARTUP
     engine = [(engine_module(path), function, sources.line(path, line))
               for function, path, line in reversed(frames) if engine_module(path) is not None]
     for rules in (STAGES, GENERIC):
@@ -91,7 +99,7 @@ def stage_of(frames: list[tuple[str, str, int]], sources: Sources) -> str:
             for stage, test in rules:
                 if test(module, function, src):
                     return stage
-    if any("importlib" in path or function == "<module>" for function, path, _ in frames):
+    if any(function == "<module>" for function, _, _ in frames):
         return STARTUP
     if any("awscrt" in path for _, path, _ in frames):
         return NATIVE_CALLBACK
