@@ -162,8 +162,12 @@ class ConnectionPool:
         def opened(future) -> None:
             error = future.exception()
             if error is not None:
-                with self._lock:
-                    self.opened -= 1
+                with self._lock:  # a request waiting for a connection gets this one's place
+                    waiter = self._waiting.popleft() if self._waiting else None
+                    if waiter is None:
+                        self.opened -= 1
+                if waiter is not None:
+                    self._open(waiter)
                 ready(None, error)
             else:
                 ready(future.result(), None)
