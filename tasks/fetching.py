@@ -17,7 +17,8 @@ piece with that error (CRT swallows exceptions: uncaught, the piece would never 
 Throttling (503 SlowDown) is not a failure to count down: a throttled request is sent again
 after a pause drawn at random up to a ceiling that doubles with each throttled answer (full
 jitter, capped at ``THROTTLE_CAP``), for as long as S3 keeps throttling, until the throttle
-budget (``S3ARCH_THROTTLE_BUDGET`` seconds, 15 minutes by default) runs out; meanwhile the
+budget (``ArchiveSpec.throttle_budget``: --throttle-budget, else S3ARCH_THROTTLE_BUDGET, else
+15 minutes) runs out; meanwhile the
 requests in flight are fewer (``InFlightLimit``: halved on a throttle, grown back by one per
 window of successes). Other faults keep their few tries.
 
@@ -27,7 +28,6 @@ failure is kept; a fetch stage stopped by the stream raises ``Stopped``, which i
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from . import attributes
+from .config import resolve_throttle_budget
 from .coordinator import Request, Stopped, StreamCoordinator
 from .errors import AccessDenied, ArchiverError, CredentialsExpired, IntegrityError, Throttled, TransientError
 from .listing import ListedObject
@@ -47,14 +48,6 @@ _BACKOFF = 0.2  # seconds times the attempts made
 # been throttled for the budget's seconds.
 THROTTLE_BASE = 0.5
 THROTTLE_CAP = 20.0
-THROTTLE_BUDGET = 900.0
-
-
-def throttle_budget() -> float:
-    """Seconds a request may stay throttled before the run gives up (exit 3):
-    ``S3ARCH_THROTTLE_BUDGET``, else 15 minutes."""
-    value = os.environ.get("S3ARCH_THROTTLE_BUDGET")
-    return float(value) if value else THROTTLE_BUDGET
 
 
 def throttle_pause(throttles: int) -> float:
@@ -207,7 +200,7 @@ class Fetcher:
         self.gets = 0
         self.follow_ups = 0
         self.throttled = 0  # throttled answers (503 SlowDown) to GETs and follow-ups, each retried
-        self.throttle_budget = throttle_budget() if throttle_seconds is None else throttle_seconds
+        self.throttle_budget = resolve_throttle_budget(throttle_seconds)
         self.limit = InFlightLimit(concurrency)
         self._cond = threading.Condition()
         self._done: dict[int, Piece] = {}

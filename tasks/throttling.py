@@ -7,8 +7,8 @@ re-partitions would fail its listing or an upload after that. ``install`` adds a
 ``needs-retry`` handler after botocore's own: while botocore retries, its delay is the one used;
 once botocore gives up on a throttled answer (attempts or quota spent), this handler goes on
 with the fetcher's backoff (full jitter, doubling up to ``THROTTLE_CAP``) until the call has
-been throttled for the budget's seconds (``S3ARCH_THROTTLE_BUDGET``). Faults other than
-throttling keep botocore's attempts. Throttled answers are counted per client
+been throttled for the budget's seconds (--throttle-budget, else ``S3ARCH_THROTTLE_BUDGET``).
+Faults other than throttling keep botocore's attempts. Throttled answers are counted per client
 (``throttled``), for the run's summary.
 """
 
@@ -18,7 +18,8 @@ import threading
 import time
 
 from .errors import THROTTLE_CODES
-from .fetching import THROTTLE_BASE, THROTTLE_CAP, throttle_budget, throttle_pause
+from .config import resolve_throttle_budget
+from .fetching import THROTTLE_BASE, THROTTLE_CAP, throttle_pause
 
 __all__ = ["THROTTLE_BASE", "THROTTLE_CAP", "ControlThrottling", "install", "throttled"]
 
@@ -27,7 +28,7 @@ class ControlThrottling:
     """The ``needs-retry`` handler of one boto3 client, and its count of throttled answers."""
 
     def __init__(self, budget: float | None = None):
-        self.budget = throttle_budget() if budget is None else budget
+        self.budget = resolve_throttle_budget(budget)
         self.throttled = 0
         self._lock = threading.Lock()
 

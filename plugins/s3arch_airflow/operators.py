@@ -71,8 +71,9 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
     one segment per process, when ``processes`` > 1), ``without_tags``, encryption (``sse``,
     ``sse_kms_key_id``, ``sse_bucket_key``), Object Lock (``object_lock``, ``retain_days``,
     ``legal_hold``), ``expected_owner`` and ``throttle_budget`` (seconds a request may stay
-    throttled before the prefix fails, retryable; default S3ARCH_THROTTLE_BUDGET, else 900). ``preview`` and ``spec_options`` (round 3's
-    spellings) still work for one release, with a warning."""
+    throttled before the prefix fails, retryable; default S3ARCH_THROTTLE_BUDGET, else 900).
+    ``preview`` and ``spec_options`` (round 3's spellings) still work for one release, with a
+    warning."""
 
     aws_hook_class = S3Hook
     template_fields: Sequence[str] = aws_template_fields("source_bucket", "destination", "storage_class", "codec",
