@@ -165,13 +165,13 @@ class S3Clients:
         ``prefix`` (if given) that passes proves the bucket usable instead."""
         what = f"{role} bucket s3://{bucket}"
         refuse_directory_bucket(bucket, role)
-        sent: list[str] = []
+        sent: list[tuple[str, str]] = []
 
         def capture(request, **_):
             # Other threads may check other buckets at the same time: only this bucket's request.
             url = urllib.parse.urlsplit(request.url)
             if url.path.rstrip("/") == f"/{bucket}" or url.netloc.startswith(f"{bucket}."):
-                sent.append(request.url)
+                sent.append((request.url, str(request.headers.get("Authorization") or "")))
 
         self.control.meta.events.register("before-send.s3.HeadBucket", capture)
         self.control.meta.events.register("before-send.s3.ListObjectsV2", capture)
@@ -196,8 +196,12 @@ class S3Clients:
             self.control.meta.events.unregister("before-send.s3.HeadBucket", capture)
             self.control.meta.events.unregister("before-send.s3.ListObjectsV2", capture)
         headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-        region = response.get("BucketRegion") or headers.get("x-amz-bucket-region") or self.region
-        url = urllib.parse.urlsplit(sent[-1])
+        # A listing's answer need not name the region (moto's does not): then the region the
+        # accepted request was signed for, after any redirect, is the bucket's.
+        signed = re.search(r"Credential=[^/]+/\d{8}/([^/]+)/", sent[-1][1])
+        region = (response.get("BucketRegion") or headers.get("x-amz-bucket-region")
+                  or (signed.group(1) if signed else self.region))
+        url = urllib.parse.urlsplit(sent[-1][0])
         route = BucketRoute(bucket, url.netloc, url.path.rstrip("/"), url.scheme == "https", region)
         with self._lock:
             self._routes[bucket] = route

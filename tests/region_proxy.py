@@ -14,7 +14,8 @@ decides as S3 does, from the Host and the region in the SigV4 credential scope:
 - otherwise the request goes, path-style, to the backend (moto server, which does not check
   signatures, so the rewritten Host does not matter), and its answer comes back.
 
-``requests`` records what arrived (host, signing region, status, expected-owner header), so a
+``deny_head_bucket`` answers HeadBucket 403, as S3 does for a caller whose s3:ListBucket is
+narrowed to a prefix. ``requests`` records what arrived (host, signing region, status, expected-owner header), so a
 test can show the redirect happened on the wire.
 """
 
@@ -92,6 +93,7 @@ class RegionProxy:
                  regions: tuple[str, ...] = ("us-east-1", "us-west-2", "eu-west-1")):
         self.backend = urllib.parse.urlsplit(backend).netloc
         self.bucket_regions = bucket_regions
+        self.deny_head_bucket = False
         self.requests: list[Seen] = []
         names = ["s3.amazonaws.com", "*.s3.amazonaws.com"]
         names += [n for r in regions for n in (f"s3.{r}.amazonaws.com", f"*.s3.{r}.amazonaws.com")]
@@ -158,6 +160,8 @@ class _Handler(BaseHTTPRequestHandler):
                                f"region '{signed_for}' is wrong; expecting '{home}'", f"<Region>{home}</Region>",
                                home, host, bucket, signed_for)
         path = f"/{bucket}{url.path}" if virtual else url.path
+        if self.owner.deny_head_bucket and self.command == "HEAD" and path.rstrip("/") == f"/{bucket}":
+            return self._answer(403, {}, b"", host, bucket, signed_for)
         headers = {k: v for k, v in self.headers.items()
                    if k.lower() not in ("host", "connection", "proxy-connection", "keep-alive")}
         upstream = http.client.HTTPConnection(self.owner.backend, timeout=60)

@@ -96,19 +96,22 @@ def test_an_endpoint_pinned_to_another_region_exits_2_naming_the_buckets_region(
         assert HOME in err and "AWS_REGION" in err, err
 
 
-def test_the_archive_path_routes_each_bucket_to_its_own_region(eu_archive, tmp_path, monkeypatch):
-    """The bucket check (which the CRT data plane's host and signing region come from) finds
-    eu-west-1 for a client configured for us-west-2."""
+@pytest.mark.parametrize("head_bucket", ["allowed", "denied"])
+def test_the_archive_path_routes_each_bucket_to_its_own_region(eu_archive, tmp_path, monkeypatch, head_bucket):
+    """The bucket check (which the data plane's host and signing region come from) finds
+    eu-west-1 for a client configured for us-west-2; also where HeadBucket is denied (ListBucket
+    narrowed to the prefix) and the listing that proves the bucket usable names no region."""
     import boto3
 
     from s3arch.s3 import S3Clients
 
     proxy, _, (src, dst, _), _ = eu_archive
+    proxy.deny_head_bucket = head_bucket == "denied"
     for name, value in _as_on_aws(proxy, tmp_path, "us-west-2").items():
         monkeypatch.setenv(name, value)
     clients = S3Clients.from_session(boto3.Session())
     for bucket, role in ((src, "source"), (dst, "destination")):
-        route = clients.check_bucket(bucket, role)
+        route = clients.check_bucket(bucket, role, PREFIX if role == "source" else "vault/")
         assert (route.host, route.region) == (f"{bucket}.s3.{HOME}.amazonaws.com", HOME)
 
 
