@@ -4,9 +4,9 @@ The commands run as a user on AWS runs them: no endpoint URL, the region from AW
 egress proxy (tests/region_proxy.py) that answers as S3 does for a bucket elsewhere (301
 PermanentRedirect / 400 AuthorizationHeaderMalformed with x-amz-bucket-region) and forwards
 the rest to moto server, which has the Glacier semantics restore needs. The archive bucket
-lives in eu-west-1; the client is configured for us-west-2 (a regional endpoint, so a request
-to the wrong host is answered 301) or us-east-1 (botocore's global endpoint, which AWS routes
-to the bucket's region and which answers a wrong signature 400).
+lives in eu-west-1 (an extract's target in us-east-1); the client is configured for us-west-2
+(a regional endpoint, so a request to the wrong host is answered 301) or us-east-1 (botocore's
+global endpoint, which AWS routes to the bucket's region and which answers a wrong signature 400).
 """
 
 from __future__ import annotations
@@ -36,12 +36,13 @@ def eu_archive(moto_server, tmp_path):
     the proxy that plays AWS in front of it: (proxy, s3 client on moto, buckets, archive URL)."""
     s3 = moto_server.client(max_pool_connections=32)
     src, dst, out = (f"{name}-{uuid.uuid4().hex[:8]}" for name in ("src", "dst", "out"))
-    for bucket in (src, dst, out):
+    for bucket in (src, dst):
         s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": HOME})
+    s3.create_bucket(Bucket=out)  # an extract's target in a third region: us-east-1
     seed(s3, src, OBJECTS)
     direct = {**_clean_env(), **moto_server.env(), "PYTHONPATH": str(ROOT)}
     run_json(direct, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/vault/", "--storage-class", "GLACIER")
-    proxy = RegionProxy(moto_server.endpoint_url, {src: HOME, dst: HOME, out: HOME}, tmp_path)
+    proxy = RegionProxy(moto_server.endpoint_url, {src: HOME, dst: HOME, out: "us-east-1"}, tmp_path)
     yield proxy, s3, (src, dst, out), f"s3://{dst}/vault/{src}/{PREFIX.rstrip('/')}.tar.gz"
     proxy.stop()
 
@@ -70,7 +71,7 @@ def test_restore_of_an_archive_in_another_region_follows_the_bucket(eu_archive, 
     assert _redirected(proxy, "POST"), proxy.requests  # RestoreObject itself was redirected, then accepted
 
 
-def test_extract_verify_and_cat_of_an_archive_in_another_region_follow_the_bucket(eu_archive, tmp_path):
+def test_extract_verify_and_cat_of_an_archive_in_another_region_follow_the_bucket(eu_archive, tmp_path, reliability):
     proxy, s3, (src, _, out), archive = eu_archive
     env = _as_on_aws(proxy, tmp_path, "us-west-2")
     run_json(env, "restore", archive, "--tier", "Bulk", "--wait", "--poll-interval", "0.1")
@@ -81,10 +82,14 @@ def test_extract_verify_and_cat_of_an_archive_in_another_region_follow_the_bucke
     assert run_cli(env, "verify", archive).returncode == 0
     key = next(iter(OBJECTS))
     assert run_cli(env, "cat", archive, key).stdout == OBJECTS[key]
-    assert all(r.signed_for == HOME for r in proxy.requests if r.status < 300), proxy.requests
+    assert all(r.signed_for == (HOME if r.bucket != out else "us-east-1")
+               for r in proxy.requests if r.status < 300), proxy.requests
+    reliability.record("AWS_REGION us-west-2, archive bucket in eu-west-1 (S3's 301 PermanentRedirect / 400 "
+                       "AuthorizationHeaderMalformed)", "restore --wait, extract, verify, cat",
+                       "each follows the bucket's region; extracted byte for byte")
 
 
-def test_an_endpoint_pinned_to_another_region_exits_2_naming_the_buckets_region(eu_archive, tmp_path):
+def test_an_endpoint_pinned_to_another_region_exits_2_naming_the_buckets_region(eu_archive, tmp_path, reliability):
     """An endpoint URL the user set is kept as given, so botocore can only re-sign for the
     bucket's region, and that host answers 301 again: the run says which region to set."""
     proxy, _, _, archive = eu_archive
@@ -94,6 +99,8 @@ def test_an_endpoint_pinned_to_another_region_exits_2_naming_the_buckets_region(
         err = proc.stderr.decode()
         assert proc.returncode == 2, err
         assert HOME in err and "AWS_REGION" in err, err
+    reliability.record("endpoint URL of us-west-2, bucket in eu-west-1", "restore, verify",
+                       "exit 2 naming eu-west-1 and AWS_REGION")
 
 
 @pytest.mark.parametrize("head_bucket", ["allowed", "denied"])
