@@ -391,12 +391,15 @@ def test_growing_parts_while_the_total_is_unknown_stay_within_the_budget(s3, buc
 
 
 def test_sixteen_compression_threads_on_a_64_mib_budget_stay_within_it(s3, buckets, minio, reliability):
+    """16 threads asked for, each a zstd -19 context (17 MiB at 1 MiB blocks): the memory plan
+    must run fewer (one, on 64 MiB), and peak RSS shows it did. 45 x 1.5 MiB of log-like text
+    is 67.5 MiB, more than the budget, so a run that buffered it all would fail the bound, and
+    67 blocks, many more than the plan keeps pending. (It was 45 x 2.7 MiB, meant as 1.5: the
+    extra 53 MiB repeated the same steady state at a second or more of zstd -19 per MiB.)"""
     src, dst = buckets
     rng = __import__("random").Random(9)
     words = [b"GET", b"/api/v1/items", b"200", b"user=", b"latency_ms=", b"\n"]
-    # 45 x 1.5 MiB: more than the budget, so nothing could simply all be buffered (zstd -19 is
-    # slow: every MiB here costs the suite seconds).
-    seed(s3, src, {f"logs/{i:03d}.log": b" ".join(rng.choice(words) for _ in range(400_000)) for i in range(45)})
+    seed(s3, src, {f"logs/{i:03d}.log": b" ".join(rng.choices(words, k=240_000))[:3 << 19] for i in range(45)})
     out = peak_growth(minio, minio.endpoint_url, src, dst, "logs/", memory_budget=64 << 20, compress_threads=16,
                       codec="zstd", level=19)
     assert out["status"] == "archived"
