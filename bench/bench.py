@@ -287,7 +287,7 @@ def check_targets(results: dict, extra: dict) -> list[str]:
     if "getpath" in extra:
         paths = extra["getpath"]
         crt = paths["crt_meta_request"]["cpu_ms_per_object"]["median"]
-        for name in ("obstore", "boto3"):
+        for name in ("plain", "obstore", "boto3"):
             lines.append(f"info  get path {name} / CRT meta-request client CPU per small GET: "
                          f"{paths[name]['cpu_ms_per_object']['median'] / crt:.2f}x "
                          f"({paths[name]['cpu_ms_per_object']['median']:.3f} vs {crt:.3f} ms)")
