@@ -60,7 +60,9 @@ def _seed(server, objects: int) -> None:
 
 
 def _env(server, endpoint_url: str | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    # Byte code is written and reused, as in any installed copy: without it every changed module
+    # is compiled from source at each start, which this would count as start-up.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k != "PYTHONDONTWRITEBYTECODE"}
     env.update(server.env(), PYTHONPATH=str(ROOT))
     if endpoint_url:
         env["AWS_ENDPOINT_URL_S3"] = endpoint_url

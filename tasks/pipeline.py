@@ -354,8 +354,11 @@ class _Stream:
 def _record(obj, sha256: str, header_offset: int, data_offset: int, captured) -> dict:
     """An object's manifest record, but for where its compressed bytes lie (added later);
     its attributes follow the fixed fields (FORMAT.md)."""
+    modified = obj.last_modified
+    if modified.tzinfo is not timezone.utc:  # the listing's are; converting them took most of a record's time
+        modified = modified.astimezone(timezone.utc)
     record = {"type": "object", "key": obj.key, "size": obj.size, "etag": obj.etag,
-              "last_modified": obj.last_modified.astimezone(timezone.utc).isoformat(),
+              "last_modified": modified.isoformat(),
               "sha256": sha256, "header_offset": header_offset, "data_offset": data_offset}
     name = member_name(obj.key, obj.size)[0]
     if name != obj.key:
