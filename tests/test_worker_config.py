@@ -8,37 +8,32 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from faultproxy import Fault, FaultProxy
 from helpers import engine_clients, read_archive, seed
 
 PREFIX = "events/2026/11/21/"
 
 
-def test_segment_workers_send_through_the_callers_proxy_with_its_user_agent(minio, s3, buckets):
-    from botocore.config import Config
+@pytest.fixture
+def recording_proxy(minio):
+    proxy = FaultProxy(minio.endpoint_url)
+    proxy.seen = []
+    proxy.add(Fault("status", rate=0.0, match=lambda r: proxy.seen.append(r) and False))  # records, never fires
+    yield proxy
+    proxy.stop()
 
-    from s3arch.archive import archive_prefix
-    from s3arch.config import ArchiveSpec, S3Url
 
-    src, dst = buckets
+def seeded(s3, src: str) -> dict[str, bytes]:
     objects = {f"{PREFIX}{i:03d}.log": f"line {i}\n".encode() * (i + 1) for i in range(60)}
     seed(s3, src, objects)
-    proxy = FaultProxy(minio.endpoint_url)
-    seen = []
-    proxy.add(Fault("status", rate=0.0, match=lambda r: seen.append(r) and False))  # records, never fires
-    agent = f"s3arch-test/{uuid.uuid4().hex[:10]}"
-    try:
-        clients = engine_clients(minio, botocore_config=Config(proxies={"http": proxy.endpoint_url},
-                                                               user_agent_extra=agent))
-        spec = ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, ""), storage_class="STANDARD", processes=2,
-                           segments=2, segment_min_objects=1)
-        result = archive_prefix(spec, clients)
-    finally:
-        proxy.stop()
-    assert result.segments == 2 and result.objects == len(objects)
-    assert read_archive(s3, dst, f"{src}/{PREFIX.rstrip('/')}.tar.gz") == objects
-    # Only a worker writes its segment's result, records and kept-back bytes: each of these
-    # requests, and the source HeadBucket every worker sends first, came through the proxy.
+    return objects
+
+
+def assert_workers_went_through(seen: list, src: str, objects: dict, agent: str) -> None:
+    """Both segment workers' requests reached the proxy, the control plane's with ``agent``."""
+    # Only a worker writes its segment's result, records and kept-back bytes.
     written = {r.key.rsplit("/", 1)[-1] for r in seen if r.method == "PUT" and ".segments/" in r.key}
     assert {f"{k:05d}{suffix}" for k in (0, 1) for suffix in (".json", ".held", ".manifest.jsonl.gz")} <= written, \
         sorted(written)
@@ -52,3 +47,52 @@ def test_segment_workers_send_through_the_callers_proxy_with_its_user_agent(mini
     without = sorted({f"{r.method} {r.key} {r.headers.get('user-agent')}" for r in seen
                       if r not in gets and agent not in r.headers.get("user-agent", "")})
     assert without == [], f"requests through the proxy without the configured user agent: {without[:5]}"
+
+
+def test_segment_workers_send_through_the_callers_proxy_with_its_user_agent(minio, s3, buckets, recording_proxy):
+    from botocore.config import Config
+
+    from s3arch.archive import archive_prefix
+    from s3arch.config import ArchiveSpec, S3Url
+
+    src, dst = buckets
+    objects = seeded(s3, src)
+    agent = f"s3arch-test/{uuid.uuid4().hex[:10]}"
+    clients = engine_clients(minio, botocore_config=Config(proxies={"http": recording_proxy.endpoint_url},
+                                                           user_agent_extra=agent))
+    spec = ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, ""), storage_class="STANDARD", processes=2,
+                       segments=2, segment_min_objects=1)
+    result = archive_prefix(spec, clients)
+    assert result.segments == 2 and result.objects == len(objects)
+    assert read_archive(s3, dst, f"{src}/{PREFIX.rstrip('/')}.tar.gz") == objects
+    assert_workers_went_through(recording_proxy.seen, src, objects, agent)
+
+
+def test_an_archive_operators_botocore_config_reaches_its_worker_processes(minio, s3, buckets, recording_proxy,
+                                                                          tmp_path, monkeypatch):
+    """The Airflow path: the operator's ``botocore_config`` (as a connection's config_kwargs
+    would give it) through the amazon provider's hook to the engine and its two processes."""
+    from devtools.airflow_local import airflow_env
+
+    for name, value in airflow_env(tmp_path, minio, tmp_path / "jobs.yaml").items():
+        monkeypatch.setenv(name, value)  # the connection s3_archive, as a deployment defines it
+    from s3arch_airflow import S3ArchivePrefixOperator
+
+    src, dst = buckets
+
+    objects = seeded(s3, src)
+    agent = f"s3arch-operator/{uuid.uuid4().hex[:10]}"
+    operator = S3ArchivePrefixOperator(task_id="archive_cfg", source_bucket=src, prefix=PREFIX,
+                                       destination=f"s3://{dst}/archive/", storage_class="STANDARD",
+                                       aws_conn_id="s3_archive", processes=2, segment_min_objects=1,
+                                       botocore_config={"proxies": {"http": recording_proxy.endpoint_url},
+                                                        "user_agent_extra": agent})
+
+    class TaskInstance:
+        def xcom_push(self, key, value):
+            pass
+
+    rows = operator.execute({"ti": TaskInstance()})
+    assert [(r["status"], r["segments"], r["objects"]) for r in rows] == [("archived", 2, len(objects))]
+    assert read_archive(s3, dst, f"archive/{src}/{PREFIX.rstrip('/')}.tar.gz") == objects
+    assert_workers_went_through(recording_proxy.seen, src, objects, agent)
