@@ -40,12 +40,12 @@ from .coordinator import Request, Stopped, StreamCoordinator
 from .errors import AccessDenied, ArchiverError, CredentialsExpired, IntegrityError, Throttled, TransientError
 from .listing import ListedObject
 
-_ATTEMPTS = 3  # of each GET, tag read and checksum read, beyond the CRT client's own retries
+_ATTEMPTS = 3  # of each GET, tag read and checksum read, beyond the GET path's own retries
 _BACKOFF = 0.2  # seconds times the attempts made
 
 # Throttled requests: a pause of random.uniform(0, min(THROTTLE_CAP, THROTTLE_BASE * 2**n)) after
-# the n-th throttled answer (each one after the CRT client's own retries), until a request has
-# been throttled for the budget's seconds.
+# the n-th throttled answer (with S3ARCH_GET_PATH=crt, each after the CRT client's retries),
+# until a request has been throttled for the budget's seconds.
 THROTTLE_BASE = 0.5
 THROTTLE_CAP = 20.0
 
@@ -396,7 +396,7 @@ class Fetcher:
     def _send(self, seq: int, piece: Piece, what: str, tries: Tries, send, finish, again) -> None:
         """One attempt of a follow-up request: tracked in flight (the watchdog may cancel it),
         retried with the GETs' backoff, its callbacks guarded. ``send(on_body_progress,
-        on_done)`` starts it and returns CRT's request; ``finish(error)`` reads the answer."""
+        on_done)`` starts it and returns the data plane's request; ``finish(error)`` reads the answer."""
         entry: Request = self.coordinator.track(what)
 
         def done(error: ArchiverError | None) -> None:
