@@ -77,6 +77,18 @@ def test_archive_and_verify_through_http_proxy_from_the_environment(behind_http_
     assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == objects
 
 
+def test_segment_workers_fetch_through_the_proxy_too(behind_http_proxy, s3, cli_env):
+    """Each --processes worker builds its own data plane: from the same environment."""
+    proxy, endpoint, src, dst, objects = behind_http_proxy
+    env = {**_without_proxies(cli_env), "AWS_ENDPOINT_URL_S3": endpoint,
+           "HTTP_PROXY": f"http://egress:p%40ss%20word@127.0.0.1:{proxy.port}"}
+    result = run_json(env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
+                      "--processes", "2", "--segments", "2", "--segment-min-objects", "10")
+    assert result["status"] == "archived" and result["objects"] == len(objects) and result["segments"] == 2
+    assert _source_gets(proxy, endpoint, src) == set(objects)
+    assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == objects
+
+
 def test_archive_through_the_connections_botocore_proxies(behind_http_proxy, minio, s3, monkeypatch):
     """An Airflow connection's ``proxies`` (its botocore Config), with none in the environment."""
     proxy, endpoint, src, dst, objects = behind_http_proxy
