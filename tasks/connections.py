@@ -231,14 +231,14 @@ class Call:
         self._plane.signer.sign(self._build(), self._signed)
 
     def cancel(self) -> None:
-        with self._lock:
+        with self._lock:  # held while closing: the connection cannot go back to the pool meanwhile
             if self._finished or self._cancelled:
                 return
             self._cancelled = True
             connection = self._connection
-        if connection is not None:
-            connection.close()  # the stream ends in error, and _complete finishes
-        else:  # signing, waiting for a connection or for a retry: nothing to interrupt
+            if connection is not None:
+                connection.close()  # asynchronous: the stream ends in error, and _complete finishes
+        if connection is None:  # signing, waiting for a connection or for a retry: nothing to interrupt
             self._finish(self._cancelled_error())
 
     def _cancelled_error(self) -> ArchiverError:
@@ -290,7 +290,8 @@ class Call:
             self._error_body.append(bytes(chunk))
 
     def _complete(self, future) -> None:
-        connection, self._connection = self._connection, None
+        with self._lock:
+            connection, self._connection = self._connection, None
         if connection is not None:
             self._plane.pool.release(connection)
         error = future.exception()
