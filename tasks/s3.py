@@ -1,4 +1,5 @@
-"""S3 access: boto3 for the control plane, the AWS Common Runtime S3 client for GETs.
+"""S3 access: boto3 for the control plane, the AWS Common Runtime for source GETs (plain
+``awscrt.http`` connections, tasks/connections.py; its S3 client with S3ARCH_GET_PATH=crt).
 
 Both planes take credentials, region and endpoint from one boto3 session, so the Airflow
 layer (S3Hook's session), the CLI (standard AWS configuration) and the tests (a MinIO on
