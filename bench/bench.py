@@ -284,6 +284,8 @@ def check_targets(results: dict, extra: dict) -> list[str]:
             lines.append(f"{verdict(rate['median'] >= target)}  plan    1,000,000 keys listed and planned "
                          f"{'with ' + str(LATENCY_MS) + ' ms' if name == 'latency' else 'locally'}: "
                          f"{fmt(rate, 0)} keys/s (target >= {target:,})")
+    if "restore" in extra:
+        lines += extra["restore"]["verdicts"]
     if "getpath" in extra:
         paths = extra["getpath"]
         crt = paths["crt_meta_request"]["cpu_ms_per_object"]["median"]
@@ -588,7 +590,7 @@ def metadata_line(server, env, repeat: int) -> dict:
 
 
 LINES = {"latency": "day2k", "size": "medium", "segments": "small", "plan": "small", "getpath": "small",
-         "metadata": "tagged", "fixed": "single"}  # line -> its data set
+         "metadata": "tagged", "fixed": "single", "restore": "small"}  # line -> its data set
 SLOW_SETS = {"many": 3}  # at most this many runs: 200,000 objects take minutes per run
 
 
@@ -619,7 +621,7 @@ def bench_env(server) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sets", default="small,medium,large,many,latency,size,metadata,fixed,segments,plan,getpath",
+    parser.add_argument("--sets", default="small,medium,large,many,latency,size,metadata,fixed,segments,plan,getpath,restore",
                         help=f"data sets ({', '.join(SETS)}) and lines ({', '.join(LINES)}) to run")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--segments-on", default="small,many", help="the data sets the segments line runs on")
@@ -668,6 +670,11 @@ def main(argv=None) -> int:
                 continue
             if name == "getpath":
                 extra[name] = get_path_line(ds, server, repeat)
+                continue
+            if name == "restore":
+                from bench.restore_to_s3 import restore_line  # it imports this module
+
+                extra[name] = restore_line(ds, server, env, repeat)
                 continue
             if name == "fixed":
                 extra[name] = fixed_cost_line(server, env, repeat)

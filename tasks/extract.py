@@ -9,9 +9,11 @@ record, read in runs of bounded size.
 
 Targets:
 - S3: each object under the target prefix, by its key relative to the archived prefix (or
-  its full original key with ``original_keys``); small objects by one PUT, large ones by
-  multipart upload completed only after the hash matched. Objects already there with the
-  same content are skipped; different ones are left alone unless ``overwrite``.
+  its full original key with ``original_keys``); small objects by one PUT, many in flight
+  while the archive is read on, large ones by multipart upload completed only after the hash
+  matched. Objects already there with the same content are skipped; different ones are left
+  alone unless ``overwrite``. A small object's PUT is conditional (``If-None-Match: *``), so
+  only a key that exists costs a HEAD to tell which.
 - a directory: the tar member name (``..``, ``.`` and empty segments escaped, FORMAT.md),
   created through directory file descriptors opened with O_NOFOLLOW, so no symlink inside
   the target (planted before or during the run) can lead a write outside it; path components
