@@ -66,11 +66,12 @@ airflow: venv minio
 airflow-celery: venv minio
 	$(PY) -m devtools.airflow_ui --celery $(ARGS)
 
-# The type check first (seconds), then the suite.
+# The type check first (seconds), then the suite. Only a failed test's tmp_path is kept: it is
+# on tmpfs where there is room (tests/conftest.py), where a kept one holds memory.
 test: venv minio
 	mkdir -p .cache/typecheck && ln -sfn ../../tasks .cache/typecheck/s3arch
 	MYPYPATH=.cache/typecheck:plugins $(PY) -m mypy -p s3arch -p s3arch_airflow
-	$(PY) -m pytest
+	$(PY) -m pytest -o tmp_path_retention_policy=failed
 
 # docs/RELIABILITY.md's fault table: the tests that inject faults (the files that call
 # reliability.record), and when they all pass the doc's table is rewritten from what they

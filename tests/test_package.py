@@ -83,15 +83,15 @@ def wheel(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def venv(wheel, tmp_path_factory):
+def venv(wheel):
     """A new venv (no pip of its own: the repo venv's pip installs into it with --python) with
     the wheel and its declared dependencies, pinned by constraints.txt."""
     started = time.monotonic()
-    # On tmpfs where there is one: Airflow's venv is ~400 MB in ~21,000 files, and on this
+    # On tmpfs where there is room: Airflow's venv is ~400 MB in ~21,000 files, and on this
     # shared disk writing and removing them took over a minute each.
-    shm = Path("/dev/shm")
-    home = (Path(tempfile.mkdtemp(prefix="s3arch-package-", dir=shm)) if shm.is_dir() and os.access(shm, os.W_OK)
-            else tmp_path_factory.mktemp("user"))
+    from devtools.servers import scratch_root
+
+    home = Path(tempfile.mkdtemp(prefix="s3arch-package-", dir=scratch_root()))
     _run([_base_python(), "-m", "venv", "--without-pip", home / "venv"], cwd=home, env=_clean_env())
     assert "include-system-site-packages = false" in (home / "venv" / "pyvenv.cfg").read_text()
     _pip_install(home / "venv", [wheel], cwd=home)
