@@ -296,7 +296,7 @@ class _S3Writer:
         """Queue ``body`` (checked against the manifest) to be written at ``key``; blocks while
         the queue or the byte budget is full."""
         self._slots.acquire()
-        if not self._bodies.acquire(len(body), self._stop):
+        if self._stop.is_set() or not self._bodies.acquire(len(body), self._stop):
             self._slots.release()
             self._raise_failure()
         future = self._pool.submit(self._put, key, record, body)
@@ -336,13 +336,17 @@ class _S3Writer:
         if future.cancelled():
             return
         error = future.exception()
+        if error is None:
+            self.count(future.result(), record)
+            return
         with self._lock:
-            if error is not None:
-                if self._failure is None:
-                    self._failure = error
-                self._stop.set()
-                return
-            outcome = future.result()
+            if self._failure is None:
+                self._failure = error
+            self._stop.set()
+
+    def count(self, outcome: str, record: dict) -> None:
+        """An object's outcome in the result: written, the same already there, or a conflict."""
+        with self._lock:  # the writing threads count, and the reading thread (large objects)
             if outcome == "written":
                 self.result.objects += 1
                 self.result.bytes += record["size"]
@@ -425,11 +429,12 @@ class _SmallObject:
 
 class _S3Object:
     """A large object written back by a multipart upload that is completed only when the
-    content matched the manifest."""
+    content matched the manifest; counted by its writer, as the small ones are."""
 
-    written = True
+    written = False
 
     def __init__(self, writer: _S3Writer, key: str, record: dict):
+        self.w, self.record = writer, record
         # An extract killed while writing this object left its upload open: same key, same
         # content, so it is aborted rather than billed forever.
         abort_stale_uploads(writer.control, writer.bucket, key)
@@ -444,6 +449,7 @@ class _S3Object:
     def finish(self, ok: bool) -> None:
         if ok:
             self.uploader.complete()
+            self.w.count("written", self.record)
         else:
             self.uploader.abort()
 
