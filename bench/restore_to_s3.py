@@ -55,9 +55,18 @@ def run_extract(ds, server, env, archive: str) -> dict:
 
 
 def run_s5cmd_upload(ds, server, env, endpoint: str) -> dict:
-    _empty(server, "restore-s5cmd/")
-    result = measure(["bash", "-c", f"{S5CMD} --endpoint-url {endpoint} cp {STAGING}/ "
-                      f"s3://{DEST_BUCKET}/restore-s5cmd/ >/dev/null"], env, server.pid)
+    """One timed `s5cmd cp`; once more if it failed (on this loaded machine MinIO has answered
+    a few of its 256 concurrent PUTs with 400 IncompleteBody), saying so."""
+    for attempt in (1, 2):
+        _empty(server, "restore-s5cmd/")
+        try:
+            result = measure(["bash", "-c", f"{S5CMD} --endpoint-url {endpoint} cp {STAGING}/ "
+                              f"s3://{DEST_BUCKET}/restore-s5cmd/ >/dev/null"], env, server.pid)
+            break
+        except RuntimeError as exc:
+            if attempt == 2:
+                raise
+            print(f"  s5cmd cp failed, run again: {str(exc).splitlines()[-1][:200]}", flush=True)
     result.pop("stdout")
     return result
 
