@@ -27,7 +27,9 @@ import fnmatch
 import hashlib
 import json
 import os
+import random
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -51,6 +53,7 @@ _RUN_GAP = 256 << 10      # fetch through a gap this small rather than issue ano
 _RUN_MAX = 64 * MiB       # compressed bytes per GET
 _RUN_RECORDS = 2_500      # records per GET: the run's record list (about 2.5 KB each) is held while it is read
 _SMALL_OBJECT = 8 * MiB   # up to this size an object is PUT in one request
+_RESENDS = 4              # a small object's PUT sent again after a 400 saying its body was cut
 SHA256_METADATA = "s3arch-sha256"
 
 
@@ -313,8 +316,7 @@ class _S3Writer:
         condition: dict = {"IfNoneMatch": "*"}
         for _ in range(3):  # a key deleted between the 412 and the HEAD is tried again
             try:
-                self.control.put_object(Bucket=self.bucket, Key=key, Body=body, **args, **{name: value},
-                                        **condition)
+                self._send(what, Bucket=self.bucket, Key=key, Body=body, **args, **{name: value}, **condition)
                 return "written"
             except IO_ERRORS as exc:
                 if not condition or status_of(exc) != 412:
@@ -329,6 +331,20 @@ class _S3Writer:
             condition = {}
         raise TransientError(f"{what}: the key was there at each conditional PUT and gone at each HEAD "
                              "after it", hint="another writer is creating and deleting it: run again later")
+
+    def _send(self, what: str, **put) -> None:
+        """PutObject, sent again (up to ``_RESENDS`` times, full-jitter backoff) when S3 says
+        the body did not arrive whole (400 IncompleteBody, RequestTimeout, BadDigest: a loaded
+        MinIO answered IncompleteBody to a few of many PUTs in flight), which botocore's
+        retries take as final. The body is in memory and a PUT replaces nothing it half wrote."""
+        for attempt in range(_RESENDS + 1):
+            try:
+                self.control.put_object(**put)
+                return
+            except IO_ERRORS as exc:
+                if attempt == _RESENDS or status_of(exc) != 400 or not isinstance(translate(exc, what), TransientError):
+                    raise
+            time.sleep(random.uniform(0, 0.25 * 2 ** attempt))
 
     def _settled(self, future: Future, record: dict, size: int) -> None:
         self._bodies.release(size)
