@@ -305,7 +305,8 @@ def test_a_segmented_archive_counts_what_its_segments_waited_out(minio, s3, buck
 def test_throttle_budget_flag_is_the_budget_the_run_honours(s3, buckets, proxy, cli_env, segmented):
     """--throttle-budget 3 with S3ARCH_THROTTLE_BUDGET=900 in the environment: every source GET
     throttled for good fails the run with exit 3 after seconds, not 15 minutes, naming the
-    budget; segment worker processes honour it too (each segment tries three times)."""
+    budget; segment worker processes honour it too, and a segment that spent the budget is not
+    started again (it would wait the budget out again, three times over)."""
     src, dst = buckets
     objects = {f"day/{i:03d}.log": b"event %d\n" % i for i in range(40)}
     seed(s3, src, objects)

@@ -122,8 +122,10 @@ def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, p
                 if isinstance(error, CredentialsExpired) and expired[k] < _EXPIRED_RESTARTS:
                     expired[k] += 1  # refreshed by the next start: not one of its attempts
                     attempts[k] -= 1
-                # The source changed since the plan: this plan's segments would fail again.
-                if not error.retryable or isinstance(error, PlanOutdated) or attempts[k] >= _ATTEMPTS:
+                # The source changed since the plan: this plan's segments would fail again. A
+                # segment throttled past the budget has spent it: a restart would wait it out again.
+                if not error.retryable or isinstance(error, (PlanOutdated, errors.Throttled)) \
+                        or attempts[k] >= _ATTEMPTS:
                     raise error
                 todo.insert(0, k)  # this segment alone, again
     finally:
