@@ -1,0 +1,151 @@
+"""Client CPU per listed key: the listing's page parser (tasks/listing.parse_listing_page)
+against botocore's own XML parser of the same ListObjectsV2 pages, alternating, in one process;
+and with ``--dry-run-keys N``, ``s3arch archive --dry-run`` of a prefix of N keys against
+``s5cmd ls`` of it (bench/run's s5cmd, ``make s5cmd``), alternating, on a throwaway MinIO.
+
+Two pages of 1,000 keys: one as the pinned MinIO writes it (ETags quoted with ``&#34;``),
+captured from a throwaway MinIO, and the same entries as S3 writes them (``&quot;``, and the
+checksum algorithm and type S3 lists since 2025). Prints us of CPU per key, median [min-max]
+over the alternating rounds, and ours as a ratio to botocore's per round.
+
+    .venv/bin/python -m bench.listing [--rounds 9] [--dry-run-keys 60000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+PAGE_KEYS = 1000
+
+
+def minio_page() -> bytes:
+    """One ListObjectsV2 page of 1,000 keys named as in the ``small`` set, as MinIO answers it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from devtools.servers import start_minio, stop_process
+
+    server = start_minio()
+    try:
+        s3 = server.client(max_pool_connections=32)
+        s3.create_bucket(Bucket="page")
+        keys = [f"small/2026/11/21/{h:02d}/app-{i:05d}.log" for h in range(4) for i in range(PAGE_KEYS // 4)]
+        with ThreadPoolExecutor(32) as pool:
+            list(pool.map(lambda k: s3.put_object(Bucket="page", Key=k, Body=k.encode() * 20), keys))
+        bodies: list[bytes] = []
+        s3.meta.events.register("before-parse.s3.ListObjectsV2",
+                                lambda response_dict, **_: bodies.append(response_dict["body"]))
+        s3.list_objects_v2(Bucket="page", Prefix="small/", MaxKeys=PAGE_KEYS)
+        return bodies[0]
+    finally:
+        stop_process(server.process)
+
+
+def s3_page(minio: bytes) -> bytes:
+    return (minio.replace(b"&#34;", b"&quot;")
+            .replace(b"</ETag><Size>", b"</ETag><ChecksumAlgorithm>CRC64NVME</ChecksumAlgorithm>"
+                                       b"<ChecksumType>FULL_OBJECT</ChecksumType><Size>"))
+
+
+def botocore_parse():
+    """botocore's parse of a page, as a boto3 client without the engine's parser makes it."""
+    import botocore.parsers
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("s3").operation_model("ListObjectsV2")
+    parser = botocore.parsers.create_parser("rest-xml")
+
+    def parse(body: bytes):
+        return parser.parse({"body": body, "headers": {}, "status_code": 200}, model.output_shape)
+    return parse
+
+
+def cpu_us_per_key(parse, body: bytes, repeat: int = 20) -> float:
+    started = time.process_time()
+    for _ in range(repeat):
+        parse(body)
+    return 1e6 * (time.process_time() - started) / repeat / PAGE_KEYS
+
+
+def dry_run_against_s5cmd(keys: int, rounds: int) -> None:
+    """Wall time and client CPU of our dry run of a prefix of ``keys`` keys and of ``s5cmd ls``
+    of it, alternating; ours as a ratio to s5cmd's per round."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from bench.bench import S5CMD, measure
+    from devtools.servers import start_minio, stop_process
+
+    server = start_minio()
+    staging = tempfile.mkdtemp(prefix="s3arch-listing-", dir="/dev/shm")
+    try:
+        s3 = server.client()
+        for bucket in ("src", "dst"):
+            s3.create_bucket(Bucket=bucket)
+        for h in range(24):
+            os.mkdir(f"{staging}/{h:02d}")
+            for i in range(keys // 24 + (h < keys % 24)):
+                with open(f"{staging}/{h:02d}/app-{i:06d}.log", "wb") as f:
+                    f.write(b"x")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | server.env()
+        s5 = [str(S5CMD), "--endpoint-url", server.endpoint_url]
+        subprocess.run([*s5, "cp", f"{staging}/", "s3://src/keys/"], env=env, check=True, stdout=subprocess.DEVNULL)
+        ours_argv = [sys.executable, "-m", "s3arch", "archive", "s3://src/keys/", "s3://dst/out/", "--dry-run",
+                     "--json", "--quiet"]
+        runs: dict[str, list[dict]] = {"ours --dry-run": [], "s5cmd ls": []}
+        for _ in range(rounds):
+            ours = measure(ours_argv, env, server.pid)
+            summary = json.loads(ours["stdout"].strip().splitlines()[-1])
+            assert summary["objects"] == keys, f"the dry run counted {summary['objects']} of {keys} keys"
+            runs["ours --dry-run"].append(ours)
+            theirs = measure([*s5, "ls", "s3://src/keys/*"], env, server.pid)
+            assert theirs["stdout"].count("\n") == keys, "s5cmd ls did not list every key"
+            runs["s5cmd ls"].append(theirs)
+        for name, rs in runs.items():
+            print(f"{name} of {keys:,} keys: wall {_spread([r['wall_s'] for r in rs])} s, "
+                  f"client CPU {_spread([1e6 * r['cpu_s'] / keys for r in rs])} us/key")
+        print("ours/s5cmd wall " + _spread([o["wall_s"] / t["wall_s"] for o, t in zip(*runs.values())]))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        stop_process(server.process)
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def main(argv=None) -> int:
+    from s3arch.listing import parse_listing_page
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--dry-run-keys", type=int, default=0, help="also a dry run of this many keys against s5cmd ls")
+    args = parser.parse_args(argv)
+    minio = minio_page()
+    pages = {"MinIO page": minio, "S3 page": s3_page(minio)}
+    for name, body in pages.items():
+        listed, _ = parse_listing_page(body)
+        assert len(listed) == PAGE_KEYS and listed[0].etag.startswith('"'), f"{name}: not parsed by the fast path"
+    paths = {"ours": parse_listing_page, "botocore": botocore_parse()}
+    runs: dict[tuple[str, str], list[float]] = {(p, n): [] for p in pages for n in paths}
+    for _ in range(args.rounds):  # alternate, so that drift on a shared machine hits both
+        for page, body in pages.items():
+            for name, parse in paths.items():
+                runs[(page, name)].append(cpu_us_per_key(parse, body))
+
+    for page in pages:
+        ours, theirs = runs[(page, "ours")], runs[(page, "botocore")]
+        print(f"{page}: ours {_spread(ours)} us/key, botocore {_spread(theirs)} us/key, "
+              f"ours/botocore {_spread([o / t for o, t in zip(ours, theirs)])}", flush=True)
+    if args.dry_run_keys:
+        dry_run_against_s5cmd(args.dry_run_keys, max(3, args.rounds // 3))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
