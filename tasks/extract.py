@@ -13,7 +13,9 @@ Targets:
   while the archive is read on, large ones by multipart upload completed only after the hash
   matched. Objects already there with the same content are skipped; different ones are left
   alone unless ``overwrite``. A small object's PUT is conditional (``If-None-Match: *``), so
-  only a key that exists costs a HEAD to tell which.
+  only a key that exists costs a HEAD to tell which; on a target that ignores the condition
+  (probed once per run, before the first write) every small object is looked at with a HEAD
+  before its PUT.
 - a directory: the tar member name (``..``, ``.`` and empty segments escaped, FORMAT.md),
   created through directory file descriptors opened with O_NOFOLLOW, so no symlink inside
   the target (planted before or during the run) can lead a write outside it; path components
@@ -273,6 +275,7 @@ class _S3Writer:
         self._stop = threading.Event()
         self._failure: BaseException | None = None
         self._lock = threading.Lock()
+        self._conditional: bool | None = None  # does the target refuse a PUT If-None-Match: * over a key?
 
     def key_of(self, record: dict) -> str:
         return self.base + _relative(record["key"], self.prefix, self.original_keys)
@@ -298,6 +301,8 @@ class _S3Writer:
     def put_later(self, key: str, record: dict, body: bytes) -> None:
         """Queue ``body`` (checked against the manifest) to be written at ``key``; blocks while
         the queue or the byte budget is full."""
+        if self._conditional is None:  # before the first write: none may replace what it must not
+            self._conditional = _honours_if_none_match(self.control, self.bucket, self.base)
         self._slots.acquire()
         if self._stop.is_set() or not self._bodies.acquire(len(body), self._stop):
             self._slots.release()
@@ -313,14 +318,15 @@ class _S3Writer:
         name, value = attributes.put_checksum(record) or \
             ("ChecksumSHA256", attributes.sha256_checksum(record["sha256"]))
         what = f"write s3://{self.bucket}/{key}"
-        condition: dict = {"IfNoneMatch": "*"}
-        for _ in range(3):  # a key deleted between the 412 and the HEAD is tried again
-            try:
-                self._send(what, Bucket=self.bucket, Key=key, Body=body, **args, **{name: value}, **condition)
-                return "written"
-            except IO_ERRORS as exc:
-                if not condition or status_of(exc) != 412:
-                    raise translate(exc, what) from exc
+        condition: dict = {"IfNoneMatch": "*"} if self._conditional else {}
+        for attempt in range(3):  # a key deleted between the 412 and the HEAD is tried again
+            if attempt or self._conditional:
+                try:
+                    self._send(what, Bucket=self.bucket, Key=key, Body=body, **args, **{name: value}, **condition)
+                    return "written"
+                except IO_ERRORS as exc:
+                    if not condition or status_of(exc) != 412:
+                        raise translate(exc, what) from exc
             existing = self._existing(key)
             if existing is None:
                 continue
@@ -392,6 +398,41 @@ class _S3Writer:
         self._pool.shutdown(wait=True, cancel_futures=failing)
         if not failing:
             self._raise_failure()
+
+
+def _honours_if_none_match(control, bucket: str, base: str) -> bool:
+    """PUT a scratch object twice with ``If-None-Match: *``: a target that honours the condition
+    refuses the second (412). One that ignores it (or refuses the header: 501) would let a
+    conditional PUT replace an object with other content without --overwrite, so the writer
+    then looks with a HEAD before each PUT instead. The probe's versions are deleted by id
+    (under a default retention it was written with ``scratch_lock_args``' hour)."""
+    import uuid
+
+    from .retention import delete_scratch_version, scratch_lock_args
+
+    key = f"{base}.s3arch-conditional-put-probe-{uuid.uuid4().hex}"
+    what = f"probe conditional writes with s3://{bucket}/{key}"
+    versions: list[str | None] = []
+    try:
+        for _ in range(2):
+            try:
+                versions.append(control.put_object(Bucket=bucket, Key=key, Body=b"", IfNoneMatch="*",
+                                                   **scratch_lock_args(control, bucket)).get("VersionId"))
+            except IO_ERRORS as exc:
+                if status_of(exc) in (412, 501):
+                    return status_of(exc) == 412
+                raise translate(exc, what) from exc
+        return False
+    finally:
+        try:
+            for version in versions:
+                if version in (None, "null"):
+                    control.delete_object(Bucket=bucket, Key=key)
+                else:
+                    delete_scratch_version(control, bucket, key, version)
+        except IO_ERRORS as exc:
+            if status_of(exc) != 403:  # without s3:DeleteObject(Version) the empty probe stays
+                raise translate(exc, f"delete the probe s3://{bucket}/{key}") from exc
 
 
 def _same(head: dict, record: dict) -> bool:

@@ -320,7 +320,8 @@ def _send_synthetic_page(handler, request: Request, prefix: str, count: int, siz
 
 
 def _send_error(handler, status: int, code: str | None = None) -> None:
-    body = _S3_ERROR.format(code=code or _CODES.get(status, "InternalError")).encode()
+    # A 2xx "status" fault is a bare success the server never gave (a store that ignored a condition).
+    body = b"" if 200 <= status < 300 else _S3_ERROR.format(code=code or _CODES.get(status, "InternalError")).encode()
     handler.send_response_only(status)
     handler.send_header("Content-Type", "application/xml")
     handler.send_header("Content-Length", str(len(body)))

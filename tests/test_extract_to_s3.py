@@ -67,7 +67,7 @@ def test_writes_are_in_flight_together_not_one_round_trip_per_object(minio, s3, 
     archive = _archive(cli_env, src, dst)
     proxy = FaultProxy(minio.endpoint_url)
     try:
-        held = proxy.add(Fault("stall", seconds=0.25, match=lambda r: r.method == "PUT"))
+        held = proxy.add(Fault("stall", seconds=0.25, match=lambda r: r.method == "PUT" and r.key.startswith(f"{dst}/back/0")))
         started = time.monotonic()
         run_json(cli_env, "--endpoint-url", proxy.endpoint_url, "extract", archive, "--to", f"s3://{dst}/back/")
         took = time.monotonic() - started
@@ -115,3 +115,34 @@ def test_a_fault_on_one_put_is_retried_or_fails_naming_the_key_and_a_rerun_compl
     rerun = run_json(cli_env, "extract", archive, "--to", f"s3://{dst}/denied/")
     assert _contents(s3, dst, "denied/") == expected
     assert rerun["objects"] == len(objects) - len(partial) and rerun["skipped_same"] == len(partial)
+
+
+def test_a_target_that_ignores_if_none_match_gets_a_head_before_each_put(minio, s3, buckets, cli_env):
+    """The proxy answers the run's probe (its second conditional PUT of a scratch key) 200, as a
+    store that ignores If-None-Match does: an object already at the target with other content
+    is left alone without --overwrite (exit 2, its bytes unchanged), every key was looked at
+    with a HEAD before its PUT, the rest are extracted and no probe object is left behind."""
+    src, dst = buckets
+    objects = _bodies(40)
+    seed(s3, src, objects)
+    archive = _archive(cli_env, src, dst)
+    taken = sorted(objects)[0][len(PREFIX):]
+    s3.put_object(Bucket=dst, Key="back/" + taken, Body=b"someone else's bytes")
+    proxy = FaultProxy(minio.endpoint_url)
+    try:
+        accepted = proxy.add(Fault("status", status=200, count=1, after=1,
+                                   match=lambda r: r.method == "PUT" and "s3arch-conditional-put-probe" in r.path))
+        heads: list[str] = []
+        proxy.add(Fault("status", match=lambda r: r.method == "HEAD" and heads.append(r.path) is None and False))
+        proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, "extract", archive, "--to",
+                       f"s3://{dst}/back/", check=False)
+    finally:
+        proxy.stop()
+    stderr = proc.stderr.decode(errors="replace")
+    assert accepted.injected == 1
+    assert proc.returncode == 2 and "already exist" in stderr and "--overwrite" in stderr, stderr
+    assert s3.get_object(Bucket=dst, Key="back/" + taken)["Body"].read() == b"someone else's bytes"
+    contents = _contents(s3, dst, "back/")
+    assert contents == {k[len(PREFIX):]: v for k, v in objects.items()} | {taken: b"someone else's bytes"}
+    missing = [k for k in objects if not any(h.endswith("/back/" + k[len(PREFIX):]) for h in heads)]
+    assert missing == [], (len(heads), heads[:3], missing[:3])
