@@ -55,6 +55,7 @@ _RUN_GAP = 256 << 10      # fetch through a gap this small rather than issue ano
 _RUN_MAX = 64 * MiB       # compressed bytes per GET
 _RUN_RECORDS = 2_500      # records per GET: the run's record list (about 2.5 KB each) is held while it is read
 _SMALL_OBJECT = 8 * MiB   # up to this size an object is PUT in one request
+_EMPTY_SHA256 = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="  # base64 of SHA-256(b"")
 _RESENDS = 4              # a small object's PUT sent again after a 400 saying its body was cut
 SHA256_METADATA = "s3arch-sha256"
 
@@ -416,7 +417,10 @@ def _honours_if_none_match(control, bucket: str, base: str) -> bool:
     try:
         for _ in range(2):
             try:
+                # With its checksum given, as every object's PUT is: botocore would otherwise send
+                # a trailing checksum in an aws-chunked body, which not every proxy forwards.
                 versions.append(control.put_object(Bucket=bucket, Key=key, Body=b"", IfNoneMatch="*",
+                                                   ChecksumSHA256=_EMPTY_SHA256,
                                                    **scratch_lock_args(control, bucket)).get("VersionId"))
             except IO_ERRORS as exc:
                 if status_of(exc) in (412, 501):

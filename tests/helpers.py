@@ -152,3 +152,50 @@ def run_segment_workers_inline(monkeypatch, worker) -> None:
 
     monkeypatch.setattr(workers.multiprocessing, "get_context", lambda method: Context)
     monkeypatch.setattr(workers, "_segment_worker", worker)
+
+
+def make_ca_and_certificate(directory: Path, names: list[str]) -> tuple[Path, Path, Path]:
+    """A throwaway CA and a server certificate it signed for ``names`` (DNS names, wildcards or
+    IP addresses): (CA file, certificate file, key file), PEM, in ``directory``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    def san(name: str) -> x509.GeneralName:
+        try:
+            return x509.IPAddress(ipaddress.ip_address(name))
+        except ValueError:
+            return x509.DNSName(name)
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    valid = dict(not_valid_before=now - datetime.timedelta(minutes=5), not_valid_after=now + datetime.timedelta(days=2))
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "s3arch test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(valid["not_valid_before"])
+          .not_valid_after(valid["not_valid_after"])
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(valid["not_valid_before"]).not_valid_after(valid["not_valid_after"])
+            .add_extension(x509.SubjectAlternativeName([san(n) for n in names]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    ca_file, cert_file, key_file = directory / "ca.pem", directory / "server.pem", directory / "server.key"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return ca_file, cert_file, key_file

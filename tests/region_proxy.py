@@ -21,7 +21,6 @@ test can show the redirect happened on the wire.
 
 from __future__ import annotations
 
-import datetime
 import http.client
 import re
 import socketserver
@@ -31,6 +30,8 @@ import urllib.parse
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from helpers import make_ca_and_certificate
 
 _HOST = re.compile(r"(?:(?P<bucket>[a-z0-9-]+)\.)?s3(?:\.(?P<region>[a-z0-9-]+))?\.amazonaws\.com")
 _SCOPE = re.compile(r"Credential=[^/]+/\d{8}/(?P<region>[^/]+)/s3/aws4_request")
@@ -46,44 +47,6 @@ class Seen:
     signed_for: str | None
     status: int
     expected_owner: str | None
-
-
-def make_ca_and_certificate(directory: Path, names: list[str]) -> tuple[Path, Path, Path]:
-    """A throwaway CA and a server certificate it signed for the DNS ``names``:
-    (CA file, certificate file, key file)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-    valid = dict(not_valid_before=now - datetime.timedelta(minutes=5), not_valid_after=now + datetime.timedelta(days=2))
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "s3arch region proxy CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(valid["not_valid_before"])
-          .not_valid_after(valid["not_valid_after"])
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(valid["not_valid_before"]).not_valid_after(valid["not_valid_after"])
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    ca_file, cert_file, key_file = directory / "ca.pem", directory / "server.pem", directory / "server.key"
-    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return ca_file, cert_file, key_file
 
 
 class RegionProxy:

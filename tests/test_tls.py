@@ -5,8 +5,6 @@ permanent: exit 2 within seconds, naming the endpoint and AWS_CA_BUNDLE, not ret
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import time
 import uuid
@@ -16,49 +14,17 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from helpers import ROOT, run_cli, run_json, seed
+from helpers import ROOT, make_ca_and_certificate, run_cli, run_json, seed
 
 
 def _make_ca_and_server_cert(directory: Path) -> Path:
     """A CA, and a certificate for 127.0.0.1/localhost it signed, where MinIO's --certs-dir
     wants them (public.crt, private.key). Returns the CA's PEM file."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "s3arch test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=2))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
     certs = directory / "certs"
     certs.mkdir()
-    (certs / "public.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (certs / "private.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                          serialization.PrivateFormat.PKCS8,
-                                                          serialization.NoEncryption()))
-    ca_file = directory / "ca.pem"
-    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    ca_file, cert_file, key_file = make_ca_and_certificate(directory, ["127.0.0.1", "localhost"])
+    cert_file.rename(certs / "public.crt")
+    key_file.rename(certs / "private.key")
     return ca_file
 
 
