@@ -11,9 +11,12 @@ HTTPS_PROXY / HTTP_PROXY / NO_PROXY).
 One request per connection at a time, kept alive and handed to the next request; a closed
 or broken connection is dropped and a new one opened when a request needs it. A connection
 failure before the first byte of the answer, and a 5xx other than throttling, are sent
-again here (full-jitter backoff, ``RETRIES`` times): the fetcher never sees them. Throttling
+again here (full-jitter backoff, ``RETRIES`` times): the fetcher never sees them. An answer
+of up to ``HOLD_LIMIT`` bytes (tag sets, small objects) is held until it is complete, so a
+reset in its body is sent again here too, as the CRT client did with a whole part. Throttling
 is the fetcher's (tasks/fetching.py: it waits it out and sends fewer requests), and a fault
-after body bytes were handed on is too, since only it can throw those bytes away.
+after body bytes of a larger answer were handed on is too, since only it can throw those
+bytes away.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .s3 import BucketRoute, SourceRequests, _parse_error_body
 RETRIES = 5  # as many as the CRT S3 client made on its own
 RETRY_BASE = 0.1  # seconds: the n-th retry waits uniform(0, min(RETRY_CAP, RETRY_BASE * 2**n))
 RETRY_CAP = 20.0
+HOLD_LIMIT = 64 << 10  # bytes: at 64 in flight, 4 MiB held at most
 CONNECT_TIMEOUT_MS = 10_000  # botocore's connect_timeout in S3Clients
 
 
@@ -209,7 +213,7 @@ class Call:
     once with a retryable error (the stall watchdog's and the stream's cancel)."""
 
     __slots__ = ("_plane", "_build", "_what", "_on_headers", "_on_body", "_on_done", "_attempt",
-                 "_connection", "_status", "_error_body", "_delivered", "_cancelled", "_finished", "_lock")
+                 "_connection", "_status", "_error_body", "_held", "_delivered", "_cancelled", "_finished", "_lock")
 
     def __init__(self, plane, build, what, on_headers, on_body, on_done):
         self._plane = plane
@@ -222,6 +226,7 @@ class Call:
         self._connection = None
         self._status = 0
         self._error_body: list[bytes] = []
+        self._held: tuple | None = None  # (headers, body chunks) of a small answer, until it is complete
         self._delivered = False
         self._cancelled = False
         self._finished = False
@@ -265,6 +270,7 @@ class Call:
             return
         self._status = 0
         self._error_body = []
+        self._held = None
         try:
             stream = connection.request(request, self._response, self._body)
             stream.activate()
@@ -278,12 +284,18 @@ class Call:
     def _response(self, http_stream, status_code, headers, **_) -> None:
         self._status = status_code
         if 200 <= status_code < 300:
+            length = next((v for k, v in headers if k.lower() == "content-length"), None)
+            if length is not None and length.isdigit() and int(length) <= HOLD_LIMIT:
+                self._held = (headers, [])
+                return
             self._delivered = True  # headers handed on are not handed on twice: no retry here after this
             if self._on_headers is not None:
                 self._on_headers(headers)
 
     def _body(self, http_stream, chunk, **_) -> None:
-        if 200 <= self._status < 300:
+        if self._held is not None:
+            self._held[1].append(bytes(chunk))
+        elif 200 <= self._status < 300:
             if self._on_body is not None:
                 self._on_body(chunk)
         else:
@@ -300,6 +312,13 @@ class Call:
             return
         status = self._status
         if status < 300:
+            if self._held is not None:  # complete: handed on now, once
+                headers, chunks = self._held
+                self._held, self._delivered = None, True
+                if self._on_headers is not None:
+                    self._on_headers(headers)
+                if self._on_body is not None and chunks:
+                    self._on_body(b"".join(chunks) if len(chunks) > 1 else chunks[0])
             self._finish(None)
             return
         code, message = _parse_error_body(b"".join(self._error_body))
