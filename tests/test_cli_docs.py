@@ -170,3 +170,16 @@ def test_deploys_sizing_table_quotes_the_committed_sizing_output():
         lo, hi = r["peak_rss_range_mib"]
         assert rows[r["processes"]] == (str(r["workers_seen"]), f"{r['peak_rss_mib']:.0f}", f"{lo:.0f}", f"{hi:.0f}")
     assert [r["workers_seen"] for r in measured["rows"]] == [0, 2, 4]  # one task, one process by default
+
+
+def test_every_test_a_doc_cites_exists():
+    """A doc that proves a claim by naming a test (`tests/test_x.py`, `test_name`) names one
+    that exists, so a renamed or removed test cannot leave the claim without its proof."""
+    defined = {name for path in (ROOT / "tests").glob("*.py")
+               for name in re.findall(r"^\s*(?:async )?def (test_\w+)", path.read_text(), flags=re.M)}
+    for doc in [ROOT / "README.md", ROOT / "bench/README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = doc.read_text()
+        for path in re.findall(r"\btests/(test_\w+\.py)", text):
+            assert (ROOT / "tests" / path).exists(), f"{doc.name} cites tests/{path}, which does not exist"
+        for name in re.findall(r"`(test_\w+)`", text):
+            assert name in defined, f"{doc.name} cites `{name}`, which no test defines"
