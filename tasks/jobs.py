@@ -296,9 +296,9 @@ def plan(job: ArchiveJob, *, date_from=None, date_to=None, prefixes=None,
          logical_date: date | None = None) -> list[str]:
     """The prefixes one run archives, oldest first.
 
-    Explicit ``prefixes`` win (on-call), then a date range, then the run's logical date minus
-    the job's ``min_age_days`` (scheduled runs and backfills). Every mistake is reported
-    before any work starts.
+    Explicit ``prefixes`` (on-call) or a date range (giving both is an error), else the run's
+    logical date minus the job's ``min_age_days`` (scheduled runs and backfills). Every mistake
+    is reported before any work starts.
     """
     if prefixes:
         if date_from or date_to:
