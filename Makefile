@@ -1,4 +1,5 @@
-# Everyday commands. `make demo` and `make test` work on a fresh machine with Python 3.11 and Go.
+# Everyday commands. Prerequisites (Python 3.11 with its venv module, Go >= 1.24, the Debian packages for
+# `make test`) are listed in README.md, "Prerequisites"; .ci/run checks them and installs the Debian ones.
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
