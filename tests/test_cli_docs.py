@@ -183,3 +183,25 @@ def test_every_test_a_doc_cites_exists():
             assert (ROOT / "tests" / path).exists(), f"{doc.name} cites tests/{path}, which does not exist"
         for name in re.findall(r"`(test_\w+)`", text):
             assert name in defined, f"{doc.name} cites `{name}`, which no test defines"
+
+
+def test_the_readmes_exceptions_to_one_name_per_flag_are_exactly_the_codes():
+    """The README names the `archive` flags that are no job key or no S3ArchivePrefixOperator
+    parameter; these sets are what the code has, no more and no fewer."""
+    from dataclasses import fields
+
+    from s3arch_airflow.factory import ARCHIVE_PARAMS
+    from s3arch_airflow.operators import S3ArchivePrefixOperator
+
+    from s3arch.jobs import ArchiveJob
+
+    flags = _flags("archive")
+    cli_only = {"json", "quiet", "endpoint_url", "profile"}
+    trigger_params = flags - cli_only - {f.name for f in fields(ArchiveJob)}
+    assert trigger_params == {"overwrite", "dry_run"} and trigger_params <= set(ARCHIVE_PARAMS)
+    assert flags - cli_only - _parameters(S3ArchivePrefixOperator) == {"segments"}
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for words in ("`--json`, `--quiet`, `--endpoint-url` and `--profile`",
+                  "`--overwrite` and `--dry-run` are the run's trigger params",
+                  "`--segments` is a parameter of the segment operators"):
+        assert words in readme, words
