@@ -63,6 +63,16 @@ def is_manifest_get(r: Request) -> bool:
     return r.method == "GET" and r.key.endswith(".manifest.jsonl.gz")
 
 
+def is_archive_get(r: Request) -> bool:
+    """A GET of an archive's body (whole or ranged): its key ends in .tar.gz or .tar.zst."""
+    return r.method == "GET" and r.key.endswith((".tar.gz", ".tar.zst")) and "uploads" not in r.query
+
+
+def is_segment_records_get(r: Request) -> bool:
+    """A GET of one segment's records (a temporary under the archive's .segments/ prefix)."""
+    return r.method == "GET" and ".segments/" in r.key and r.key.endswith(".manifest.jsonl.gz")
+
+
 def is_list(r: Request) -> bool:
     return r.method == "GET" and "list-type" in r.query
 
