@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -205,3 +206,45 @@ def test_the_readmes_exceptions_to_one_name_per_flag_are_exactly_the_codes():
                   "`--overwrite` and `--dry-run` are the run's trigger params",
                   "`--segments` is a parameter of the segment operators"):
         assert words in readme, words
+
+
+def _env_file_written_by(target: str, monkeypatch) -> str:
+    """Where `make TARGET` has devtools/airflow_ui.py write env.sh, relative to the repository:
+    its main() run with the Makefile's arguments up to the point it settles its home (the
+    home's removal is stubbed to record it and stop there), plus the file name it writes."""
+    import shutil as real_shutil
+    import types
+
+    from devtools import airflow_ui
+
+    recipe = re.search(rf"^{re.escape(target)}:[^\n]*\n\t([^\n]+)", (ROOT / "Makefile").read_text(), flags=re.M)
+    argv = recipe.group(1).split("-m devtools.airflow_ui", 1)[1].replace("$(ARGS)", "").split()
+
+    class Settled(Exception):
+        pass
+
+    def record(path, **_):
+        raise Settled(path)
+
+    monkeypatch.setattr(airflow_ui, "stop_on_signals", lambda: None)
+    monkeypatch.setattr(airflow_ui, "shutil", types.SimpleNamespace(**{**vars(real_shutil), "rmtree": record}))
+    with pytest.raises(Settled) as settled:
+        airflow_ui.main(argv)
+    home = Path(settled.value.args[0])
+    name = re.search(r'write_env_file\(\w+, home / "([^"]+)"\)', Path(airflow_ui.__file__).read_text()).group(1)
+    return str((home / name).relative_to(ROOT))
+
+
+def test_the_env_file_the_docs_tell_to_source_is_the_one_make_airflow_writes(monkeypatch):
+    """The README (and docs/JOBS.md) print `source .cache/airflow-ui/env.sh` after `make airflow`
+    and name `.cache/airflow-celery/env.sh` for `make airflow-celery`: those are the files
+    devtools/airflow_ui.py writes for each target, so the printed command cannot drift."""
+    written = {target: _env_file_written_by(target, monkeypatch) for target in ("airflow", "airflow-celery")}
+    assert written == {"airflow": ".cache/airflow-ui/env.sh", "airflow-celery": ".cache/airflow-celery/env.sh"}, written
+    readme = (ROOT / "README.md").read_text()
+    sourced = re.findall(r"^source (\S+)$", readme, flags=re.M)
+    assert sourced and set(sourced) == {written["airflow"]}, sourced
+    assert f"`{written['airflow-celery']}` for `make airflow-celery`" in " ".join(readme.split())
+    for doc in ("README.md", "docs/JOBS.md", "docs/DEPLOY.md", "docs/RESTORE.md", "docs/CATALOG.md"):
+        for path in re.findall(r"\.cache/[\w./-]*env\.sh", (ROOT / doc).read_text()):
+            assert path in written.values(), f"{doc} names {path}, which no make target writes"
