@@ -416,8 +416,18 @@ class CommitProtocol:
         if not self.spec.delete_source:
             return
         held.confirm()  # the lease is renewed while the deletion runs; it starts only while ours
+
+        def stop() -> None:
+            # Between batches: once the lease is lost another run may hold the prefix, and
+            # this one deletes nothing more (the deletion is resumable: a re-run finishes it).
+            if held.lost is not None:
+                how = "another run took it over" if isinstance(held.lost, ConcurrentRun) else \
+                    "it could not be renewed in time"
+                raise ConcurrentRun(f"this run lost its lease {held.lease.url} while it deleted the archived "
+                                    f"sources: {how}") from held.lost
+
         deletion: DeletionResult = delete_archived_sources(self.control, self.spec.source, self.layout,
-                                                           versions=self.spec.delete_versions)
+                                                           versions=self.spec.delete_versions, stop=stop)
         self.result.deleted = deletion.deleted
         self.result.deletion = {**asdict(deletion), "finished": True}
         self.result.state = State.SOURCES_DELETED.value

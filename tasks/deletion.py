@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .attributes import lock_reason
 from .config import S3Url
@@ -69,16 +69,19 @@ class DeletionResult:
         return notes
 
 
-def delete_archived_sources(control, source: S3Url, layout: ArchiveLayout, *,
-                            versions: bool = False) -> DeletionResult:
+def delete_archived_sources(control, source: S3Url, layout: ArchiveLayout, *, versions: bool = False,
+                            stop: Callable[[], None] = lambda: None) -> DeletionResult:
+    """``stop`` is called before each batch is sent and raises to end the deletion there (a
+    run whose lease was lost must delete nothing more); what it raises is the cause of the
+    ``SourceDeletionFailed``."""
     result = DeletionResult(versioned=_is_versioned(control, source.bucket))
     try:
         if versions and result.versioned:
             result.method = "versions"
-            _delete_versions(control, source, layout, result)
+            _delete_versions(control, source, layout, result, stop)
         else:
             result.method = "etag" if _endpoint_honours_etag(control, layout) else "recheck"
-            _delete_current(control, source, layout, result)
+            _delete_current(control, source, layout, result, stop)
     except ArchiverError as exc:
         raise SourceDeletionFailed(
             f"deleted {result.deleted:,} archived source objects under {source}, then stopped",
@@ -92,7 +95,8 @@ def _archived(control, layout: ArchiveLayout) -> Iterator[dict]:
     return (r for r in iter_manifest(control, layout) if r["type"] == "object")
 
 
-def _delete_current(control, source: S3Url, layout: ArchiveLayout, result: DeletionResult) -> None:
+def _delete_current(control, source: S3Url, layout: ArchiveLayout, result: DeletionResult,
+                    stop: Callable[[], None]) -> None:
     from .listing import iter_pages
 
     archived = _archived(control, layout)
@@ -112,9 +116,11 @@ def _delete_current(control, source: S3Url, layout: ArchiveLayout, result: Delet
                 else:
                     result.kept_changed += 1
             if len(batch) == limit:
+                stop()
                 _delete_batch(control, source.bucket, batch, result)
                 batch = []
     if batch:
+        stop()
         _delete_batch(control, source.bucket, batch, result)
 
 
@@ -176,7 +182,8 @@ def _refused_by_lock(error: dict) -> bool:
         any(word in message for word in ("lock", "worm", "retention"))
 
 
-def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: DeletionResult) -> None:
+def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: DeletionResult,
+                     stop: Callable[[], None]) -> None:
     archived = _archived(control, layout)
     record = next(archived, None)
     batch: list[dict] = []
@@ -194,6 +201,7 @@ def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: Dele
                     else:
                         batch.append({"Key": version["Key"], "VersionId": version["VersionId"]})
                 if len(batch) == BATCH:
+                    stop()
                     _send(control, source.bucket, batch, result)
                     batch = []
     except ArchiverError:
@@ -201,6 +209,7 @@ def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: Dele
     except IO_ERRORS as exc:
         raise translate(exc, f"list versions under {source}", "bucket") from exc
     if batch:
+        stop()
         _send(control, source.bucket, batch, result)
 
 

@@ -140,6 +140,51 @@ def test_a_deletion_outlasting_its_ttl_keeps_the_prefix(s3, buckets, day, client
     assert keys_in(s3, src) == [] and leases(s3, dst) == []
 
 
+@pytest.mark.parametrize("path", ["delete-sources", "archive-then-delete"])
+def test_a_deletion_that_loses_its_lease_deletes_nothing_more(s3, buckets, day, clients, monkeypatch, path):
+    """The deletion ran on after its lease was lost (renewals stopped nothing but the commit):
+    another run could hold the prefix meanwhile. Now a lost lease ends it before the next
+    batch, as a retryable error that says so."""
+    import s3arch.deletion
+    import s3arch.lease
+    from s3arch.archive import archive_prefix, delete_sources
+    from s3arch.errors import ConcurrentRun, SourceDeletionFailed
+
+    src, dst = buckets
+    if path == "delete-sources":
+        assert archive_prefix(spec(src, dst), clients).status == "archived"
+    monkeypatch.setattr(s3arch.deletion, "BATCH", 10)
+    monkeypatch.setattr(s3arch.deletion, "RECHECK_BATCH", 10)
+    lost = threading.Event()
+    lose = s3arch.lease.Held.lose
+
+    def noted(self, error):
+        lose(self, error)
+        lost.set()
+
+    monkeypatch.setattr(s3arch.lease.Held, "lose", noted)
+    send = s3arch.deletion._send
+    taker = b'{"owner": "another run"}'
+
+    def first_batch_then_taken_over(*args, **kwargs):
+        send(*args, **kwargs)
+        if not lost.is_set():  # another run takes the prefix; the next renewal finds out
+            [lease] = leases(s3, dst)
+            s3.put_object(Bucket=dst, Key=lease, Body=taker)
+            assert lost.wait(10 * TTL)
+
+    monkeypatch.setattr(s3arch.deletion, "_send", first_batch_then_taken_over)
+    run = delete_sources if path == "delete-sources" else archive_prefix
+    with pytest.raises(SourceDeletionFailed) as failed:
+        run(spec(src, dst, delete_source=True), clients)
+    assert failed.value.exit_code == 3 and isinstance(failed.value.__cause__, ConcurrentRun)
+    assert "deleted 10 archived source objects" in str(failed.value)
+    assert "lost its lease" in str(failed.value) and "another run took it over" in str(failed.value)
+    assert len(keys_in(s3, src)) == len(day) - 10
+    [lease] = leases(s3, dst)  # the taker's, left alone by this run's release
+    assert s3.get_object(Bucket=dst, Key=lease)["Body"].read() == taker
+
+
 def test_the_lease_is_released_when_the_first_state_read_fails(minio, s3, buckets, day, clients):
     """The lease is taken beside the first read of the prefix's state; that read failing left
     it behind, and the next run waited out the TTL (ConcurrentRun)."""
