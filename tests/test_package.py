@@ -142,6 +142,7 @@ def test_wheel_ships_every_module_its_dependencies_and_entry_points(wheel):
     entry_points = zipfile.ZipFile(wheel).read(info.replace("METADATA", "entry_points.txt")).decode()
     assert "[airflow.plugins]\ns3arch = s3arch_airflow.plugin:S3ArchPlugin" in entry_points
     assert "[console_scripts]\ns3arch = s3arch.cli:main" in entry_points
+    assert "[apache_airflow_provider]\nprovider_info = s3arch_airflow.provider:get_provider_info" in entry_points
 
 
 def test_installed_cli_archives_verifies_and_extracts_without_the_repo_or_airflow(venv, minio, buckets, s3,
@@ -208,10 +209,24 @@ jobs:
 """
 
 AIRFLOW_CHECK = """\
-import json, sys
+import json, logging, sys
 from airflow import plugins_manager
 from airflow.dag_processing.dagbag import DagBag
+from airflow.providers_manager import ProvidersManager
 import s3arch_airflow
+
+class Warnings(logging.Handler):  # what Airflow logs at WARNING or above while it finds the providers
+    seen = []
+    def emit(self, record):
+        self.seen.append(record.getMessage())
+logging.getLogger().addHandler(Warnings(logging.WARNING))
+providers = ProvidersManager()
+ours = providers.providers.get("s3arch")  # what `airflow providers list` shows
+providers.initialize_providers_triggers()
+provider = {"version": ours.version, "package-name": ours.data["package-name"],
+            "triggers": sorted(t.trigger_class_name for t in providers.trigger if t.package_name == "s3arch"),
+            "plugins": sorted(p.name for p in providers.plugins if p.provider_name == "s3arch"),
+            "warnings": Warnings.seen} if ours else None
 
 bag = DagBag(dag_folder=sys.argv[1])
 plugins, plugin_errors = plugins_manager._get_plugins()
@@ -224,6 +239,7 @@ print(json.dumps({
     "apps": [{"name": a.get("name"), "url_prefix": a.get("url_prefix"), "app": type(a.get("app")).__name__}
              for a in apps],
     "package": s3arch_airflow.__file__,
+    "provider": provider,
     "path": sys.path,
 }))
 """
@@ -257,6 +273,11 @@ def test_airflow_loads_a_few_line_dag_file_and_finds_the_plugin_by_its_entry_poi
     # The catalog app the plugin mounts in the api-server is built from the installed package.
     assert [a for a in found["apps"] if a["url_prefix"] == "/s3arch-catalog" and a["app"] == "FastAPI"], found["apps"]
     assert found["package"].startswith(str(venv))
+    # ProvidersManager (`airflow providers list`) finds the package as the provider "s3arch", at the
+    # wheel's version, without a warning, and takes no plugin from it (the entry point above has it).
+    version = wheel.name.split("-")[1]
+    assert found["provider"] == {"version": version, "package-name": "s3arch", "triggers": ["s3arch_airflow.triggers"],
+                                 "plugins": [], "warnings": []}, found["provider"]
     assert not [p for p in found["path"] if p and Path(p).resolve().is_relative_to(ROOT)]
 
     # What an operator sees: `airflow plugins` lists it, from the package.
