@@ -4,10 +4,9 @@ The engine is plain Python (no Airflow import): the Airflow operators in plugins
 CLI (``python -m s3arch``) both drive ``archive_prefix``.
 """
 
-__version__ = "0.3.0"
-
-from .config import ArchiveSpec, S3Url, parse_size  # noqa: E402
-from .errors import ArchiverError  # noqa: E402
+from .config import ArchiveSpec, S3Url, parse_size
+from .errors import ArchiverError
+from .version import __version__
 
 
 def archive_prefix(*args, **kwargs):

@@ -13,11 +13,11 @@ import json
 import sys
 from pathlib import Path
 
-from . import __version__
 from .config import (DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_OBJECTS, SSE_MODES, ArchiveSpec,
                      S3Url, check_lease_ttl, parse_size, resolve_throttle_budget)
 from .errors import ArchiverError
 from .progress import Progress, TerminalLine, human_bytes
+from .version import __version__
 
 
 def _parser() -> argparse.ArgumentParser:

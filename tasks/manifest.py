@@ -16,13 +16,13 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator
 
-from . import __version__
 from .config import S3Url
 from .errors import (IO_ERRORS, ArchiverError, BadArgument, DestinationConflict, IntegrityError, none_if_missing,
                      translate)
 from .listing import key_order
 from .s3 import read_object, stream_object
 from .upload import PartSizer, PartUploader, UploadResult, upload_memory
+from .version import __version__
 
 FORMAT_NAME = "s3arch-manifest"
 # 2: object records carry the object's attributes (FORMAT.md, "Object attributes"). A

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Protocol
 
-from . import __version__
 from isal import isal_zlib
 
 from .compression import CompressedBlock, ParallelCompressor, codec_for
@@ -30,6 +29,7 @@ from .progress import Progress
 from .s3 import S3Clients
 from .tarwriter import BlockSink, TarStream, member_name
 from .upload import PartSizer, PartUploader, upload_memory
+from .version import __version__
 
 
 @dataclass
