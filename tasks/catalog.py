@@ -23,16 +23,17 @@ import json
 import string
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
 from .config import S3Url
 from .cost import estimate, prices_with
-from .errors import IO_ERRORS, ArchiverError, translate
+from .errors import IO_ERRORS, ArchiverError, IntegrityError, translate
 from .jobs import ArchiveJob, days_between
 from .listing import ListedObject, _listed
-from .manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, layout_for, read_header_and_summary
+from .manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, iter_manifest, layout_for
 from .s3 import parse_s3_time, read_object
 
 # Day states, in the order the page's legend shows them.
@@ -41,12 +42,14 @@ SEGMENTS = "segments"            # archived, produced as segments (the summary s
 SOURCES_DELETED = "sources_deleted"  # archived, and the source prefix holds nothing any more
 MISSING = "missing"              # the source has data, no archive
 INCOMPLETE = "incomplete"        # an archive object without its manifest (a run died before committing)
+LOST = "lost"                    # a scrub saw it archived; archive, manifest and index are gone now
 RUNNING = "running"              # Airflow: a run is at work on it (or its lease is held)
 FAILED = "failed"                # Airflow: the last run of it failed
 EMPTY = "empty"                  # nothing in the source, nothing archived
 PENDING = "pending"              # too recent for the job (min_age_days)
 BEFORE_START = "before_start"    # before the job's start_date, nothing there
-STATES = (ARCHIVED, SEGMENTS, SOURCES_DELETED, MISSING, INCOMPLETE, RUNNING, FAILED, EMPTY, PENDING, BEFORE_START)
+STATES = (ARCHIVED, SEGMENTS, SOURCES_DELETED, MISSING, INCOMPLETE, LOST, RUNNING, FAILED, EMPTY, PENDING,
+          BEFORE_START)
 ARCHIVED_STATES = (ARCHIVED, SEGMENTS, SOURCES_DELETED)
 
 SCRUB_DIR = "_s3arch-scrub/"  # under the job's archive prefix: <job>/latest.json and one object per scrub
@@ -92,7 +95,7 @@ class CatalogView:
     @property
     def totals(self) -> dict:
         archived = [d for d in self.days if d.state in ARCHIVED_STATES]
-        gaps = [d.day for d in self.days if d.state in (MISSING, FAILED, INCOMPLETE)]
+        gaps = [d.day for d in self.days if d.state in (MISSING, FAILED, INCOMPLETE, LOST)]
         return {
             "days": len(self.days),
             "archived": len(archived),
@@ -151,14 +154,58 @@ class _Counter:
             self.counts[kind] += n
 
 
-def _summary_of(body: bytes) -> tuple[dict, dict] | None:
+def parse_index(body: bytes) -> tuple[dict | None, str | None]:
+    """A manifest index's content, or why it is damaged: (index, None) or (None, problem).
+
+    Whatever a damaged object raises is caught here (a truncated gzip raises EOFError, which
+    is neither OSError nor ValueError; JSON of another shape raises nothing until used), so
+    no reader of a day crashes on one; it reads the manifest instead."""
     try:
         index = json.loads(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
-    except (OSError, ValueError):
-        return None
-    if index.get("format") != INDEX_FORMAT or "summary" not in index:
-        return None
-    return index["header"], index["summary"]
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
+        return None, f"does not parse ({type(exc).__name__}: {exc})"
+    if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT:
+        return None, "is not a manifest index"
+    header, summary = index.get("header"), index.get("summary", {})
+    if not (isinstance(header, dict) and isinstance(header.get("archive"), dict) and "key" in header["archive"]
+            and isinstance(summary, dict) and isinstance(index.get("chunks", []), list)
+            and isinstance(index.get("manifest_size", 0), int)):
+        return None, "lacks the header, summary or chunks a manifest index has"
+    return index, None
+
+
+def read_through(control, layout, sample: int = 0, rng=None) -> tuple[dict, dict, list[dict]]:
+    """The manifest's header and summary read from the manifest itself (a day without an index,
+    or with a damaged one), and a uniform random sample of ``sample`` of its object records
+    (reservoir sampling: one pass, whatever the manifest's size). IntegrityError if it is
+    damaged or truncated."""
+    header = summary = None
+    picked: list[dict] = []
+    seen = 0
+    for record in iter_manifest(control, layout):
+        kind = record.get("type")
+        if kind == "header":
+            header = record
+        elif kind == "summary":
+            summary = record
+        elif kind == "object" and sample:
+            seen += 1
+            if len(picked) < sample:
+                picked.append(record)
+            elif (j := rng.randrange(seen)) < sample:
+                picked[j] = record
+    if header is None or summary is None:
+        raise IntegrityError(f"{layout.manifest_url} has no header or no summary record")
+    return header, summary, picked
+
+
+def was_committed(verdict: dict | None) -> bool:
+    """Whether a scrub's verdict on a day (latest.json) saw a committed archive there: verified,
+    or drift of a committed day (anything but an archive no manifest committed)."""
+    if not verdict:
+        return False
+    return bool(verdict.get("verified") or verdict.get("last_verified")
+                or any(d.get("kind") != "archive without manifest" for d in verdict.get("drift") or ()))
 
 
 class Catalog:
@@ -253,20 +300,26 @@ class Catalog:
         return found
 
     def _read_summary(self, layout, indexed: bool, counter: _Counter):
+        """((header, summary), problem): from the index, else from the manifest read through; a
+        damaged index is the day's problem, its figures still shown from the manifest."""
+        problem = None
         try:
             if indexed:
                 counter.add("GET")
                 got = read_object(self.control, layout.bucket, layout.index_key,
                                   f"read s3://{layout.bucket}/{layout.index_key}", missing_ok=True)
-                body = None if got is None else got["Body"]
-                found = _summary_of(body) if body is not None else None
-                if found is not None:
-                    return found, None
+                if got is not None:
+                    index, damage = parse_index(got["Body"])
+                    if index is not None and "summary" in index:
+                        return (index["header"], index["summary"]), None
+                    if damage:
+                        problem = f"index s3://{layout.bucket}/{layout.index_key} {damage}; read from the manifest"
             # No index (a run died between manifest and index, or an old manifest): read it through.
             counter.add("GET")
-            return read_header_and_summary(self.control, layout), None
+            header, summary, _ = read_through(self.control, layout)
+            return (header, summary), problem
         except ArchiverError as exc:
-            return None, str(exc)
+            return None, f"{problem}; {exc}" if problem else str(exc)
 
     def _scrub_results(self, counter: _Counter) -> dict:
         counter.add("GET")
@@ -303,6 +356,7 @@ class Catalog:
             if found is None:
                 d.problem = problem or "manifest unreadable"
             else:
+                d.problem = problem
                 self._fill(d, *found)
             return d
         if layout.lease_key in listed:
@@ -310,6 +364,9 @@ class Catalog:
         elif archive_key is not None:
             d.state = INCOMPLETE
             d.archive_url = f"s3://{layout.bucket}/{archive_key}"
+        elif was_committed(scrub):
+            # A scrub saw it archived and nothing of it is left: not "empty", whatever the source holds.
+            d.state = LOST
         elif d.source_present:
             d.state = PENDING if day > today - timedelta(days=job.min_age_days) else MISSING
         elif day < job.start_date:

@@ -8,10 +8,15 @@ copy), a random sample of members is read by ranged GET and its SHA-256 checked.
 
 Drift is reported as one row per day with what to do:
 
-- ``archive missing``: the manifest commits an archive that is gone,
+- ``archive missing``: the manifest commits an archive that is gone; or the last scrub saw the
+  day archived and its archive, manifest and index are all gone now,
 - ``archive changed``: size, ETag or CRC32C differ from the manifest's,
 - ``manifest changed``: the manifest's size differs from the index's,
-- ``lock shorter``: the archive's retention ends before recorded (the manifest's own, or the job's),
+- ``manifest damaged``: the manifest does not read through to its summary (no index to check it by),
+- ``index damaged`` / ``index missing``: the manifest's index does not parse, or is gone (the
+  manifest is read through instead, for the checks and the sample),
+- ``lock shorter``: the archive's, manifest's or index's retention ends before recorded (the job's
+  ``retain_days`` from the run's start; for archive and index also the manifest's own),
 - ``archive without manifest``: an archive object no manifest commits (a run died before it),
 - ``member differs``: a sampled member's bytes do not match its SHA-256.
 
@@ -29,13 +34,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
-from .catalog import SCRUB_DIR, _Counter, archive_prefix, read_scrub_result, scrub_result_key
+from .catalog import (SCRUB_DIR, _Counter, archive_prefix, parse_index, read_scrub_result, read_through,
+                      scrub_result_key, was_committed)
 from .config import S3Url
 from .cost import usd
-from .errors import IO_ERRORS, ArchiverError, none_if_missing, translate
+from .errors import IO_ERRORS, ArchiverError, IntegrityError, none_if_missing, translate
 from .jobs import ArchiveJob, days_between
 from .listing import _listed
-from .manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, layout_for, read_chunk, read_header_and_summary
+from .manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for, read_chunk
 from .reading import DECODE_CHUNK, member_data
 from .restore import NEEDS_RESTORE
 from .s3 import parse_s3_time, read_object, stream_object
@@ -54,6 +60,12 @@ ACTIONS = {
                        "there, re-run the day with overwrite",
     "manifest changed": "recover the manifest from a bucket version or replica, or re-run the day with overwrite "
                         "while the source is there",
+    "manifest damaged": "without its manifest the archive cannot be restored by key: recover the manifest from a "
+                        "bucket version or replica, or re-run the day with overwrite while the source is there",
+    "index damaged": "readers fall back to reading the whole manifest (slower): recover the index from a bucket "
+                     "version or replica, or re-run the day with overwrite while the source is there",
+    "index missing": "readers fall back to reading the whole manifest (slower): recover the index from a bucket "
+                     "version or replica, or re-run the day with overwrite while the source is there",
     "lock shorter": "someone with s3:BypassGovernanceRetention shortened it: extend it again "
                     "(aws s3api put-object-retention) and review who may bypass governance",
     "archive without manifest": "a run died before committing: re-run the day (it starts clean and replaces it)",
@@ -130,6 +142,12 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
             listed.update({o.key: o for o in _listed(page)})
     except IO_ERRORS as exc:
         raise translate(exc, f"list the archives s3://{bucket}/{prefix}") from exc
+    # The last scrub's verdicts: a day it saw archived of which nothing is left now is drift,
+    # where the listing alone would take it for a day never archived.
+    counter.add("GET")
+    previous = read_scrub_result(control, job) or {}
+    before = previous.get("days") or {}
+    last_verified: dict[str, str] = {}
     verdicts: dict[str, dict] = {}
     with ThreadPoolExecutor(workers, thread_name_prefix="s3arch-scrub") as pool:
         futures = {}
@@ -141,9 +159,22 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
             if layout.manifest_key in listed:
                 futures[day] = pool.submit(_check_day, job, control, layout, day, listed, sample,
                                            random.Random(rng.random()), now, counter)
-            elif archive_key is not None and layout.lease_key not in listed:
+            elif layout.lease_key in listed:
+                continue  # a run is at work on it
+            elif archive_key is not None:
                 result.drift.append(Drift(day.isoformat(), source_prefix, "archive without manifest",
                                           f"s3://{bucket}/{archive_key} is committed by no manifest"))
+            elif was_committed(seen := before.get(day.isoformat())):
+                assert seen is not None
+                when = seen.get("verified") or seen.get("last_verified")
+                last_verified[day.isoformat()] = when
+                stem = layout.manifest_key.removesuffix(MANIFEST_SUFFIX)
+                result.drift.append(Drift(
+                    day.isoformat(), source_prefix, "archive missing",
+                    f"archive, manifest and index s3://{bucket}/{stem}.* are all gone; "
+                    + (f"a scrub verified them on {when}" if when else f"the scrub of {seen.get('scrubbed')} saw them"),
+                    f"{ACTIONS['archive missing']} (with its manifest and index); deleted on purpose: remove the "
+                    f"day from s3://{bucket}/{scrub_result_key(job)} and scrubs stop reporting it"))
         retrieval = 0.0
         for day, future in futures.items():
             drift, sampled, sampled_bytes, dollars = future.result()
@@ -159,11 +190,14 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
     for d in result.drift:
         verdicts.setdefault(d.day, {"scrubbed": result.started, "drift": []})["drift"].append(
             {"kind": d.kind, "detail": d.detail, "action": d.action})
+    for iso, when in last_verified.items():
+        if when:
+            verdicts[iso]["last_verified"] = when  # kept from scrub to scrub while the day stays gone
     for iso in result.verified:
         verdicts[iso] = {"scrubbed": result.started, "verified": result.started[:10], "sampled": sample}
     result.requests = dict(counter.counts)
     if write_result:
-        result.result_url = _write_result(job, control, result, verdicts, counter)
+        result.result_url = _write_result(job, control, result, verdicts, before, counter)
         result.requests = dict(counter.counts)
     result.cost_usd = _cost(result, retrieval)
     result.ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -193,35 +227,38 @@ def _check_day(job: ArchiveJob, control, layout, day: date, listed: dict, sample
                now: datetime, counter: _Counter) -> tuple[list[Drift], int, int, float]:
     iso, prefix = day.isoformat(), job.prefix_for(day)
     drift: list[Drift] = []
+    index_url = f"s3://{layout.bucket}/{layout.index_key}"
     try:
-        index = None
+        index = index_head = None
         if layout.index_key in listed:
             counter.add("GET")
-            got = read_object(control, layout.bucket, layout.index_key, f"read s3://{layout.bucket}/{layout.index_key}",
-                              missing_ok=True)
-            body = None if got is None else got["Body"]
-            if body is not None:
-                import gzip
-
-                index = json.loads(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
-        if index and index.get("format") == INDEX_FORMAT and "summary" in index:
-            found = index["header"], index["summary"]
+            # The GET answers what a HEAD of the index would (size, ETag, retention): no HEAD.
+            index_head = read_object(control, layout.bucket, layout.index_key, f"read {index_url}", missing_ok=True)
+            if index_head is not None:
+                index, damage = parse_index(index_head["Body"])
+                if damage:
+                    drift.append(Drift(iso, prefix, "index damaged", f"{index_url} {damage}; the manifest was read"))
+        picked: list[dict] = []
+        if index is not None and "summary" in index:
+            header, summary = index["header"], index["summary"]
         else:
-            index = None
+            # No usable index: the manifest read through gives header, summary and the sample.
             counter.add("GET")
-            found = read_header_and_summary(control, layout)
-        header, summary = found
+            try:
+                header, summary, picked = read_through(control, layout, sample if index is None else 0, rng)
+            except IntegrityError as exc:
+                return drift + [Drift(iso, prefix, "manifest damaged", str(exc))], 0, 0, 0.0
+        if index_head is None and not _predates_indexes(header):
+            drift.append(Drift(iso, prefix, "index missing", f"{layout.manifest_url} has no index {index_url}"))
         archive_key = header["archive"]["key"]
         url = f"s3://{layout.bucket}/{archive_key}"
-        with ThreadPoolExecutor(3) as heads:
+        with ThreadPoolExecutor(2) as heads:
             a = heads.submit(_head, control, layout.bucket, archive_key, counter, ChecksumMode="ENABLED")
             m = heads.submit(_head, control, layout.bucket, layout.manifest_key, counter)
-            i = heads.submit(_head, control, layout.bucket, layout.index_key, counter) if index else None
             archive, manifest = a.result(), m.result()
-            if i is not None:
-                i.result()
         if archive is None:
-            return [Drift(iso, prefix, "archive missing", f"{layout.manifest_url} commits {url}, which is gone")], 0, 0, 0.0
+            return drift + [Drift(iso, prefix, "archive missing", f"{layout.manifest_url} commits {url}, which is gone")], \
+                0, 0, 0.0
         expected = {"size": summary.get("archive_size"), "etag": summary.get("archive_etag"),
                     "crc32c": summary.get("archive_crc32c") or None}
         got = {"size": archive.get("ContentLength"), "etag": archive.get("ETag"), "crc32c": archive.get("ChecksumCRC32C")}
@@ -229,41 +266,65 @@ def _check_day(job: ArchiveJob, control, layout, day: date, listed: dict, sample
         if differs:
             drift.append(Drift(iso, prefix, "archive changed",
                                ", ".join(f"{k} {got[k]} (manifest: {expected[k]})" for k in differs)))
-        if manifest is not None and index and index.get("manifest_size") not in (None, manifest.get("ContentLength")):
+        manifest_changed = manifest is not None and index is not None and \
+            index.get("manifest_size") not in (None, manifest.get("ContentLength"))
+        if manifest_changed:
+            assert manifest is not None and index is not None
             drift.append(Drift(iso, prefix, "manifest changed",
                                f"{manifest.get('ContentLength')} bytes, the index recorded {index['manifest_size']}"))
-        drift += _check_lock(job, iso, prefix, header, archive, manifest)
+        drift += _check_locks(job, iso, prefix, header, {"archive": archive, "manifest": manifest, "index": index_head})
         sampled = sampled_bytes = 0
-        if not differs and sample > 0 and index and index.get("chunks") and _readable(archive):
-            sampled, sampled_bytes, bad = _sample(control, layout, index, header, archive_key, sample, rng, counter)
+        # Sampled only by a manifest and archive that are still what was recorded: the index's
+        # chunk offsets are of the recorded manifest.
+        if not differs and not manifest_changed and sample > 0 and _readable(archive):
+            if index is not None and index.get("chunks"):
+                try:
+                    picked = _pick_from_index(control, layout, index, sample, rng, counter)
+                except (IntegrityError, ValueError) as exc:  # a chunk that does not inflate or parse
+                    return drift + [Drift(iso, prefix, "manifest damaged", f"{layout.manifest_url}: {exc}")], \
+                        0, 0, 0.0
+            sampled, sampled_bytes, bad = _check_members(control, layout, header, archive_key, picked, counter)
             drift += [Drift(iso, prefix, "member differs", problem) for problem in bad]
         retrieval = sampled_bytes / (1 << 30) * RETRIEVAL_PER_GB.get(archive.get("StorageClass") or "STANDARD", 0.0)
         return drift, sampled, sampled_bytes, retrieval
     except ArchiverError as exc:
-        return [Drift(iso, prefix, "unreadable", str(exc))], 0, 0, 0.0
+        return drift + [Drift(iso, prefix, "unreadable", str(exc))], 0, 0, 0.0
 
 
-def _check_lock(job: ArchiveJob, iso: str, prefix: str, header: dict, archive: dict, manifest: dict | None) -> list[Drift]:
-    """The archive's retention must end no earlier than recorded: the manifest's own (created
-    with the same lock arguments) and the job's ``retain_days`` from when the run started."""
-    until = _until(archive)
-    recorded: list[tuple[str, datetime]] = []
-    manifest_until = _until(manifest) if manifest is not None else None
-    if manifest_until is not None:
-        recorded.append(("the manifest's", manifest_until))
+def _predates_indexes(header: dict) -> bool:
+    """s3arch 0.1 wrote manifests without an index (docs/FORMAT.md): none missing there."""
+    version = str(header.get("tool", "")).removeprefix("s3arch ")
+    return version == "0.1" or version.startswith("0.1.")
+
+
+def _check_locks(job: ArchiveJob, iso: str, prefix: str, header: dict, heads: dict[str, dict | None]) -> list[Drift]:
+    """Each object's retention must end no earlier than recorded: the job's ``retain_days``
+    from when the run started (archive, manifest and index were all created under it), and
+    for the archive and the index the manifest's own (made with the same lock arguments)."""
+    job_until = None
     if job.object_lock and job.retain_days and header.get("started"):
-        recorded.append((f"the job's {job.retain_days} days",
-                         parse_s3_time(header["started"]) + timedelta(days=job.retain_days)))
-    if not recorded:
-        return []
-    # The archive's upload is created before the manifest's: a few minutes' slack.
-    wanted_name, wanted = max(recorded, key=lambda r: r[1])
-    if until is None:
-        return [Drift(iso, prefix, "lock shorter", f"no retention on the archive; {wanted_name} ends {wanted:%Y-%m-%d}")]
-    if until < wanted - timedelta(minutes=10):
-        return [Drift(iso, prefix, "lock shorter",
-                      f"retained until {until:%Y-%m-%d %H:%M}, {wanted_name} until {wanted:%Y-%m-%d %H:%M}")]
-    return []
+        job_until = (f"the job's {job.retain_days} days", parse_s3_time(header["started"]) + timedelta(days=job.retain_days))
+    manifest = heads.get("manifest")
+    manifest_until = _until(manifest) if manifest is not None else None
+    drift = []
+    for name, head in heads.items():
+        if head is None:
+            continue
+        recorded = [job_until] if job_until else []
+        if name != "manifest" and manifest_until is not None:
+            recorded.append(("the manifest's", manifest_until))
+        if not recorded:
+            continue
+        wanted_name, wanted = max(recorded, key=lambda r: r[1])
+        until = _until(head)
+        if until is None:
+            drift.append(Drift(iso, prefix, "lock shorter",
+                               f"no retention on the {name}; {wanted_name} ends {wanted:%Y-%m-%d}"))
+        # The archive's upload is created before the manifest's: a few minutes' slack.
+        elif until < wanted - timedelta(minutes=10):
+            drift.append(Drift(iso, prefix, "lock shorter", f"the {name} is retained until {until:%Y-%m-%d %H:%M}, "
+                                                            f"{wanted_name} until {wanted:%Y-%m-%d %H:%M}"))
+    return drift
 
 
 def _readable(head: dict) -> bool:
@@ -274,17 +335,19 @@ def _readable(head: dict) -> bool:
     return 'ongoing-request="false"' in restore
 
 
-def _sample(control, layout, index: dict, header: dict, archive_key: str, sample: int, rng: random.Random,
-            counter: _Counter) -> tuple[int, int, list[str]]:
-    """Read ``sample`` random members by ranged GET (one GET of a manifest chunk, one of the
-    member's blocks) and check their SHA-256."""
+def _pick_from_index(control, layout, index: dict, sample: int, rng: random.Random, counter: _Counter) -> list[dict]:
+    """``sample`` random member records: one GET of a manifest chunk each (at most)."""
     chunks = index["chunks"]
     records: list[dict] = []
     for i in sorted({rng.randrange(len(chunks)) for _ in range(sample)}):
         counter.add("GET")
-        got = read_chunk(control, layout, index, i)
-        records += got
-    picked = rng.sample(records, min(sample, len(records)))
+        records += read_chunk(control, layout, index, i)
+    return rng.sample(records, min(sample, len(records)))
+
+
+def _check_members(control, layout, header: dict, archive_key: str, picked: list[dict],
+                   counter: _Counter) -> tuple[int, int, list[str]]:
+    """Read each picked member by ranged GET (one GET of its blocks) and check its SHA-256."""
     bad, read = [], 0
     for record in picked:
         start, end = record["range"]
@@ -309,14 +372,13 @@ def _sample(control, layout, index: dict, header: dict, archive_key: str, sample
     return len(picked), read, bad
 
 
-def _write_result(job: ArchiveJob, control, result: ScrubResult, verdicts: dict, counter: _Counter) -> str:
+def _write_result(job: ArchiveJob, control, result: ScrubResult, verdicts: dict, before: dict,
+                  counter: _Counter) -> str:
     bucket = job.destination.bucket
     latest_key = scrub_result_key(job)
     stamp = result.started.replace(":", "").replace("+0000", "Z")
     run_key = f"{archive_prefix(job)}{SCRUB_DIR}{job.name}/{stamp}.json"
-    counter.add("GET")
-    previous = read_scrub_result(control, job) or {}
-    days = dict(previous.get("days") or {})
+    days = dict(before)
     for day in days_between(date.fromisoformat(result.first), date.fromisoformat(result.last)):
         days.pop(day.isoformat(), None)  # this scrub's verdict replaces the last one's
     days.update(verdicts)

@@ -11,8 +11,9 @@ import pytest
 from helpers import seed
 
 from s3arch.archive import archive_prefix
-from s3arch.catalog import (ARCHIVED, BEFORE_START, EMPTY, INCOMPLETE, MISSING, PENDING, RUNNING, SOURCES_DELETED,
-                            Catalog, apply_runs, archive_prefix as job_archive_prefix)
+from s3arch.catalog import (ARCHIVED, BEFORE_START, EMPTY, INCOMPLETE, LOST, MISSING, PENDING, RUNNING,
+                            SOURCES_DELETED, Catalog, apply_runs, archive_prefix as job_archive_prefix,
+                            read_scrub_result)
 from s3arch.jobs import job_from_dict
 from s3arch.manifest import layout_for
 from s3arch.config import S3Url
@@ -124,7 +125,8 @@ def test_scrub_catches_each_drift(s3, buckets, clients):
     assert not result.ok and set(result.verified) == {"2026-03-04", "2026-03-05"}
     table = result.table()
     assert "2026-03-01" in table and "overwrite" in table and "re-run the day" in table
-    assert result.requests["HEAD"] >= 3 * 3 and result.cost_usd > 0
+    # A HEAD of archive and manifest per committed day; the index's GET answers for its HEAD.
+    assert result.requests["HEAD"] == 2 * 4 and result.cost_usd > 0
 
     # The catalog shows the scrub's verdicts.
     view = Catalog(job, clients.control).view(days[0], days[-1], today=TODAY)
@@ -153,6 +155,85 @@ def test_scrub_catches_a_shortened_lock(minio, s3, clients):
                                        "RetainUntilDate": datetime.now(timezone.utc) + timedelta(hours=1)})
     result = scrub(job, clients.control, day, day, sample=0)
     assert [d.kind for d in result.drift] == ["lock shorter"], result.table()
+    assert "the archive is retained until" in result.drift[0].detail
+    # The manifest's and the index's retention are checked against the job's too.
+    for key in (lay.manifest_key, lay.index_key):
+        s3.put_object_retention(Bucket=dst, Key=key, BypassGovernanceRetention=True,
+                                Retention={"Mode": "GOVERNANCE",
+                                           "RetainUntilDate": datetime.now(timezone.utc) + timedelta(hours=1)})
+    details = [d.detail for d in scrub(job, clients.control, day, day, sample=0).drift if d.kind == "lock shorter"]
+    assert any(d.startswith("the manifest is retained until") and "the job's 2 days" in d for d in details), details
+    assert any(d.startswith("the index is retained until") for d in details), details
+
+
+def _archived_days(s3, clients, buckets, n_days, objects=12):
+    src, dst = buckets
+    job = _job(src, dst)
+    days = [date(2026, 3, k) for k in range(1, n_days + 1)]
+    for day in days:
+        _seed_day(s3, job, day, n=objects)
+        _archive(job, clients, day)
+    return job, days
+
+
+@pytest.mark.parametrize("damage", [
+    pytest.param(lambda body: body[:len(body) // 2], id="truncated-gzip"),  # gzip raises EOFError
+    pytest.param(lambda body: b"{not json", id="not-json"),
+    pytest.param(lambda body: b'["s3arch-manifest-index"]', id="json-of-another-shape"),
+])
+def test_scrub_reports_a_damaged_index_and_samples_from_the_manifest(s3, buckets, clients, damage):
+    job, days = _archived_days(s3, clients, buckets, 2)
+    dst = buckets[1]
+    lay = _layout(job, days[0])
+    body = s3.get_object(Bucket=dst, Key=lay.index_key)["Body"].read()
+    s3.put_object(Bucket=dst, Key=lay.index_key, Body=damage(body))
+    result = scrub(job, clients.control, days[0], days[-1], sample=3, seed=1)
+    assert [(d.day, d.kind) for d in result.drift] == [("2026-03-01", "index damaged")], result.table()
+    assert "recover the index" in result.table() and result.result_url
+    assert result.checked == 2 and result.sampled == 6  # the damaged day's sample came from its manifest
+    assert read_scrub_result(clients.control, job)["days"]["2026-03-01"]["drift"][0]["kind"] == "index damaged"
+    # The catalog still shows the day's figures (read from the manifest) and names the problem.
+    day = Catalog(job, clients.control).view(days[0], days[0], today=TODAY).days[0]
+    assert day.state == ARCHIVED and day.objects == 12 and "index" in day.problem
+
+
+def test_scrub_reports_a_day_whose_archive_manifest_and_index_all_vanished(s3, buckets, clients):
+    job, days = _archived_days(s3, clients, buckets, 2, objects=3)
+    src, dst = buckets
+    assert scrub(job, clients.control, days[0], days[-1], sample=1).ok
+    lay = _layout(job, days[0])
+    for key in (lay.archive_key(".tar.gz"), lay.manifest_key, lay.index_key):
+        s3.delete_object(Bucket=dst, Key=key)
+    for key in [o["Key"] for o in s3.list_objects_v2(Bucket=src, Prefix=job.prefix_for(days[0]))["Contents"]]:
+        s3.delete_object(Bucket=src, Key=key)  # sources deleted after archiving, as a deleting job does
+    result = scrub(job, clients.control, days[0], days[-1], sample=1)
+    assert not result.ok and [(d.day, d.kind) for d in result.drift] == [("2026-03-01", "archive missing")]
+    assert "all gone" in result.drift[0].detail and "replica" in result.drift[0].action
+    view = Catalog(job, clients.control).view(days[0], days[-1], today=TODAY)
+    gone = view.days[0]
+    assert gone.state == LOST and gone.scrub["drift"][0]["kind"] == "archive missing"
+    assert view.totals["gaps"] == ["2026-03-01"] and view.totals["drift"] == ["2026-03-01"]
+    # The next scrub still reports it, with the day it was last verified.
+    again = scrub(job, clients.control, days[0], days[-1], sample=1)
+    assert [d.kind for d in again.drift] == ["archive missing"] and result.started[:10] in again.drift[0].detail
+
+
+def test_scrub_reports_a_missing_index_and_a_truncated_manifest(s3, buckets, clients):
+    job, days = _archived_days(s3, clients, buckets, 3)
+    dst = buckets[1]
+    lay = [_layout(job, d) for d in days]
+    s3.delete_object(Bucket=dst, Key=lay[0].index_key)  # index gone, manifest whole
+    for layout in lay[1:]:  # manifest cut short: day 2 without its index, day 3 with it
+        body = s3.get_object(Bucket=dst, Key=layout.manifest_key)["Body"].read()
+        s3.put_object(Bucket=dst, Key=layout.manifest_key, Body=body[:len(body) * 2 // 3])
+    s3.delete_object(Bucket=dst, Key=lay[1].index_key)
+    result = scrub(job, clients.control, days[0], days[-1], sample=2, seed=3)
+    kinds = {(d.day, d.kind) for d in result.drift}
+    assert kinds == {("2026-03-01", "index missing"), ("2026-03-02", "manifest damaged"),
+                     ("2026-03-03", "manifest changed")}, result.table()
+    # Day 1 sampled from its manifest read through; day 3 not: its index describes another manifest.
+    assert not result.verified and result.sampled == 2
+    assert "02.manifest.jsonl.gz is" in next(d.detail for d in result.drift if d.kind == "manifest damaged")
 
 
 def test_archive_prefix_of_a_job(buckets):

@@ -10,7 +10,7 @@ PAGE = r"""<!doctype html>
 <title>Archive catalog</title>
 <style>
 :root { --bg:#fff; --fg:#1a202c; --muted:#5f6b7a; --line:#d9dee5; --panel:#f6f8fa; --accent:#2563eb;
-  --archived:#16a34a; --segments:#0d9488; --sources_deleted:#65a30d; --missing:#f59e0b; --incomplete:#ea580c;
+  --archived:#16a34a; --segments:#0d9488; --sources_deleted:#65a30d; --missing:#f59e0b; --incomplete:#ea580c; --lost:#7f1d1d;
   --running:#3b82f6; --failed:#dc2626; --empty:#e5e7eb; --pending:#f3f4f6; --before_start:#fafafa; --future:transparent; }
 html.dark { --bg:#111418; --fg:#e6e9ee; --muted:#9aa4b2; --line:#2d333b; --panel:#1a1f26; --accent:#60a5fa;
   --empty:#2a2f37; --pending:#20252c; --before_start:#171b20; }
@@ -41,7 +41,7 @@ button.primary:not(:disabled) { background:var(--accent); color:#fff; border-col
 .cell.restored::before { content:""; position:absolute; left:1px; bottom:1px; width:4px; height:4px; background:#a855f7; }
 .none { visibility:hidden; }
 """ + "".join(f".s-{s} {{ background:var(--{s}); }}\n" for s in (
-    "archived", "segments", "sources_deleted", "missing", "incomplete", "running", "failed", "empty", "pending",
+    "archived", "segments", "sources_deleted", "missing", "incomplete", "lost", "running", "failed", "empty", "pending",
     "before_start", "future")) + r"""
 .side { width:360px; flex:none; position:sticky; top:0; }
 .panel { background:var(--panel); border:1px solid var(--line); border-radius:8px; padding:12px 14px; margin-bottom:12px; }
@@ -88,7 +88,8 @@ button.primary:not(:disabled) { background:var(--accent); color:#fff; border-col
 <script>
 "use strict";
 const STATES = {archived:"Archived and verified", segments:"Archived as segments", sources_deleted:"Archived, sources deleted",
-  missing:"Missing (source has data)", incomplete:"Incomplete (archive without manifest)", running:"Running", failed:"Failed (last run)",
+  missing:"Missing (source has data)", incomplete:"Incomplete (archive without manifest)",
+  lost:"Lost (a scrub saw it archived; all gone now)", running:"Running", failed:"Failed (last run)",
   empty:"Empty", pending:"Too recent", before_start:"Before the job's start", future:"Future"};
 const MONTHS = ["Jan","Feb","Mar","Apr","May","Jun","Jul","Aug","Sep","Oct","Nov","Dec"];
 let path = location.pathname; if (!path.endsWith("/")) path += "/";
