@@ -97,6 +97,24 @@ def test_the_plugin_shows_the_catalog_in_nav_and_as_a_dag_tab(api):
     assert _get(client, tokens["viewer"], f"{PREFIX}/icon.svg").headers["content-type"].startswith("image/svg")
 
 
+@pytest.mark.parametrize("dag_id, job", [(DAG, JOB), (RESTORE_DAG, JOB), (f"s3_scrub__{JOB}", JOB),
+                                          ("some_other_dag", None), ("s3_archive__no_such_job", None)])
+def test_a_dags_catalog_tab_opens_its_job_or_says_it_is_not_an_archive_jobs(api, dag_id, job):
+    """The tab (``?dag_id={DAG_ID}``) asks which job the DAG is: the job for its archive, restore
+    or scrub DAG; none for any other DAG, where the page says so instead of showing the first job."""
+    client, tokens = api.client, api.tokens
+    body = _get(client, tokens["viewer"], f"{PREFIX}/api/jobs?dag_id={dag_id}").json()
+    assert body["selected"] == job and [j["name"] for j in body["jobs"]] == [JOB]
+    assert body["jobs"][0]["scrub_dag_id"] == f"s3_scrub__{JOB}"
+    days = _get(client, tokens["viewer"], f"{PREFIX}/api/dags/{dag_id}/days?date_from=2026-03-01&date_to=2026-03-03")
+    if job:
+        assert days.status_code == 200 and days.json()["job"] == job
+    else:
+        assert days.status_code == 404 and "is not an s3arch archive job's DAG" in days.json()["detail"]
+    page = _get(client, tokens["viewer"], f"{PREFIX}/?dag_id={dag_id}").text
+    assert "is not an archive job's DAG" in page and "listing.selected" in page  # the page follows `selected`
+
+
 def test_unknown_dag_is_404_and_bad_range_422(api):
     client, tokens = api.client, api.tokens
     assert _get(client, tokens["viewer"], f"{PREFIX}/api/dags/some_other_dag/days").status_code == 404

@@ -27,6 +27,8 @@ from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_da
 URL_PREFIX = "/s3arch-catalog"
 ARCHIVE_DAG = "s3_archive__"
 RESTORE_DAG = "s3_restore__"
+SCRUB_DAG = "s3_scrub__"
+JOB_DAGS = (ARCHIVE_DAG, RESTORE_DAG, SCRUB_DAG)  # a job's DAG ids: the prefix and the job's name
 MAX_DAYS = 5 * 366
 
 app = FastAPI(title="s3arch archive catalog",
@@ -61,13 +63,21 @@ def jobs() -> dict:
         return _jobs_cache["jobs"]
 
 
-def job_of(dag_id: str):
-    for prefix in (ARCHIVE_DAG, RESTORE_DAG):
+def job_named_by(dag_id: str):
+    """The job whose archive, restore or scrub DAG ``dag_id`` is, or None."""
+    for prefix in JOB_DAGS:
         if dag_id.startswith(prefix):
             job = jobs().get(dag_id[len(prefix):])
             if job is not None:
                 return job
-    raise HTTPException(404, f"{dag_id} is not an s3arch archive job's DAG")
+    return None
+
+
+def job_of(dag_id: str):
+    job = job_named_by(dag_id)
+    if job is None:
+        raise HTTPException(404, f"{dag_id} is not an s3arch archive job's DAG")
+    return job
 
 
 def control_for(job):
@@ -91,7 +101,8 @@ def may(user, dag_id: str, method: Literal["GET", "POST"], run: bool = False) ->
 
 def job_info(job, user) -> dict:
     archive, restore = ARCHIVE_DAG + job.name, RESTORE_DAG + job.name
-    return {"name": job.name, "dag_id": archive, "restore_dag_id": restore, "description": job.description,
+    return {"name": job.name, "dag_id": archive, "restore_dag_id": restore, "scrub_dag_id": SCRUB_DAG + job.name,
+            "description": job.description,
             "source": str(job.source), "prefix_template": job.prefix_template,
             "destination": str(job.destination), "storage_class": job.storage_class,
             "start_date": job.start_date.isoformat(), "min_age_days": job.min_age_days,
@@ -118,10 +129,17 @@ def icon(user: GetUserDep) -> Response:
 
 
 @app.get("/api/jobs")
-def list_jobs(user: GetUserDep) -> dict:
-    """The archive jobs whose DAG the user may read."""
-    return {"jobs": [job_info(job, user) for name, job in sorted(jobs().items())
-                     if may(user, ARCHIVE_DAG + name, "GET")]}
+def list_jobs(user: GetUserDep,
+              dag_id: str | None = Query(None, description="the DAG whose Catalog tab asks: `selected` names its job")) -> dict:
+    """The archive jobs whose DAG the user may read; with ``dag_id`` (the page in a DAG's tab),
+    ``selected``: the job whose archive, restore or scrub DAG it is, or null for any other DAG
+    (the page then says so rather than show some other job)."""
+    listed = [job_info(job, user) for name, job in sorted(jobs().items()) if may(user, ARCHIVE_DAG + name, "GET")]
+    answer: dict = {"jobs": listed}
+    if dag_id is not None:
+        job = job_named_by(dag_id)
+        answer["selected"] = job.name if job is not None and any(j["name"] == job.name for j in listed) else None
+    return answer
 
 
 @app.get("/api/dags/{dag_id}/days", dependencies=[Depends(requires_access_dag("GET"))])

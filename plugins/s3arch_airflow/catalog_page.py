@@ -124,18 +124,27 @@ async function api(url, options) {
 async function init() {
   $("legend").innerHTML = Object.entries(STATES).filter(([s]) => s !== "future").map(([s, t]) => `<span><i class="sw s-${s}"></i>${t}</span>`).join("")
     + `<span><i class="sw" style="border:2px solid var(--failed)"></i>Scrub found drift</span><span>● locked</span><span><i class="sw" style="background:#a855f7"></i>restored copy</span>`;
-  try { jobs = (await api(BASE + "api/jobs")).jobs; } catch (e) { $("status").innerHTML = `<span class="error">${esc(e.message)}</span>`; return; }
+  // In a DAG's Catalog tab the server says which job that DAG is (archive, restore or scrub DAG), or none.
   const wanted = new URLSearchParams(location.search).get("dag_id");
+  let listing;
+  try { listing = await api(BASE + "api/jobs" + (wanted ? "?dag_id=" + encodeURIComponent(wanted) : "")); }
+  catch (e) { $("status").innerHTML = `<span class="error">${esc(e.message)}</span>`; return; }
+  jobs = listing.jobs;
   $("job").innerHTML = jobs.map((j) => `<option value="${esc(j.name)}">${esc(j.name)}</option>`).join("");
-  const pick = jobs.find((j) => j.dag_id === wanted || j.restore_dag_id === wanted) || jobs[0];
-  if (!pick) { $("years").innerHTML = wanted ? `<p>${esc(wanted)} is not an archive job's DAG.</p>` : "<p>No archive jobs you may read.</p>"; return; }
-  $("job").value = pick.name;
   $("job").onchange = () => load(false);
-  $("refresh").onclick = () => load(true);
+  $("refresh").onclick = () => { if (job) load(true); };
   $("archive").onclick = () => trigger(false);
   $("dryrun").onclick = () => trigger(true);
   $("restore").onclick = restore;
-  document.addEventListener("keydown", (ev) => { if (ev.key === "r" && !/INPUT|SELECT/.test(ev.target.tagName)) load(true); });
+  document.addEventListener("keydown", (ev) => { if (job && ev.key === "r" && !/INPUT|SELECT/.test(ev.target.tagName)) load(true); });
+  const pick = wanted ? jobs.find((j) => j.name === listing.selected) : jobs[0];
+  if (!pick) {  // another DAG's tab: say so, rather than show the first job as if it were this DAG's
+    $("years").innerHTML = wanted ? `<p id="not-ours">${esc(wanted)} is not an archive job's DAG; choose a job above.</p>` : "<p>No archive jobs you may read.</p>";
+    $("job").insertAdjacentHTML("afterbegin", `<option value="" selected disabled>choose a job</option>`);
+    ["archive", "dryrun", "restore"].forEach((id) => { $(id).disabled = true; });
+    return;
+  }
+  $("job").value = pick.name;
   await load(false);
 }
 
