@@ -25,7 +25,7 @@ import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
 
 from .config import S3Url
@@ -219,15 +219,17 @@ class Catalog:
         self.workers = workers
         self.prices = prices_with(job.prices)
         self._summaries: dict[str, tuple[str, tuple[dict, dict] | None, str | None]] = {}  # manifest key -> (etag, (header, summary), problem)
-        self._cached: dict[tuple[str, str], tuple[float, CatalogView]] = {}
+        self._cached: dict[tuple[str, str, frozenset[date]], tuple[float, CatalogView]] = {}
         self._lock = threading.Lock()
 
     def view(self, first: date, last: date, *, refresh: bool = False, today: date | None = None,
              restore_hint: set[date] | None = None) -> CatalogView:
-        cache_key = (first.isoformat(), last.isoformat())
+        # The days restored lately are part of the key: a restore that ends or a new one reads
+        # again, and the same set (a GLACIER job with any restore in 30 days) is served cached.
+        cache_key = (first.isoformat(), last.isoformat(), frozenset(restore_hint or ()))
         with self._lock:
             cached = self._cached.get(cache_key)
-            if cached and not refresh and time.monotonic() - cached[0] < self.max_age and not restore_hint:
+            if cached and not refresh and time.monotonic() - cached[0] < self.max_age:
                 return cached[1]
             view = self._read(first, last, today or date.today(), restore_hint or set())
             self._cached[cache_key] = (time.monotonic(), view)
@@ -403,12 +405,16 @@ class Catalog:
 def apply_runs(view: CatalogView, runs: dict[str, dict]) -> CatalogView:
     """Airflow's last word on each day (``{"2026-03-14": {"state": "failed", "run_id": ..., "url": ...}}``):
     a day not archived whose last run failed is "failed", one being worked on "running"; an
-    archived day whose last task was the segments' ``assemble`` is "segments"."""
+    archived day whose last task was the segments' ``assemble`` is "segments". A new view: the
+    one given is the catalog's cached one, which the next request's runs must find unchanged."""
+    days = []
     for d in view.days:
         run = runs.get(d.day)
         if not run:
+            days.append(d)
             continue
-        d.airflow = run
+        d = replace(d, airflow=run)
+        days.append(d)
         if d.state == ARCHIVED and run.get("task_id") == "assemble" and run.get("state") == "success":
             d.state = SEGMENTS  # made by the archive DAG's segment tasks and their assembly
         if d.state in ARCHIVED_STATES:
@@ -417,7 +423,7 @@ def apply_runs(view: CatalogView, runs: dict[str, dict]) -> CatalogView:
             d.state = FAILED
         elif run.get("state") in ("running", "queued"):
             d.state = RUNNING
-    return view
+    return replace(view, days=days)
 
 
 def read_scrub_result(control, job: ArchiveJob) -> dict | None:

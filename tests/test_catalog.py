@@ -8,7 +8,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from helpers import seed
+from helpers import engine_clients, seed
 
 from s3arch.archive import archive_prefix
 from s3arch.catalog import (ARCHIVED, BEFORE_START, EMPTY, INCOMPLETE, LOST, MISSING, PENDING, RUNNING,
@@ -96,6 +96,9 @@ def test_catalog_states_for_seeded_days(s3, buckets, clients):
     assert states["2026-03-02"] == SOURCES_DELETED  # sources deleted wins over how it was made
     runs["2026-03-01"] = {"state": "success", "task_id": "assemble"}
     assert {x.day: x.state for x in apply_runs(again, runs).days}["2026-03-01"] == "segments"
+    # The cached view is left as S3 shows it: the next request's runs apply to it afresh.
+    assert catalog.view(date(2026, 2, 27), TODAY, today=TODAY) is again
+    assert {x.day: x.state for x in again.days}["2026-03-03"] == MISSING and again.days[4].airflow is None
     print(f"\n[catalog] {len(view.days)} days: first read {first_read * 1000:.0f} ms, {view.requests}")
 
 
@@ -242,3 +245,31 @@ def test_archive_prefix_of_a_job(buckets):
     job = job_from_dict("ev", {"source": f"s3://{src}/raw/", "prefix_template": "events/dt={date:%Y-%m-%d}/",
                                "destination": f"s3://{dst}/", "storage_class": "STANDARD"})
     assert job_archive_prefix(job) == f"{src}/raw/events/dt="
+
+
+def test_a_glacier_jobs_restored_day_is_served_from_the_cache(moto_server):
+    """A GLACIER job with a restore in the last 30 days passes those days as the restore hint on
+    every request: the second request with the same hint makes no S3 request at all."""
+    s3 = moto_server.client(max_pool_connections=16)
+    suffix = uuid.uuid4().hex[:8]
+    src, dst = f"src-{suffix}", f"dst-{suffix}"
+    s3.create_bucket(Bucket=src)
+    s3.create_bucket(Bucket=dst)
+    clients = engine_clients(moto_server)
+    job = _job(src, dst, storage_class="GLACIER")
+    day = date(2026, 3, 1)
+    _seed_day(s3, job, day)
+    _archive(job, clients, day)
+    s3.restore_object(Bucket=dst, Key=_layout(job, day).archive_key(".tar.gz"), RestoreRequest={"Days": 7})
+    sent = []
+    clients.control.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.url))
+    catalog = Catalog(job, clients.control)
+    view = catalog.view(day, day + timedelta(days=1), today=TODAY, restore_hint={day})
+    assert view.days[0].restored_until and view.requests["HEAD"] == 1
+    first = len(sent)
+    assert first == sum(view.requests.values())
+    again = catalog.view(day, day + timedelta(days=1), today=TODAY, restore_hint={day})
+    assert again is view and len(sent) == first  # served from memory: no request
+    # A restore that ended (no hint any more) is a new read, without the HEAD.
+    ended = catalog.view(day, day + timedelta(days=1), today=TODAY)
+    assert ended.days[0].restored_until is None and ended.requests["HEAD"] == 0 and len(sent) > first
