@@ -1,4 +1,4 @@
-"""Client CPU per listed key: the listing's page parser (tasks/listing.parse_listing_page)
+"""Client CPU per listed key: the listing's page parser (tasks/listed.parse_listing_page)
 against botocore's own XML parser of the same ListObjectsV2 pages, alternating, in one process;
 and with ``--dry-run-keys N``, ``s3arch archive --dry-run`` of a prefix of N keys against
 ``s5cmd ls`` of it (bench/run's s5cmd, ``make s5cmd``), alternating, on a throwaway MinIO.
@@ -120,7 +120,7 @@ def _spread(values: list[float]) -> str:
 
 
 def main(argv=None) -> int:
-    from s3arch.listing import parse_listing_page
+    from s3arch.listed import parse_listing_page
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=9)

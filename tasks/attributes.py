@@ -20,7 +20,7 @@ from email.header import Header
 from typing import Iterable
 from xml.etree import ElementTree
 
-from .s3 import parse_s3_time
+from .timestamps import parse_s3_time
 
 # S3's (and MinIO's) content type for an object stored without one: records leave it out.
 DEFAULT_CONTENT_TYPE = "binary/octet-stream"

@@ -32,9 +32,10 @@ from .config import S3Url
 from .cost import estimate, prices_with
 from .errors import IO_ERRORS, ArchiverError, IntegrityError, translate
 from .jobs import ArchiveJob, days_between
-from .listing import ListedObject, _listed
+from .listed import ListedObject, _listed
 from .manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, iter_manifest, layout_for
-from .s3 import parse_s3_time, read_object
+from .s3 import read_object
+from .timestamps import parse_s3_time
 
 # Day states, in the order the page's legend shows them.
 ARCHIVED = "archived"            # manifest present: complete and verified when it was written

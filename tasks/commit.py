@@ -29,14 +29,14 @@ from enum import Enum
 from .config import ArchiveSpec
 from .deletion import DeletionResult, delete_archived_sources
 from .errors import (IO_ERRORS, AccessDenied, ArchiveDamaged, ArchiverError, BadArgument, Cancelled,
-                     ConcurrentRun, DestinationConflict, IntegrityError, ObjectMissing, none_if_missing, status_of, translate)
+                     ConcurrentRun, DestinationConflict, IntegrityError, ObjectMissing, status_of, translate)
 from .lease import Held, PrefixLease
 from .outcome import Outcome
 from .manifest import ArchiveLayout, Committed, layout_for, read_committed
 from .pipeline import StreamedArchive, WholeArchive, stream_archive
 from .progress import Progress
 from .retention import check_applied, refuse_locked_overwrite, retention_of
-from .s3 import S3Clients
+from .s3 import S3Clients, none_if_missing
 from .segments import (PrefixIsLarge, SegmentPlan, SizingListing, assemble, could_use_segments, delete_temporaries,
                        open_upload, plan_segments, read_plan, stream_segmented, write_plan)
 from .throttling import throttled

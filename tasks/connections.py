@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .errors import THROTTLE_CODES, ArchiverError, BadArgument, error_for, tls_failure
-from .s3 import BucketRoute, SourceRequests, _parse_error_body
+from .dataplane import BucketRoute, SourceRequests, parse_error_body
 
 RETRIES = 5  # as many as the CRT S3 client made on its own
 RETRY_BASE = 0.1  # seconds: the n-th retry waits uniform(0, min(RETRY_CAP, RETRY_BASE * 2**n))
@@ -321,7 +321,7 @@ class Call:
                     self._on_body(b"".join(chunks) if len(chunks) > 1 else chunks[0])
             self._finish(None)
             return
-        code, message = _parse_error_body(b"".join(self._error_body))
+        code, message = parse_error_body(b"".join(self._error_body))
         if status >= 500 and code not in THROTTLE_CODES and (code or status != 503) and self._retry():
             return
         self._finish(error_for(code, status, message or f"HTTP {status}", what=self._what, subject="source"))

@@ -10,9 +10,7 @@ person to change something, and the message says what. The exit code follows fro
 
 from __future__ import annotations
 
-from typing import Callable, Literal, TypeVar
-
-T = TypeVar("T")
+from typing import Literal
 
 
 class ArchiverError(Exception):
@@ -396,27 +394,3 @@ def missing_key_denied(what: str, bucket: str, key: str, listing_denied: bool = 
         + (", and listing it (ListObjectsV2, prefix the key) was denied too" if listing_denied else ""),
         hint=f"grant s3:ListBucket on arn:aws:s3:::{bucket} (an s3:prefix condition must allow "
              f"'{folder}*'), and s3:GetObject on the key (docs/SECURITY.md)")
-
-
-def none_if_missing(call: Callable[[], T], what: str, subject: Subject = "object", *, control=None,
-                    bucket: str | None = None, key: str | None = None) -> T | None:
-    """``call()``'s answer, or None if S3 answers 404 (a HEAD or GET of something that may not
-    exist); any other I/O failure as a typed error (``translate``). With ``control``, ``bucket``
-    and ``key``, a 403 is told apart by a LIST of the key (``listing.key_listed``): a missing key
-    is None, as for a caller whose s3:ListBucket is narrowed by a prefix condition."""
-    try:
-        return call()
-    except IO_ERRORS as exc:
-        status = status_of(exc)
-        if status == 404:
-            return None
-        if status == 403 and bucket is not None and key is not None:
-            if control is not None:
-                from .listing import key_listed
-
-                if not key_listed(control, bucket, key, what):
-                    return None
-                raise AccessDenied(f"{what}: access denied (s3:GetObject on s3://{bucket}/{key}, which exists)",
-                                   hint="grant the caller s3:GetObject on it (docs/SECURITY.md)") from exc
-            raise missing_key_denied(what, bucket, key, listing_denied=False) from exc
-        raise translate(exc, what, subject) from exc

@@ -41,13 +41,14 @@ from typing import Iterable, Iterator
 from . import attributes
 from .config import MiB, S3Url
 from .errors import (IO_ERRORS, ArchiverError, BadArgument, DestinationConflict, IntegrityError, LocalFileError,
-                     TransientError, none_if_missing, status_of, translate)
+                     TransientError, status_of, translate)
 from .fetching import ByteBudget
 from .manifest import ArchiveLayout, find_records, iter_manifest
 from .reading import DECODE_CHUNK, _decompressor
 from .restore import require_readable
-from .s3 import parse_s3_time, stream_object
+from .s3 import none_if_missing, stream_object
 from .tarwriter import member_name
+from .timestamps import parse_s3_time
 from .upload import PartSizer, PartUploader, abort_stale_uploads
 
 NAME_MAX = 255

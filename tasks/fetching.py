@@ -38,7 +38,7 @@ from . import attributes
 from .config import resolve_throttle_budget
 from .coordinator import Request, Stopped, StreamCoordinator
 from .errors import AccessDenied, ArchiverError, CredentialsExpired, IntegrityError, Throttled, TransientError
-from .listing import ListedObject
+from .listed import ListedObject
 
 _ATTEMPTS = 3  # of each GET, tag read and checksum read, beyond the GET path's own retries
 _BACKOFF = 0.2  # seconds times the attempts made

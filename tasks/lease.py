@@ -30,8 +30,9 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Callable, Iterable, Iterator
 
-from .errors import IO_ERRORS, ArchiverError, ConcurrentRun, TransientError, none_if_missing, status_of, translate
-from .s3 import parse_s3_time
+from .errors import IO_ERRORS, ArchiverError, ConcurrentRun, TransientError, status_of, translate
+from .s3 import none_if_missing, read_object
+from .timestamps import parse_s3_time
 
 DEFAULT_TTL = 180.0
 
@@ -155,8 +156,6 @@ class PrefixLease:
                             hint="another run of this prefix is starting; retry later")
 
     def _read(self) -> tuple[Holder | None, str, float, str | None] | None:
-        from .s3 import read_object
-
         response = read_object(self.control, self.bucket, self.key, f"read the lease {self.url}", missing_ok=True)
         if response is None:
             return None

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .config import S3Url
-from .errors import (IO_ERRORS, ArchiverError, BadArgument, DestinationConflict, IntegrityError, none_if_missing,
-                     translate)
+from .errors import IO_ERRORS, ArchiverError, BadArgument, DestinationConflict, IntegrityError, translate
 from .listing import key_order
-from .s3 import read_object, stream_object
+from .s3 import none_if_missing, read_object, stream_object
 from .upload import PartSizer, PartUploader, UploadResult, upload_memory
 from .version import __version__
 

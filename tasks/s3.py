@@ -15,18 +15,22 @@ import re
 import threading
 import urllib.parse
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import boto3
 from botocore.config import Config
 
-from .errors import IO_ERRORS, AccessDenied, ArchiverError, BadCredentials, error_for, translate
+from .connections import ConnectionPool, PlainDataPlane, Signer, get_path, proxy_for
+from .dataplane import BucketRoute, SourceRequests, parse_error_body
+from .errors import (IO_ERRORS, AccessDenied, ArchiverError, BadCredentials, Subject, error_for, missing_key_denied,
+                     status_of, translate)
+from .listed import install_page_parser, key_listed
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client  # typing only (requirements-test.txt)
 
+
+T = TypeVar("T")
 
 DIRECTORY_BUCKET_SUFFIX = "--x-s3"  # S3 Express One Zone directory buckets: BUCKET--AZID--x-s3
 
@@ -42,17 +46,6 @@ def refuse_directory_bucket(bucket: str, role: str) -> None:
                           f"{DIRECTORY_BUCKET_SUFFIX}); directory buckets are not supported yet",
                           hint="use a general purpose bucket for the source and the destination "
                                "(copy the prefix to one first if it lives in a directory bucket)")
-
-
-@dataclass(frozen=True)
-class BucketRoute:
-    """Where botocore sent a request for ``bucket``, and the region the bucket answered from."""
-
-    bucket: str
-    host: str          # netloc, e.g. logs.s3.eu-west-1.amazonaws.com or 127.0.0.1:9000
-    path_prefix: str   # "" for virtual-hosted requests, "/BUCKET" for path-style ones
-    tls: bool
-    region: str
 
 
 @dataclass
@@ -100,8 +93,6 @@ class S3Clients:
         _keep_timestamps_as_text(control)
         _send_bodies_at_once(control)
         _retry_expired_tokens(control)
-        from .listing import install_page_parser  # listing needs this module: imported here
-
         install_page_parser(control)
         from .config import resolve_throttle_budget
         from .throttling import install as wait_out_throttling
@@ -209,8 +200,6 @@ class S3Clients:
         return route
 
     def _head_or_list(self, bucket: str, prefix: str) -> Any:
-        from .errors import status_of
-
         try:
             return self.control.head_bucket(Bucket=bucket)
         except IO_ERRORS as exc:
@@ -243,14 +232,12 @@ class S3Clients:
                 for done in [pool.submit(self.check_bucket, *t) for t in todo]:
                     done.result()
 
-    def data_for(self, bucket: str, concurrency: int = 64) -> "SourceRequests":
+    def data_for(self, bucket: str, concurrency: int = 64) -> SourceRequests:
         """The GET plane for ``bucket`` with ``concurrency`` GETs in flight, requests routed as
         the control plane routes them, through the proxy botocore uses for that endpoint:
         plain connections (tasks/connections.py: one pool per endpoint and concurrency) unless
         S3ARCH_GET_PATH=crt asks for awscrt's S3 client (one per region and concurrency), which
         cannot use a proxy and is refused with one before the first GET."""
-        from .connections import get_path, proxy_for
-
         route = self._routes.get(bucket) or self.check_bucket(bucket, "source")
         proxy = proxy_for(route.tls, route.host, self.botocore_config)
         if get_path() == "crt":
@@ -267,8 +254,6 @@ class S3Clients:
                 if client is None:
                     client = self._planes[plane] = _crt_client(self.session, route, self.verify, concurrency)
             return DataPlane(client, route, self.expected_owner)
-        from .connections import PlainDataPlane
-
         with self._lock:
             pool_key = ("pool", route.host, route.tls, proxy, concurrency)
             pool = self._planes.get(pool_key)
@@ -277,8 +262,6 @@ class S3Clients:
                                                                  proxy, concurrency)
             signer = self._planes.get(("signer", route.region))
             if signer is None:
-                from .connections import Signer
-
                 signer = self._planes[("signer", route.region)] = Signer(_credentials_provider(self.session),
                                                                          route.region)
         return PlainDataPlane(pool, signer, route, self.expected_owner)
@@ -353,35 +336,6 @@ def _keep_timestamps_as_text(client) -> None:
         endpoint._response_parser_factory = factory
 
 
-def parse_s3_time(value) -> datetime:
-    """An S3 timestamp as an aware datetime: ISO 8601 text from XML bodies
-    (2026-11-21T13:05:07.123Z), RFC 1123 text from headers (Sat, 21 Nov 2026 13:05:07 GMT),
-    or a datetime already."""
-
-    if isinstance(value, datetime):
-        return value
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        parsed = parsedate_to_datetime(value)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-
-
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_~/\-]+(?:\.[A-Za-z0-9_~/\-]+)*")
-
-
-def quote_key(key: str) -> str:
-    """Percent-encode a key for a request path; dot segments are encoded too, so no layer
-    on the way can normalise ``a/../b`` into another key."""
-    if _PLAIN_KEY.fullmatch(key) and "/./" not in key:
-        return key  # the common case: nothing to encode, and no dot segments
-    parts = []
-    for seg in key.split("/"):
-        q = urllib.parse.quote(seg, safe="~")
-        parts.append(q.replace(".", "%2E") if seg in (".", "..") else q)
-    return "/".join(parts)
-
-
 def _crt_client(session: boto3.Session, route: BucketRoute, verify: bool | str | None, concurrency: int):
     from awscrt import io, s3
 
@@ -453,64 +407,10 @@ def _connection_pool(bootstrap, route: BucketRoute, verify: bool | str | None, p
     """The plain path's connections to ``route``'s endpoint, one per GET in flight."""
     from awscrt import io
 
-    from .connections import ConnectionPool
-
     url = urllib.parse.urlsplit(f"{'https' if route.tls else 'http'}://{route.host}")
     context = _crt_tls_context(io, verify, default=True) if route.tls else None
     return ConnectionPool(bootstrap, url.hostname or route.host, url.port or (443 if route.tls else 80), context,
                           proxy, concurrency)
-
-
-class SourceRequests:
-    """The requests of the data plane for one bucket's source objects: a GET, a HEAD and a tag
-    read, each with ``on_done`` receiving None or the typed error (``error_for``); what each
-    returns has a ``cancel()`` that ends it at once with a retryable error. ``_send`` is the
-    GET path's (``DataPlane``: awscrt's S3 client; ``connections.PlainDataPlane``: plain
-    connections)."""
-
-    route: BucketRoute
-    _owner: list[tuple[str, str]]
-
-    def get(self, key: str, *, etag: str | None, byte_range: tuple[int, int] | None,
-            on_body: Callable[[bytes], None], on_done: Callable[[ArchiverError | None], None],
-            on_headers: Callable[[list[tuple[str, str]]], None] | None = None):
-        """Start one GET (of ``byte_range`` = [start, end) if given), pinned to ``etag``, asking
-        for the object's checksum. ``on_headers`` receives a successful response's headers.
-
-        ``on_done`` receives None or the typed error; all callbacks run on CRT's thread.
-        """
-        headers = [("x-amz-checksum-mode", "ENABLED")]
-        if etag:
-            headers.append(("If-Match", etag))
-        if byte_range:
-            headers.append(("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}"))
-        return self._send("GET", "GetObject", key, "", headers, on_done, on_body=on_body, on_headers=on_headers)
-
-    def head(self, key: str, *, etag: str | None, on_headers: Callable[[list[tuple[str, str]]], None],
-             on_done: Callable[[ArchiverError | None], None]):
-        """HEAD the object pinned to ``etag``, with its checksum (which a ranged GET lacks)."""
-        headers = [("x-amz-checksum-mode", "ENABLED")] + ([("If-Match", etag)] if etag else [])
-        return self._send("HEAD", "HeadObject", key, "", headers, on_done, on_headers=on_headers)
-
-    def tagging(self, key: str, *, version_id: str | None, on_body: Callable[[bytes], None],
-                on_done: Callable[[ArchiverError | None], None]):
-        """GetObjectTagging of the object (of ``version_id``, the version that was archived)."""
-        query = "?tagging" + (f"&versionId={urllib.parse.quote(version_id, safe='')}" if version_id else "")
-        return self._send("GET", "GetObjectTagging", key, query, [], on_done, on_body=on_body)
-
-    @property
-    def endpoint(self) -> str:
-        return f"{'https' if self.route.tls else 'http'}://{self.route.host}"
-
-    def _path(self, key: str, query: str) -> str:
-        return f"{self.route.path_prefix}/{quote_key(key)}{query}"
-
-    def _what(self, operation: str, key: str) -> str:
-        return f"{'GET' if operation == 'GetObject' else operation} s3://{self.route.bucket}/{key}"
-
-    def _send(self, method: str, operation: str, key: str, query: str, headers: list[tuple[str, str]],
-              on_done: Callable[[ArchiverError | None], None], *, on_body=None, on_headers=None):
-        raise NotImplementedError
 
 
 class DataPlane(SourceRequests):
@@ -537,7 +437,7 @@ class DataPlane(SourceRequests):
             if error is None:
                 on_done(None)
                 return
-            code, message = _parse_error_body(error_body)
+            code, message = parse_error_body(error_body)
             if not code and getattr(error, "name", "") == "AWS_ERROR_S3_SLOW_DOWN":
                 code = "SlowDown"  # CRT's retries ended without the answer's status or body
             untrusted = None if status_code else tls_failure(getattr(error, "name", ""), what, self.endpoint)
@@ -582,15 +482,6 @@ def _crt_credentials_provider(auth, creds):
         return cache["crt"]
 
     return auth.AwsCredentialsProvider.new_delegate(current_credentials)
-
-
-def _parse_error_body(body: bytes | None) -> tuple[str, str]:
-    if not body:
-        return "", ""
-    text = body.decode("utf-8", "replace")
-    code = re.search(r"<Code>([^<]*)</Code>", text)
-    message = re.search(r"<Message>([^<]*)</Message>", text)
-    return (code.group(1) if code else ""), (message.group(1) if message else "")
 
 
 # -- Response bodies: every streamed read of an object goes through here -------------------
@@ -649,8 +540,6 @@ def read_object(control, bucket: str, key: str, what: str, *, missing_ok: bool =
     its bytes, or None for a 404 when ``missing_ok``. A body cut short is read again (the whole
     GET, pinned to the first answer's ETag) after a pause; other failures as ``translate`` types
     them."""
-    from .errors import status_of
-
     failures = 0
     while True:
         try:
@@ -660,8 +549,6 @@ def read_object(control, bucket: str, key: str, what: str, *, missing_ok: bool =
             if status == 404 and missing_ok:
                 return None
             if status == 403 and missing_ok:  # 404 to a caller with s3:ListBucket on it, else 403
-                from .listing import key_listed
-
                 if not key_listed(control, bucket, key, what):
                     return None
             if status == 412 and failures:
@@ -681,6 +568,28 @@ def read_object(control, bucket: str, key: str, what: str, *, missing_ok: bool =
             _pause(failures)
             continue
         return {**response, "Body": data}
+
+
+def none_if_missing(call: Callable[[], T], what: str, subject: Subject = "object", *, control=None,
+                    bucket: str | None = None, key: str | None = None) -> T | None:
+    """``call()``'s answer, or None if S3 answers 404 (a HEAD or GET of something that may not
+    exist); any other I/O failure as a typed error (``translate``). With ``control``, ``bucket``
+    and ``key``, a 403 is told apart by a LIST of the key (``listed.key_listed``): a missing key
+    is None, as for a caller whose s3:ListBucket is narrowed by a prefix condition."""
+    try:
+        return call()
+    except IO_ERRORS as exc:
+        status = status_of(exc)
+        if status == 404:
+            return None
+        if status == 403 and bucket is not None and key is not None:
+            if control is not None:
+                if not key_listed(control, bucket, key, what):
+                    return None
+                raise AccessDenied(f"{what}: access denied (s3:GetObject on s3://{bucket}/{key}, which exists)",
+                                   hint="grant the caller s3:GetObject on it (docs/SECURITY.md)") from exc
+            raise missing_key_denied(what, bucket, key, listing_denied=False) from exc
+        raise translate(exc, what, subject) from exc
 
 
 def _changed(what: str) -> ArchiverError:
@@ -703,8 +612,6 @@ def stream_object(control, bucket: str, key: str, what: str, *, start: int = 0, 
     whole before its first chunk is yielded, so no connection stays open while the caller works
     (a deletion reading its manifest between batches).
     """
-    from .errors import status_of
-
     position = start
     total = end  # learned from the first answer when not given
     failures = faults = 0

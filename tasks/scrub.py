@@ -38,13 +38,14 @@ from .catalog import (SCRUB_DIR, _Counter, archive_prefix, parse_index, read_scr
                       scrub_result_key, was_committed)
 from .config import S3Url
 from .cost import usd
-from .errors import IO_ERRORS, ArchiverError, IntegrityError, none_if_missing, translate
+from .errors import IO_ERRORS, ArchiverError, IntegrityError, translate
 from .jobs import ArchiveJob, days_between
-from .listing import _listed
+from .listed import _listed
 from .manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for, read_chunk
 from .reading import DECODE_CHUNK, member_data
 from .restore import NEEDS_RESTORE
-from .s3 import parse_s3_time, read_object, stream_object
+from .s3 import none_if_missing, read_object, stream_object
+from .timestamps import parse_s3_time
 
 # Request prices (us-east-1 list prices, as tasks/cost.py dates its table): LIST per 1,000,
 # GET/HEAD per 1,000 in STANDARD, and retrieval per GB where a class bills reads.

@@ -81,7 +81,7 @@ def put_exact_key(server, bucket: str, key: str, body: bytes) -> None:
     from botocore.credentials import Credentials
     from botocore.httpsession import URLLib3Session
 
-    from s3arch.s3 import quote_key
+    from s3arch.dataplane import quote_key
 
     request = AWSRequest("PUT", f"{server.endpoint_url}/{bucket}/{quote_key(key)}", data=body,
                          headers={"Content-Length": str(len(body))})

@@ -103,7 +103,7 @@ def test_tiny_objects_behind_a_stalled_get_are_held_within_the_fetch_budget():
     (100,000 here). Each piece now costs a fixed amount on top of its bytes, and its headers
     are dropped once its attributes are read."""
     from s3arch.fetching import PIECE_COST, ByteBudget, Fetcher
-    from s3arch.listing import ListedObject
+    from s3arch.listed import ListedObject
 
     plane = _StalledFirstGet()
     coordinator = StreamCoordinator("x", stall_timeout=3600)

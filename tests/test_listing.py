@@ -12,7 +12,8 @@ ODD_KEYS = ["odd/plain.log", "odd/space and+plus.log", "odd/amp&lt;<>\"'.log", "
 
 
 def test_page_parser_reads_what_botocore_reads_for_keys_that_need_escaping(minio, s3, buckets):
-    from s3arch.listing import PAGE_KEY, iter_pages
+    from s3arch.listed import PAGE_KEY
+    from s3arch.listing import iter_pages
 
     src, _ = buckets
     for i, key in enumerate(ODD_KEYS):
@@ -32,7 +33,8 @@ def test_page_parser_reads_what_botocore_reads_for_keys_that_need_escaping(minio
 
 def test_pages_ending_inside_a_range_stop_at_its_last_key():
     """A segment's range ends inside a page: the page is cut there and listing stops."""
-    from s3arch.listing import ListedObject, iter_pages
+    from s3arch.listed import ListedObject
+    from s3arch.listing import iter_pages
     from datetime import datetime, timezone
 
     when = datetime(2026, 11, 21, tzinfo=timezone.utc)
@@ -51,7 +53,7 @@ def test_pages_ending_inside_a_range_stop_at_its_last_key():
 
 
 def test_a_page_in_another_shape_is_left_to_botocore():
-    from s3arch.listing import parse_listing_page
+    from s3arch.listed import parse_listing_page
 
     usual = (b'<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>a</Key>'
              b'<LastModified>2026-11-21T00:00:00.000Z</LastModified><ETag>&quot;e&quot;</ETag><Size>3</Size>'
@@ -150,7 +152,8 @@ def test_cuts_racing_pages_under_way_lose_and_repeat_nothing():
     import time
     from datetime import datetime, timezone
 
-    from s3arch.listing import ListedObject, key_order
+    from s3arch.listed import ListedObject
+    from s3arch.listing import key_order
 
     when = datetime(2026, 11, 21, tzinfo=timezone.utc)
     rng = random.Random(7)

@@ -33,7 +33,7 @@ class SlowLists:
         with self._lock:
             self.at_once -= 1
         when = datetime(2026, 11, 21, tzinfo=timezone.utc)
-        yield {"S3archListed": [__import__("s3arch.listing", fromlist=["ListedObject"]).ListedObject(
+        yield {"S3archListed": [__import__("s3arch.listed", fromlist=["ListedObject"]).ListedObject(
             f"{Prefix}{i:05d}", 10, '"e"', when) for i in range(self.sizes[Prefix])]}
 
 

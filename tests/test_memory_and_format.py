@@ -87,7 +87,7 @@ def test_ten_thousand_parts_always_cover_five_tib():
 def test_quote_key_fast_path_agrees_with_full_percent_encoding():
     import urllib.parse
 
-    from s3arch.s3 import quote_key
+    from s3arch.dataplane import quote_key
 
     def full(key):
         return "/".join(urllib.parse.quote(s, safe="~").replace(".", "%2E") if s in (".", "..")

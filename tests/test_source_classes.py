@@ -16,7 +16,7 @@ from s3arch.archive import archive_prefix
 from s3arch.config import ArchiveSpec, S3Url
 from s3arch.cost import GiB, estimate
 from s3arch.errors import ArchivedObjectNotReadable
-from s3arch.listing import parse_listing_page
+from s3arch.listed import parse_listing_page
 from s3arch.s3 import S3Clients
 
 

@@ -207,7 +207,7 @@ def _fetch(plane, keys, monkeypatch, budget=60.0, concurrency=8, cooldown=1.0, f
 
     import s3arch.fetching as fetching
     from s3arch.coordinator import StreamCoordinator
-    from s3arch.listing import ListedObject
+    from s3arch.listed import ListedObject
 
     monkeypatch.setattr(fetching, "THROTTLE_BASE", 0.01)  # the same growth, in milliseconds
     monkeypatch.setattr(fetching, "THROTTLE_CAP", 0.2)

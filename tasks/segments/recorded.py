@@ -20,7 +20,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
 from ..config import ArchiveSpec
-from ..listing import ListedObject, key_order
+from ..listed import ListedObject
+from ..listing import key_order
 from ..manifest import ArchiveLayout
 
 CHUNK_PAGES = 20  # about 20,000 keys, 0.5-1 MB gzipped
