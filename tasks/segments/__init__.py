@@ -25,16 +25,18 @@ committed or its run abandoned (the commit protocol's stale-upload cleanup).
 
 The package, one module per job: ``plan`` (is a prefix large, and where its segments start),
 ``produce`` (one segment, anywhere), ``assemble`` (the segments into the archive),
-``temporaries`` (what segments leave for the assembler, and their cleanup) and ``workers``
-(all of it on one machine, one process per segment).
+``keys`` and ``temporaries`` (what segments leave for the assembler: where, and written and
+read), ``recorded`` (the plan's listing, kept for the segments), ``cleanup`` (what runs leave,
+deleted) and ``workers`` (all of it on one machine, one process per segment).
 """
 
 from .assemble import assemble
+from .cleanup import delete_temporaries
+from .keys import plan_key, segments_prefix
 from .plan import (OBJECT_WEIGHT, PlanOutdated, PrefixIsLarge, PrefixSize, SegmentPlan, SegmentRange, SizingListing,
-                   could_use_segments, open_upload, plan_key, plan_segments, processes_within, segments_prefix,
-                   size_prefix, size_prefixes)
-from .produce import SegmentTarget, produce_planned_segment, produce_segment
-from .temporaries import delete_temporaries, read_plan, segment_done, write_plan
+                   could_use_segments, open_upload, plan_segments, processes_within, read_plan, size_prefix,
+                   size_prefixes, write_plan)
+from .produce import SegmentTarget, produce_planned_segment, produce_segment, segment_done
 from .workers import stream_segmented
 
 __all__ = ["OBJECT_WEIGHT", "PlanOutdated", "PrefixIsLarge", "PrefixSize", "SegmentPlan", "SegmentRange", "SegmentTarget",

@@ -22,7 +22,8 @@ from ..pipeline import StreamedArchive, open_manifest
 from ..s3 import S3Clients
 from ..upload import PartUploader, UploadedPart
 from .plan import SegmentPlan
-from .temporaries import get_temporary, segment_done
+from .produce import segment_done
+from .temporaries import get_temporary
 
 
 def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,

@@ -3,10 +3,12 @@
 The plan lists the prefix once and cuts it into contiguous key ranges balanced by bytes and
 object count; since a tar member's length follows from its key and size alone, it also knows
 where in the tar stream each segment starts, and gives each its own range of part numbers.
+A plan made for segments produced elsewhere (Airflow tasks) is stored as ``plan.json``.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 import time
@@ -19,21 +21,13 @@ from ..listing import LISTING_WORKERS, RangeListing, SourceClasses, iter_pages, 
 from ..manifest import ArchiveLayout, layout_for
 from ..tarwriter import END_OF_ARCHIVE, member_size
 from ..upload import MAX_PARTS, create_upload
+from .keys import plan_key, segment_key
 from .recorded import ListingChunk, ListingRecorder, recorded_pages
+from .temporaries import get_temporary, put_temporary
 
 # What one object costs beyond its bytes, as bytes of the same cost: about 1,300 small
 # objects/s against 200 MB/s per process here (bench/README.md), so one object ~ 150 KB.
 OBJECT_WEIGHT = 150_000
-
-
-def segments_prefix(layout: ArchiveLayout) -> str:
-    """Where every run's segment temporaries live: one prefix to list and clean."""
-    return layout.stem + ".segments/"
-
-
-def plan_key(layout: ArchiveLayout) -> str:
-    """The plan of the segmented run in progress, for segment and assemble tasks elsewhere."""
-    return segments_prefix(layout) + "plan.json"
 
 
 @dataclass(frozen=True)
@@ -74,7 +68,7 @@ class SegmentPlan:
         return self.ranges[-1].first_part + self.ranges[-1].parts
 
     def temp_key(self, layout: ArchiveLayout, k: int, what: str) -> str:
-        return f"{segments_prefix(layout)}{self.run}/{k:05d}{what}"
+        return segment_key(layout, self.run, k, what)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "ranges": [asdict(r) for r in self.ranges],
@@ -320,3 +314,15 @@ def open_upload(spec: ArchiveSpec, control, layout: ArchiveLayout, plan: Segment
     return replace(plan, upload_id=create_upload(control, layout.bucket, plan.archive_key,
                                                  storage_class=spec.storage_class,
                                                  extra_args={**spec.encryption_args, **spec.lock_args()}))
+
+
+def write_plan(spec: ArchiveSpec, control, layout: ArchiveLayout, plan: SegmentPlan) -> None:
+    """Record ``plan`` as the plan in progress (``plan_key``) for the segment and assemble
+    tasks that run elsewhere."""
+    put_temporary(control, layout, spec, plan_key(layout), json.dumps(plan.to_dict()).encode())
+
+
+def read_plan(control, layout: ArchiveLayout) -> SegmentPlan | None:
+    """The plan in progress, or None if there is none."""
+    body = get_temporary(control, layout, plan_key(layout))
+    return None if body is None else SegmentPlan.from_dict(json.loads(body))

@@ -19,9 +19,10 @@ from ..progress import Progress
 from ..s3 import S3Clients
 from ..tarwriter import END_OF_ARCHIVE
 from ..upload import PartSizer, PartUploader
-from .plan import PlanOutdated, SegmentPlan, plan_key
+from .keys import plan_key
+from .plan import PlanOutdated, SegmentPlan, read_plan
 from .recorded import recorded_pages
-from .temporaries import put_temporary, read_plan, segment_done
+from .temporaries import get_temporary, put_temporary
 
 
 class SegmentRecords:
@@ -134,6 +135,12 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
     # Written last: a segment is done exactly when its result exists.
     put_temporary(clients.control, layout, spec, plan.temp_key(layout, k, ".json"), json.dumps(result).encode())
     return result
+
+
+def segment_done(control, layout: ArchiveLayout, plan: SegmentPlan, k: int) -> dict | None:
+    """The result of segment ``k`` if it was produced, else None."""
+    body = get_temporary(control, layout, plan.temp_key(layout, k, ".json"))
+    return None if body is None else json.loads(body)
 
 
 def produce_planned_segment(spec: ArchiveSpec, clients: S3Clients, k: int, progress: Progress | None = None,

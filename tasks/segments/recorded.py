@@ -23,6 +23,8 @@ from ..config import ArchiveSpec
 from ..listed import ListedObject
 from ..listing import key_order
 from ..manifest import ArchiveLayout
+from .keys import chunk_key
+from .temporaries import get_temporary, put_temporary
 
 CHUNK_PAGES = 20  # about 20,000 keys, 0.5-1 MB gzipped
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -34,12 +36,6 @@ class ListingChunk:
     last: str
     objects: int
     key: str
-
-
-def chunk_key(layout: ArchiveLayout, run: str, n: int) -> str:
-    from .plan import segments_prefix
-
-    return f"{segments_prefix(layout)}{run}/listing/{n:06d}.jsonl.gz"
 
 
 @dataclass
@@ -80,8 +76,6 @@ class ListingRecorder:
         chunk = self._open.pop(source, None)
         if chunk is None:
             return
-        from .temporaries import put_temporary
-
         record = ListingChunk(chunk.first, chunk.last, chunk.objects, chunk_key(self._layout, self._run,
                                                                                 len(self._chunks)))
         self._chunks.append(record)
@@ -115,8 +109,6 @@ class ListingRecorder:
 def recorded_pages(control, layout: ArchiveLayout, chunks: tuple[ListingChunk, ...], start_after: str | None,
                    last_key: str) -> Iterator[list[ListedObject]]:
     """The pages of keys (``start_after``, ``last_key``] as the plan listed them."""
-    from .temporaries import get_temporary
-
     after = key_order(start_after) if start_after is not None else None
     end = key_order(last_key)
     for chunk in chunks:

@@ -17,10 +17,10 @@ from ..progress import Progress
 from ..s3 import S3Clients
 from ..upload import PartUploader
 from .assemble import assemble
+from .cleanup import abort_records_uploads
 from .credentials import CredentialServer, worker_session
 from .plan import MIN_SHARE, PlanOutdated, SegmentPlan, open_upload, plan_segments, processes_within
 from .produce import produce_segment
-from .temporaries import abort_records_uploads
 
 
 def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, archive_key: str,
