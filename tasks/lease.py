@@ -31,7 +31,7 @@ from email.utils import parsedate_to_datetime
 from typing import Callable, Iterable, Iterator
 
 from .errors import IO_ERRORS, ArchiverError, ConcurrentRun, TransientError, status_of, translate
-from .s3 import none_if_missing, read_object
+from .s3 import read_object
 from .timestamps import parse_s3_time
 
 DEFAULT_TTL = 180.0
