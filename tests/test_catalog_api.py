@@ -4,13 +4,16 @@ no 401 or 403 could ever show)."""
 
 from __future__ import annotations
 
-from datetime import date
+import json
+import re
+from datetime import date, datetime, timezone
 from types import SimpleNamespace
 
 import pytest
 
 from devtools.sample_data import seed_day
 from helpers import LOG_TEMPLATE, airflow_with_log_job
+from s3arch_airflow.catalog_page import PAGE
 
 JOB = "cat"
 DAG = f"s3_archive__{JOB}"
@@ -150,3 +153,109 @@ def test_scrub_dag_passes_then_fails_on_drift(api, minio):
     by_day = {d["day"]: d for d in body["days"]}
     assert by_day["2026-03-03"]["scrub"]["drift"][0]["kind"] == "archive missing"
     assert by_day["2026-03-04"]["scrub"]["verified"] and body["totals"]["drift"] == ["2026-03-03"]
+
+
+# -- Airflow's side of a day, from real DagRuns and task instances in this module's Airflow DB.
+# These run after the tests above: dag.test() puts the archive DAG into the DB, after which the
+# REST API's POST above would create a run instead of answering 404.
+
+def _dag(dag_id: str):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from helpers import ROOT
+
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dags[dag_id]
+
+
+def _days(api, first: str, last: str, role: str = "viewer") -> dict[str, dict]:
+    answer = _get(api.client, api.tokens[role],
+                  f"{PREFIX}/api/dags/{DAG}/days?date_from={first}&date_to={last}&refresh=true")
+    assert answer.status_code == 200, answer.text
+    return {d["day"]: d for d in answer.json()["days"]}
+
+
+def _post_run(api, dag_id: str, conf: dict, role: str = "user") -> dict:
+    api.client.cookies.clear()
+    api.client.cookies.set("_token", api.tokens[role])
+    created = api.client.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+    assert created.status_code == 200, created.text
+    return created.json()
+
+
+def test_days_show_the_last_task_failed_queued_and_running_with_a_link_to_it(api):
+    """A real archive run (dag.test) whose middle day has no objects: that day is "failed" with
+    a link to its task instance; a newer run's task for it, queued (no start time yet) and then
+    running, makes it "running", however much older the failed one's start."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.utils.session import create_session
+
+    for day in (date(2026, 3, 10), date(2026, 3, 12)):  # 03-11 holds nothing: its task fails
+        seed_day(api.s3, api.src, LOG_TEMPLATE, day, files_per_hour=1, lines_per_file=5)
+    run = _dag(DAG).test(run_conf={"date_from": "2026-03-10", "date_to": "2026-03-12"})
+    assert run.state == "failed"
+    days = _days(api, "2026-03-10", "2026-03-12")
+    assert [days[d]["state"] for d in ("2026-03-10", "2026-03-11", "2026-03-12")] == ["archived", "failed", "archived"]
+    failed = days["2026-03-11"]["airflow"]
+    assert failed["state"] == "failed" and failed["run_id"] == run.run_id
+    assert failed["url"] == f"/dags/{DAG}/runs/{run.run_id}/tasks/archive/mapped/{failed['map_index']}"
+    assert days["2026-03-10"]["airflow"]["state"] == "success"
+    # The link names a real task instance, the one that worked on that day.
+    api.client.cookies.set("_token", api.tokens["viewer"])
+    ti = api.client.get(f"/api/v2/dags/{DAG}/dagRuns/{run.run_id}/taskInstances/archive/{failed['map_index']}")
+    assert ti.status_code == 200 and ti.json()["rendered_map_index"] == "logs/2026/03/11/" and ti.json()["state"] == "failed"
+
+    # A re-run of the day through the REST API; the scheduler (absent here) would expand its
+    # archive task and queue it: that is done to the run's own task instance.
+    rerun = _post_run(api, DAG, {"prefixes": ["logs/2026/03/11/"]})
+    with create_session() as session:
+        queued = session.query(TI).filter_by(dag_id=DAG, run_id=rerun["dag_run_id"], task_id="archive").one()
+        queued.map_index, queued._rendered_map_index = 0, "logs/2026/03/11/"
+        queued.state, queued.queued_dttm, queued.start_date = "queued", datetime.now(timezone.utc), None
+    again = _days(api, "2026-03-11", "2026-03-11")["2026-03-11"]
+    assert again["state"] == "running" and again["airflow"]["state"] == "queued"
+    assert again["airflow"]["run_id"] == rerun["dag_run_id"]
+    with create_session() as session:
+        session.query(TI).filter_by(dag_id=DAG, run_id=rerun["dag_run_id"], task_id="archive").update(
+            {"state": "running", "start_date": datetime.now(timezone.utc)})
+    again = _days(api, "2026-03-11", "2026-03-11")["2026-03-11"]
+    assert again["state"] == "running" and again["airflow"]["state"] == "running"
+
+
+def test_a_restore_run_marks_its_days_as_restored_lately(api):
+    """A real restore run (dag.test) of a day makes that day one the catalog asks S3 about for
+    a restored copy's expiry (GLACIER jobs; tests/test_catalog.py shows the expiry on moto)."""
+    from s3arch.jobs import load_jobs
+    from s3arch_airflow.catalog_app import airflow_runs
+
+    job = load_jobs(api.airflow.env["S3ARCH_JOBS_FILE"])[JOB]
+    day = date(2026, 3, 10)  # archived by the test above
+    assert _dag(RESTORE_DAG).test(run_conf={"prefixes": [job.prefix_for(day)]}).state == "success"
+    runs, restored = airflow_runs(job, date(2026, 3, 9), date(2026, 3, 12))
+    assert restored == {day}
+    assert runs["2026-03-10"]["task_id"] == "archive"  # the restore run is not the day's last archive task
+
+
+def test_archiving_a_selected_gap_of_days_makes_one_run_with_all_its_prefixes(api):
+    """As the page does: the days of a selection not archived yet, one POST of the archive DAG
+    as the user with their prefixes: one DagRun for the gap, whatever its length."""
+    gap = [date(2026, 3, 14), date(2026, 3, 15), date(2026, 3, 16)]
+    for day in gap:
+        seed_day(api.s3, api.src, LOG_TEMPLATE, day, files_per_hour=1, lines_per_file=5)
+    days = _days(api, "2026-03-12", "2026-03-16", role="user")
+    assert [days[d.isoformat()]["state"] for d in gap] == ["missing"] * 3
+    # The page's trigger() over a selection of 03-12 .. 03-16: its days not archived already
+    # (03-12 is), nor empty (03-13), nor too recent, nor before the start (NOT_ARCHIVABLE).
+    not_archivable = re.search(r"const NOT_ARCHIVABLE = (\[.*?\]);", PAGE).group(1)
+    selection = [days[d] for d in sorted(days)]
+    prefixes = [d["prefix"] for d in selection if d["state"] not in json.loads(not_archivable)]
+    assert prefixes == [f"logs/{d:%Y/%m/%d}/" for d in gap]
+    api.client.cookies.set("_token", api.tokens["viewer"])
+    before = api.client.get(f"/api/v2/dags/{DAG}/dagRuns").json()["total_entries"]
+    created = _post_run(api, DAG, {"prefixes": prefixes, "dry_run": False})
+    api.client.cookies.set("_token", api.tokens["viewer"])
+    listed = api.client.get(f"/api/v2/dags/{DAG}/dagRuns", params={"order_by": "-run_after"}).json()
+    assert listed["total_entries"] == before + 1
+    assert listed["dag_runs"][0]["dag_run_id"] == created["dag_run_id"]
+    assert listed["dag_runs"][0]["conf"]["prefixes"] == prefixes

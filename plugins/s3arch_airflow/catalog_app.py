@@ -163,15 +163,16 @@ def job_days(dag_id: str, user: GetUserDep,
     view = catalog_for(job, control_for(job)).view(
         first, last, refresh=refresh,
         restore_hint=restored if job.storage_class in NEEDS_RESTORE else None)
-    apply_runs(view, runs)
+    view = apply_runs(view, runs)  # a new view: the cached one stays as S3 showed it
     return {**view.to_dict(), "job_info": job_info(job, user)}
 
 
 def airflow_runs(job, first: date, last: date) -> tuple[dict[str, dict], set[date]]:
     """Per day, the newest archive task instance that worked on it (from its map index name,
     the prefix or ``first .. last (N prefixes)``); and the days a restore ran for lately."""
-    from sqlalchemy import select
+    from sqlalchemy import and_, func, select
 
+    from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.utils.session import create_session
 
@@ -179,10 +180,14 @@ def airflow_runs(job, first: date, last: date) -> tuple[dict[str, dict], set[dat
     restored: set[date] = set()
     archive, restore = ARCHIVE_DAG + job.name, RESTORE_DAG + job.name
     columns = (TI.dag_id, TI.run_id, TI.task_id, TI.map_index, TI.state, TI.rendered_map_index, TI.end_date)
-    query = select(*columns).where(TI.dag_id.in_([archive, restore]),  # type: ignore[call-overload]
-                                   TI.task_id.in_(["archive", "assemble", "restore"]))
+    # Newest first by when it was last set going: a queued or scheduled instance has no start
+    # yet, and ordered by its start alone it came last, so an older run's result hid it.
+    latest = func.coalesce(TI.start_date, TI.queued_dttm, DagRun.queued_at, DagRun.run_after)
+    query = (select(*columns)  # type: ignore[call-overload]
+             .join(DagRun, and_(DagRun.dag_id == TI.dag_id, DagRun.run_id == TI.run_id))
+             .where(TI.dag_id.in_([archive, restore]), TI.task_id.in_(["archive", "assemble", "restore"])))
     with create_session() as session:
-        rows = session.execute(query.order_by(TI.start_date.desc().nulls_last()).limit(20_000)).all()
+        rows = session.execute(query.order_by(latest.desc()).limit(20_000)).all()
     for dag_id, run_id, task_id, map_index, state, label, ended in rows:
         for day in _days_of(job, label, first, last):
             if dag_id == restore:

@@ -91,6 +91,9 @@ const STATES = {archived:"Archived and verified", segments:"Archived as segments
   missing:"Missing (source has data)", incomplete:"Incomplete (archive without manifest)",
   lost:"Lost (a scrub saw it archived; all gone now)", running:"Running", failed:"Failed (last run)",
   empty:"Empty", pending:"Too recent", before_start:"Before the job's start", future:"Future"};
+// Days a selection's "Archive" leaves out: archived already, too recent, before the start, or
+// empty (a run of an empty prefix fails: "holds no objects").
+const NOT_ARCHIVABLE = ["archived", "segments", "sources_deleted", "pending", "before_start", "empty"];
 const MONTHS = ["Jan","Feb","Mar","Apr","May","Jun","Jul","Aug","Sep","Oct","Nov","Dec"];
 let path = location.pathname; if (!path.endsWith("/")) path += "/";
 const BASE = path, ROOT = path.replace(/s3arch-catalog\/$/, "");
@@ -229,7 +232,7 @@ function markSelection() {
   for (const day of selected) { const c = $("years").querySelector(`[data-day="${day}"]`); if (c) c.classList.add("sel"); }
   const byDay = new Map(data.days.map((d) => [d.day, d]));
   const days = selected.map((d) => byDay.get(d)).filter(Boolean);
-  const archivable = days.filter((d) => !["archived", "segments", "sources_deleted", "pending", "before_start"].includes(d.state));
+  const archivable = days.filter((d) => !NOT_ARCHIVABLE.includes(d.state));
   const one = days.length === 1 ? days[0] : null;
   $("selinfo").textContent = days.length ? (days.length === 1 ? days[0].day : `${days[0].day} … ${days[days.length - 1].day} (${days.length} days, ${archivable.length} to archive)`) : "(select days)";
   const canT = job && job.can_trigger, canR = job && job.can_restore;
@@ -271,7 +274,7 @@ async function createRun(dagId, conf, what) {
 
 function trigger(dry) {
   const byDay = new Map(data.days.map((d) => [d.day, d]));
-  const prefixes = selected.map((d) => byDay.get(d)).filter((d) => d && !["archived", "segments", "sources_deleted", "pending", "before_start"].includes(d.state)).map((d) => d.prefix);
+  const prefixes = selected.map((d) => byDay.get(d)).filter((d) => d && !NOT_ARCHIVABLE.includes(d.state)).map((d) => d.prefix);
   if (!prefixes.length) return;
   createRun(job.dag_id, {prefixes, dry_run: dry}, `${dry ? "Dry run" : "Archive"} of ${prefixes.length} day(s)`);
 }
