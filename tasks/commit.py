@@ -33,10 +33,11 @@ from .errors import (IO_ERRORS, AccessDenied, ArchiveDamaged, ArchiverError, Bad
 from .lease import Held, PrefixLease
 from .outcome import Outcome
 from .manifest import ArchiveLayout, Committed, layout_for, read_committed
-from .pipeline import StreamedArchive, WholeArchive, stream_archive
+from .pipeline import WholeArchive, stream_archive
 from .progress import Progress
 from .retention import check_applied, refuse_locked_overwrite, retention_of
 from .s3 import S3Clients, none_if_missing
+from .streamed import StreamedArchive
 from .segments import (PrefixIsLarge, SegmentPlan, SizingListing, assemble, could_use_segments, delete_temporaries,
                        open_upload, plan_segments, read_plan, stream_segmented, write_plan)
 from .throttling import throttled

@@ -111,7 +111,7 @@ def _dumps(record: dict) -> bytes:
 
 
 # S3's minimum part size, one part in flight: the manifest's share of the memory budget is
-# two parts (pipeline.MemoryPlan counts it), whatever the number of objects.
+# two parts (streamed.MemoryPlan counts it), whatever the number of objects.
 MANIFEST_PART_SIZE = 5 << 20
 MANIFEST_MEMORY = upload_memory(MANIFEST_PART_SIZE, MANIFEST_PART_SIZE)
 

@@ -18,8 +18,8 @@ from ..compression import codec_for
 from ..config import ArchiveSpec
 from ..errors import IntegrityError, SegmentMissing
 from ..manifest import ArchiveLayout, ManifestWriter, iter_manifest
-from ..pipeline import StreamedArchive, open_manifest
 from ..s3 import S3Clients
+from ..streamed import StreamedArchive, open_manifest
 from ..upload import PartUploader, UploadedPart
 from .plan import SegmentPlan
 from .produce import segment_done

@@ -14,9 +14,10 @@ from ..errors import ObjectMissing, SourceChanged
 from ..listing import ListingFeed
 from ..outcome import Outcome
 from ..manifest import MANIFEST_SUFFIX, ArchiveLayout, JsonLinesUpload, layout_for, read_committed
-from ..pipeline import MemoryPlan, stream_archive
+from ..pipeline import stream_archive
 from ..progress import Progress
 from ..s3 import S3Clients
+from ..streamed import MemoryPlan
 from ..tarwriter import END_OF_ARCHIVE
 from ..upload import PartSizer, PartUploader
 from .keys import plan_key
@@ -48,7 +49,7 @@ class SegmentRecords:
 
 
 class SegmentTarget:
-    """The stream target of segment ``k`` of a plan (tasks/pipeline.py, ``StreamTarget``): its
+    """The stream target of segment ``k`` of a plan (tasks/streamed.py, ``StreamTarget``): its
     key range, from its place on the global block grid, into its own part numbers of the
     archive's shared upload. Its first ``min_part`` bytes (the head) and a rest shorter than a
     part (the tail) are kept back for the assembler; no gzip header or trailer, and no end of

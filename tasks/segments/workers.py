@@ -12,9 +12,9 @@ from .. import errors
 from ..config import ArchiveSpec
 from ..errors import IO_ERRORS, ArchiverError, CredentialsExpired, translate
 from ..manifest import ArchiveLayout
-from ..pipeline import StreamedArchive
 from ..progress import Progress
 from ..s3 import S3Clients
+from ..streamed import StreamedArchive
 from ..upload import PartUploader
 from .assemble import assemble
 from .cleanup import abort_records_uploads
