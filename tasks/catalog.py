@@ -433,9 +433,13 @@ def read_scrub_result(control, job: ArchiveJob) -> dict | None:
     if got is None:
         return None
     try:
-        return json.loads(got["Body"])
+        result = json.loads(got["Body"])
     except ValueError:
         return None
+    # Another shape (edited by hand, damaged) is no result: the next scrub writes a whole one.
+    if not isinstance(result, dict) or not isinstance(result.get("days", {}), dict):
+        return None
+    return result
 
 
 _CATALOGS: dict[tuple, Catalog] = {}

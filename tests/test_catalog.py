@@ -221,6 +221,16 @@ def test_scrub_reports_a_day_whose_archive_manifest_and_index_all_vanished(s3, b
     assert [d.kind for d in again.drift] == ["archive missing"] and result.started[:10] in again.drift[0].detail
 
 
+def test_a_damaged_scrub_result_is_replaced_by_the_next_scrub(s3, buckets, clients):
+    job, days = _archived_days(s3, clients, buckets, 1, objects=2)
+    from s3arch.catalog import scrub_result_key
+
+    s3.put_object(Bucket=buckets[1], Key=scrub_result_key(job), Body=b'{"days": ["not", "a", "dict"]}')
+    assert Catalog(job, clients.control).view(days[0], days[0], today=TODAY).days[0].scrub is None
+    assert scrub(job, clients.control, days[0], days[0], sample=1).ok
+    assert read_scrub_result(clients.control, job)["days"]["2026-03-01"]["verified"]
+
+
 def test_scrub_reports_a_missing_index_and_a_truncated_manifest(s3, buckets, clients):
     job, days = _archived_days(s3, clients, buckets, 3)
     dst = buckets[1]
