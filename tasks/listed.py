@@ -6,6 +6,7 @@ Below ``s3`` and ``listing``: the client factory installs the parser, the listin
 
 from __future__ import annotations
 
+import logging
 import re
 import urllib.parse
 from datetime import datetime
@@ -13,6 +14,8 @@ from typing import NamedTuple
 
 from .errors import IO_ERRORS, missing_key_denied, status_of, translate
 from .timestamps import parse_s3_time
+
+_log = logging.getLogger(__name__)
 
 
 class ListedObject(NamedTuple):  # a tuple: a listing makes millions of them
@@ -121,11 +124,18 @@ def install_page_parser(client) -> None:
     before ``before-parse.s3.ListObjectsV2``): a third of a listing's CPU. Its handler is
     wrapped instead, so that on a listing page it sees only what is left once the entries are
     taken; an error page or a body cut short still reaches it whole or unparseable, and is
-    retried as before.
+    retried as before. If botocore renames that private handler, its own check parses every
+    page whole again: slower, not wrong; that is logged as a warning, and
+    tests/test_botocore_hooks.py fails.
     """
+    import botocore
     import botocore.handlers
 
     check = getattr(botocore.handlers, "_handle_200_error", None)
+    if check is None:
+        _log.warning("botocore %s has no handlers._handle_200_error: its check for an error inside a 200 "
+                     "parses every listing page whole again, a third of a listing's CPU; s3arch needs "
+                     "updating for this botocore", botocore.__version__)
     events = client.meta.events
 
     def before_parse(operation_model, response_dict, customized_response_dict, **kwargs):

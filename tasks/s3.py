@@ -11,6 +11,7 @@ by ``errors.error_for``.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import urllib.parse
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
 DIRECTORY_BUCKET_SUFFIX = "--x-s3"  # S3 Express One Zone directory buckets: BUCKET--AZID--x-s3
 
@@ -324,16 +326,22 @@ def _keep_timestamps_as_text(client) -> None:
     botocore parses every LastModified with dateutil: listing cost 125 us of CPU per key
     here, 43 us without it. The engine parses the few timestamps it needs with
     ``datetime.fromisoformat`` (``parse_s3_time``). botocore has no public switch for one
-    client, so the client's own parser factory is replaced; if that internal attribute ever
-    moves, listing is merely slower, not wrong.
+    client, so the client's own parser factory is replaced (the session's would change every
+    client of a caller's session). If that internal attribute moves, listing is slower, not
+    wrong: that is logged as a warning, and tests/test_botocore_hooks.py fails.
     """
+    import botocore
     from botocore.parsers import ResponseParserFactory
 
     endpoint = getattr(client, "_endpoint", None)
-    if endpoint is not None and hasattr(endpoint, "_response_parser_factory"):
-        factory = ResponseParserFactory()
-        factory.set_parser_defaults(timestamp_parser=str)
-        endpoint._response_parser_factory = factory
+    if endpoint is None or not hasattr(endpoint, "_response_parser_factory"):
+        _log.warning("botocore %s has no client._endpoint._response_parser_factory: S3 timestamps are parsed "
+                     "with dateutil again, which triples a listing's CPU per key; s3arch needs updating for "
+                     "this botocore", botocore.__version__)
+        return
+    factory = ResponseParserFactory()
+    factory.set_parser_defaults(timestamp_parser=str)
+    endpoint._response_parser_factory = factory
 
 
 def _crt_client(session: boto3.Session, route: BucketRoute, verify: bool | str | None, concurrency: int):

@@ -1,4 +1,4 @@
-"""The listing's own page parser (tasks/listing.py) against botocore's, on a real MinIO: the
+"""The listing's own page parser (tasks/listed.py) against botocore's, on a real MinIO: the
 same keys, sizes, ETags and times for keys that need escaping, and botocore's answer whenever
 a page is not in the shape the parser knows."""
 
