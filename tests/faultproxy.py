@@ -146,7 +146,13 @@ class Fault:
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, *, seed: int = 1, max_lifetime: float = 600.0):
+    def __init__(self, upstream: str, *, seed: int = 1, max_lifetime: float = 600.0,
+                 reconnect_stale: bool = False):
+        """``reconnect_stale``: a request whose keep-alive upstream connection the server has
+        closed meanwhile (MinIO closes one idle for about 30 s) is sent again on a new one, as
+        a client would see a real server's close, instead of answering the client with a
+        reset it would take for a fault on the way (tests whose connections idle that long)."""
+        self.reconnect_stale = reconnect_stale
         parsed = urllib.parse.urlsplit(upstream)
         self.upstream_host, self.upstream_port = parsed.hostname, parsed.port
         self.faults: list[Fault] = []
@@ -241,8 +247,16 @@ class FaultProxy:
         if body is not None:
             headers["Content-Length"] = str(len(body))
         try:
-            upstream.request(handler.command, handler.path, body=body, headers=headers)
-            response = upstream.getresponse()
+            try:
+                upstream.request(handler.command, handler.path, body=body, headers=headers)
+                response = upstream.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                if not (self.reconnect_stale and getattr(handler, "_upstream_used", False)):
+                    raise
+                upstream.close()  # the server closed it while idle: nothing was processed
+                upstream.request(handler.command, handler.path, body=body, headers=headers)
+                response = upstream.getresponse()
+            handler._upstream_used = True
         except OSError:
             handler.close_connection = True
             _abort(handler)
