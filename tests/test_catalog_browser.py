@@ -191,3 +191,19 @@ def test_viewer_buttons_are_disabled_and_the_api_says_403(stack, browser):
               body: JSON.stringify({logical_date: null, conf: {prefixes: ['logs/2026/03/04/']}})})
           .then((r) => done(r.status), (e) => done(String(e)));""")
     assert status == 403
+
+
+def test_a_dags_catalog_tab_opens_its_job_or_says_the_dag_is_not_an_archive_jobs(stack, browser):
+    """The tab's page (``?dag_id={DAG_ID}``): the scrub DAG's opens its job; another DAG's
+    says so instead of showing the first job."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _login(browser, stack, "viewer")
+    browser.get(f"{stack.api_url}/s3arch-catalog/?dag_id=s3_scrub__{JOB}")
+    WebDriverWait(browser, 60).until(lambda b: b.execute_script("return document.body.dataset.loaded === 'true'"))
+    assert "s-archived" in _cell(browser, ARCHIVED[0]).get_attribute("class")
+    browser.get(f"{stack.api_url}/s3arch-catalog/?dag_id=some_other_dag")
+    note = WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.ID, "not-ours"))[0]
+    assert note.text == "some_other_dag is not an archive job's DAG; choose a job above."
+    assert not browser.find_elements(By.CSS_SELECTOR, "button.cell")
