@@ -28,7 +28,7 @@ def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
                    progress: Progress | None = None, cancel: threading.Event | None = None) -> ArchiveResult:
     """Archive one prefix. Setting ``cancel`` (from another thread or a signal handler) stops
     the run: its uploads are aborted and it raises ``Cancelled``; nothing is committed."""
-    clients = clients or S3Clients.from_session()
+    clients = clients or _clients_for(spec)
     protocol = _checked(spec, clients, progress, cancel)
     if spec.dry_run:
         committed = protocol.skipped_if_committed()
@@ -42,7 +42,7 @@ def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = 
     archive's upload (``result.status`` "planned"), or skip a committed prefix. A dry run
     plans nothing and writes nothing: the assemble step's dry run lists and estimates.
     Setting ``cancel`` stops the plan (``Cancelled``) before it opens an upload."""
-    clients = clients or S3Clients.from_session()
+    clients = clients or _clients_for(spec)
     protocol = _checked(spec, clients, None, cancel)
     if spec.dry_run:
         result = protocol.skipped_if_committed() or protocol.result
@@ -65,8 +65,8 @@ def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
     if spec.dry_run:
         return {"segment": k, "objects": 0, "status": Outcome.DRY_RUN.value,
                 "note": f"dry run: segment {k + 1} would be produced here; nothing was read or written"}
-    clients = clients or S3Clients.from_session()
-    clients.expect_owner(spec.expected_owner)
+    clients = clients or _clients_for(spec)
+    _check_owner(spec, clients)
     clients.check_bucket(spec.source.bucket, "source", spec.source.key)
     try:
         return produce_planned_segment(spec, clients, k, progress, cancel)
@@ -80,7 +80,7 @@ def assemble_segments(spec: ArchiveSpec, clients: S3Clients | None = None, progr
                       cancel: threading.Event | None = None, segments: int = 1) -> ArchiveResult:
     """Step three: assemble the produced segments and commit, as ``archive_prefix`` commits.
     A dry run estimates the prefix as ``archive_prefix`` does, for ``segments`` segments."""
-    clients = clients or S3Clients.from_session()
+    clients = clients or _clients_for(spec)
     if spec.dry_run:
         result = archive_prefix(spec, clients, progress, cancel)
         if result.status == Outcome.DRY_RUN:
@@ -91,8 +91,22 @@ def assemble_segments(spec: ArchiveSpec, clients: S3Clients | None = None, progr
 
 def delete_sources(spec: ArchiveSpec, clients: S3Clients | None = None) -> ArchiveResult:
     """Finish deleting the sources of a committed prefix (``s3arch delete-sources``)."""
-    clients = clients or S3Clients.from_session()
+    clients = clients or _clients_for(spec)
     return _checked(spec, clients, None).delete_sources_only()
+
+
+def _clients_for(spec: ArchiveSpec) -> S3Clients:
+    return S3Clients.from_session(expected_owner=spec.expected_owner)
+
+
+def _check_owner(spec: ArchiveSpec, clients: S3Clients) -> None:
+    """The owner a spec names is sent by its clients, which take it where they are built
+    (``S3Clients.from_session``): clients built without it must not drop it unnoticed."""
+    wanted = spec.expected_owner
+    if wanted is not None and (clients.expected_owner is None or wanted not in ("self", clients.expected_owner)):
+        raise BadArgument(f"the run expects its buckets owned by {wanted}, but its S3 clients name "
+                          f"{clients.expected_owner or 'no owner'}",
+                          hint="build them with S3Clients.from_session(expected_owner=...)")
 
 
 def _checked(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None,
@@ -102,7 +116,7 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None,
     if spec.source.bucket == layout.bucket and archive_key.startswith(spec.source.key):
         raise BadArgument(f"the destination s3://{layout.bucket}/{archive_key} lies inside the source "
                           f"prefix {spec.source}", hint="choose a destination outside the source prefix")
-    clients.expect_owner(spec.expected_owner)
+    _check_owner(spec, clients)
     clients.check_buckets((spec.source.bucket, "source", spec.source.key),
                           (layout.bucket, "destination", archive_key.rsplit("/", 1)[0] + "/"))
     if spec.locks:

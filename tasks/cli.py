@@ -173,11 +173,10 @@ def _clients(args):
 
     from .s3 import S3Clients
 
-    clients = S3Clients.from_session(boto3.Session(profile_name=getattr(args, "profile", None)),
-                                     getattr(args, "endpoint_url", None),
-                                     throttle_budget=getattr(args, "throttle_budget", None))
-    clients.expect_owner(getattr(args, "expected_owner", None))
-    return clients
+    return S3Clients.from_session(boto3.Session(profile_name=getattr(args, "profile", None)),
+                                  getattr(args, "endpoint_url", None),
+                                  throttle_budget=getattr(args, "throttle_budget", None),
+                                  expected_owner=getattr(args, "expected_owner", None))
 
 
 def _run(args) -> int:

@@ -59,7 +59,7 @@ class S3Clients:
     endpoint_url: str | None
     region: str
     verify: bool | str | None = None  # False: no TLS verification; a path: that CA bundle
-    expected_owner: str | None = None  # the account every bucket used must belong to (expect_owner)
+    expected_owner: str | None = None  # the account every bucket used must belong to (from_session)
     # The caller's own botocore Config (an Airflow connection's), unmerged: worker processes
     # and other planes rebuild their clients from it, and read its proxies.
     botocore_config: Config | None = None
@@ -71,11 +71,16 @@ class S3Clients:
     def from_session(cls, session: boto3.Session | None = None, endpoint_url: str | None = None,
                      max_pool_connections: int = 32, max_attempts: int = 8,
                      read_timeout: float = 120.0, verify: bool | str | None = None,
-                     botocore_config: Config | None = None, throttle_budget: float | None = None) -> "S3Clients":
+                     botocore_config: Config | None = None, throttle_budget: float | None = None,
+                     expected_owner: str | None = None) -> "S3Clients":
         """Both planes from one session. ``verify`` and ``botocore_config`` are boto3's (the
         Airflow connection's); the engine's retry and pool settings are the base they refine.
         ``throttle_budget``: seconds a control-plane call may stay throttled (default
-        S3ARCH_THROTTLE_BUDGET, else 900): pass the run's ``ArchiveSpec.throttle_budget``."""
+        S3ARCH_THROTTLE_BUDGET, else 900): pass the run's ``ArchiveSpec.throttle_budget``.
+        ``expected_owner``: the account (or ``"self"``, the caller's own) named as
+        ``ExpectedBucketOwner`` on every request of both planes: S3 answers 403 for a bucket
+        another account owns, so a bucket name taken over elsewhere fails instead of receiving
+        data."""
         session = session or boto3.Session()
         region = session.region_name or "us-east-1"
         config = Config(retries={"mode": "standard", "max_attempts": max_attempts},
@@ -104,23 +109,12 @@ class S3Clients:
         _fail_fast_on_untrusted_certificate(control)
         if verify is None:  # AWS_CA_BUNDLE or the profile's ca_bundle, as botocore reads them: the CRT plane too
             verify = session._session.get_config_variable("ca_bundle") or None
-        return cls(session=session, control=control, endpoint_url=custom, region=region, verify=verify,
-                   botocore_config=botocore_config)
-
-    def expect_owner(self, account: str | None) -> None:
-        """Send ``ExpectedBucketOwner`` (``account``, or the caller's own for ``"self"``) on
-        every request of both planes from now on: S3 answers 403 for a bucket another account
-        owns, so a bucket name taken over elsewhere fails instead of receiving data."""
-        if account is None or account == self.expected_owner:
-            return
-        if account == "self":
-            account = self._own_account()
-        with self._lock:
-            first = self.expected_owner is None
-            self.expected_owner = account
-            self._planes.pop("single", None)  # rebuilt with the handler below
-        if first:
-            self.control.meta.events.register("before-parameter-build.s3", self._add_expected_owner)
+        clients = cls(session=session, control=control, endpoint_url=custom, region=region, verify=verify,
+                      botocore_config=botocore_config)
+        if expected_owner is not None:
+            clients.expected_owner = clients._own_account() if expected_owner == "self" else expected_owner
+            control.meta.events.register("before-parameter-build.s3", clients._add_expected_owner)
+        return clients
 
     def _add_expected_owner(self, params, model, **_) -> None:
         if self.expected_owner and "ExpectedBucketOwner" in model.input_shape.members:

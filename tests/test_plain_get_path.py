@@ -185,7 +185,8 @@ def test_the_expected_owner_is_sent_with_every_source_request(minio, s3, buckets
 
     proxy.add(Fault("status", match=record))
     archive_prefix(ArchiveSpec(S3Url(src, "day/"), S3Url(dst, "a/"), storage_class="STANDARD",
-                               expected_owner="123456789012"), engine_clients(minio, proxy.endpoint_url))
+                               expected_owner="123456789012"),
+                   engine_clients(minio, proxy.endpoint_url, expected_owner="123456789012"))
     assert sent == ["123456789012"] * len(objects)
 
 

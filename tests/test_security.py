@@ -163,7 +163,7 @@ def test_expected_owner_goes_out_on_every_request_of_both_planes(minio, buckets,
         proxy.add(Fault("status", rate=0.0, match=lambda r: seen.append(r) or False))
         result = archive_prefix(ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, "v/"), storage_class="STANDARD",
                                             expected_owner="111122223333", delete_source=True),
-                                engine_clients(minio, proxy.endpoint_url))
+                                engine_clients(minio, proxy.endpoint_url, expected_owner="111122223333"))
     finally:
         proxy.stop()
     assert result.status == "archived" and result.deleted == 22
@@ -172,6 +172,25 @@ def test_expected_owner_goes_out_on_every_request_of_both_planes(minio, buckets,
     missing = [f"{r.method} {r.path}?{'&'.join(r.query)}" for r in seen
                if r.headers.get("x-amz-expected-bucket-owner") != "111122223333"]
     assert missing == [], f"{len(missing)} of {len(seen)} requests lack the header: {missing[:5]}"
+
+
+@pytest.mark.parametrize("built_with", [None, "999988887777"])
+def test_clients_built_without_the_specs_owner_are_refused_before_any_request(built_with):
+    """The owner is set where the clients are built (S3Clients.from_session): a run whose spec
+    names one and whose clients name none (or another) stops, rather than send requests
+    without the header."""
+    from s3arch.archive import archive_prefix, archive_segment
+    from s3arch.config import ArchiveSpec, S3Url
+    from s3arch.errors import BadArgument
+    from s3arch.s3 import S3Clients
+
+    # Nothing listens on port 9: a request sent would fail as a connection error, not BadArgument.
+    session = boto3.Session(aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1")
+    clients = S3Clients.from_session(session, "http://127.0.0.1:9", expected_owner=built_with)
+    spec = ArchiveSpec(S3Url("src", PREFIX), S3Url("dst", "v/"), expected_owner="111122223333")
+    for run in (lambda: archive_prefix(spec, clients), lambda: archive_segment(spec, 0, clients)):
+        with pytest.raises(BadArgument, match="expects its buckets owned by 111122223333"):
+            run()
 
 
 def test_bucket_owned_by_another_account_is_a_clear_exit_2_and_nothing_is_written(minio, buckets, s3, cli_env):

@@ -175,7 +175,8 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         try:
             for prefix in prefixes:
                 try:
-                    clients = clients or engine_clients(self.hook, throttle_budget=self.throttle_budget)
+                    clients = clients or engine_clients(self.hook, expected_owner=self.expected_owner,
+                                                        throttle_budget=self.throttle_budget)
                     rows.append(run(clients, prefix))
                 except ArchiverError as exc:
                     self.log.error("%s: %s (%s)", prefix, exc, "retryable" if exc.retryable else "permanent: no retry")
@@ -468,8 +469,8 @@ def engine_clients(hook: S3Hook, expected_owner: str | None = None, throttle_bud
     clients = S3Clients.from_session(session, hook.conn_config.get_service_endpoint_url("s3"),
                                      verify=hook.verify if hook.verify is not None else hook.conn_config.verify,
                                      botocore_config=hook.config,
-                                     throttle_budget=resolve_throttle_budget(throttle_budget))
-    clients.expect_owner(expected_owner)
+                                     throttle_budget=resolve_throttle_budget(throttle_budget),
+                                     expected_owner=expected_owner)
     return clients
 
 

@@ -167,7 +167,7 @@ def _connection_of(clients: S3Clients, server: CredentialServer | None) -> dict:
     return {"credentials": server.first() if server else None,
             "credentials_pipe": server.connect() if server else None, "region": clients.region,
             "endpoint_url": clients.endpoint_url, "verify": clients.verify,
-            "botocore_config": clients.botocore_config}
+            "botocore_config": clients.botocore_config, "expected_owner": clients.expected_owner}
 
 
 def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, plan: dict, k: int, send) -> None:
@@ -175,8 +175,8 @@ def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, 
         session = worker_session(connection["credentials"], connection["credentials_pipe"], connection["region"])
         clients = S3Clients.from_session(session, endpoint_url=connection["endpoint_url"],
                                          verify=connection["verify"], botocore_config=connection["botocore_config"],
-                                         throttle_budget=spec.throttle_budget)
-        clients.expect_owner(spec.expected_owner)
+                                         throttle_budget=spec.throttle_budget,
+                                         expected_owner=connection["expected_owner"])
         clients.check_bucket(spec.source.bucket, "source", spec.source.key)
         send.send(produce_segment(spec, clients, layout, SegmentPlan.from_dict(plan), k))
     except ArchiverError as exc:
