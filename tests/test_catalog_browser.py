@@ -1,6 +1,8 @@
 """The catalog in a real browser: Debian's chromium driven by Selenium against a running Airflow
 (api-server, scheduler, dag-processor, triggerer on SQLite) with SimpleAuthManager users admin,
-user and viewer (not all-admins). Saves the screenshot README shows: docs/catalog.png under
+user and viewer (not all-admins), each signed in through SimpleAuthManager's sign-in page with
+the password the stack's passwords file holds. Keyboard and the UI's dark mode are tried in the
+same browser on the same stack. Saves the screenshot README shows: docs/catalog.png under
 `make screenshot`, .cache/catalog.png under `make test` (which leaves the tree clean)."""
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ DAG = f"s3_archive__{JOB}"
 PASSWORDS = {"admin": "admin-pw", "user": "user-pw", "viewer": "viewer-pw"}
 ARCHIVED = [date(2026, 3, 2), date(2026, 3, 3), date(2026, 3, 5)]
 MISSING = date(2026, 3, 4)
+# A button of the UI's navigation bar, by its label ("Browse", "User").
+_NAV_BUTTON = "//nav//button[normalize-space()='{0}'] | //button[normalize-space()='{0}']"
 SCREENSHOT = ROOT / ("docs" if os.environ.get("S3ARCH_WRITE_SCREENSHOT") == "1" else ".cache") / "catalog.png"
 
 
@@ -104,9 +108,33 @@ def browser():
 
 
 def _login(browser, airflow, role):
-    browser.get(f"{airflow.api_url}/api/v2/monitor/health")
+    """Sign in as a person does: open Airflow with no session, get SimpleAuthManager's sign-in
+    page (its React app under /auth/), type the user name and the password the stack's passwords
+    file holds, press "Sign in", and land back in the UI with the session cookie it set."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{airflow.api_url}/api/v2/monitor/health")  # on the origin, to drop its cookies
     browser.delete_all_cookies()
-    browser.add_cookie({"name": "_token", "value": _token(airflow, role), "path": "/"})
+    browser.get(f"{airflow.api_url}/")
+    name = WebDriverWait(browser, 120).until(EC.element_to_be_clickable((By.NAME, "username")))
+    assert "/auth/login" in browser.current_url, browser.current_url
+    assert "Sign into Airflow" in browser.find_element(By.TAG_NAME, "body").text
+    name.send_keys(role)
+    browser.find_element(By.NAME, "password").send_keys(PASSWORDS[role])
+    WebDriverWait(browser, 30).until(EC.element_to_be_clickable(
+        (By.XPATH, "//button[@type='submit'][normalize-space()='Sign in']"))).click()
+    WebDriverWait(browser, 120).until(
+        lambda b: "/auth/login" not in b.current_url and b.get_cookie("_token"),
+        f"signing in as {role} did not leave the sign-in page")
+    # The UI came up (its navigation) for that user (who the UI's user menu names, from /ui/auth/me).
+    WebDriverWait(browser, 120).until(EC.presence_of_element_located((By.XPATH, _NAV_BUTTON.format("Browse"))))
+    me = browser.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        fetch('/ui/auth/me', {credentials: 'same-origin'}).then((r) => r.ok ? r.json() : {status: r.status})
+          .then(done, (e) => done({error: String(e)}));""")
+    assert me.get("username") == role, me
 
 
 def _open_catalog(browser, airflow, via_nav: bool = False):
@@ -125,7 +153,7 @@ def _open_catalog(browser, airflow, via_nav: bool = False):
         while not browser.current_url.rstrip("/").endswith("/plugin/s3arch-catalog"):
             assert time.monotonic() < deadline, f"the navigation did not open the catalog: {browser.current_url}"
             WebDriverWait(browser, 60).until(EC.element_to_be_clickable(
-                (By.XPATH, "//nav//button[normalize-space()='Browse'] | //button[normalize-space()='Browse']"))).click()
+                (By.XPATH, _NAV_BUTTON.format("Browse")))).click()
             try:
                 WebDriverWait(browser, 30).until(EC.element_to_be_clickable(
                     (By.XPATH, "//*[@role='menuitem'][normalize-space()='Archive catalog'] | "
@@ -207,3 +235,138 @@ def test_a_dags_catalog_tab_opens_its_job_or_says_the_dag_is_not_an_archive_jobs
     note = WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.ID, "not-ours"))[0]
     assert note.text == "some_other_dag is not an archive job's DAG; choose a job above."
     assert not browser.find_elements(By.CSS_SELECTOR, "button.cell")
+
+
+def _keyboard_state(browser) -> dict:
+    """What a keyboard user sees: the focused day, the day the details panel shows, the selection."""
+    return browser.execute_script("""
+        const a = document.activeElement, b = document.querySelector('#detail b');
+        return {focused: a && a.dataset ? (a.dataset.day || a.tagName) : null, detail: b ? b.textContent : null,
+                detail_text: document.getElementById('detail').innerText,
+                selected: [...document.querySelectorAll('button.cell.sel')].map((c) => c.dataset.day),
+                selinfo: document.getElementById('selinfo').textContent};""")
+
+
+def _press(browser, key, expect_focus: str, shift: bool = False) -> dict:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    chain = ActionChains(browser)
+    if shift:
+        chain.key_down(Keys.SHIFT).send_keys(key).key_up(Keys.SHIFT)
+    else:
+        chain.send_keys(key)
+    chain.perform()
+    state = _keyboard_state(browser)
+    assert state["focused"] == expect_focus, (key, state)
+    return state
+
+
+def _colours(browser) -> dict:
+    """The page's computed colours: its background and text, a panel's, an empty day's."""
+    return browser.execute_script("""
+        const c = (el, p) => getComputedStyle(el)[p];
+        const empty = document.querySelector('button.cell.s-empty') || document.querySelector('i.sw.s-empty');
+        return {dark_class: document.documentElement.classList.contains('dark'),
+                background: c(document.body, 'backgroundColor'), text: c(document.body, 'color'),
+                panel: c(document.getElementById('detail'), 'backgroundColor'), empty: c(empty, 'backgroundColor')};""")
+
+
+# The catalog's palettes (catalog_page.py's :root and html.dark), as computed colours.
+LIGHT = {"dark_class": False, "background": "rgb(255, 255, 255)", "text": "rgb(26, 32, 44)",
+         "panel": "rgb(246, 248, 250)", "empty": "rgb(229, 231, 235)"}
+DARK = {"dark_class": True, "background": "rgb(17, 20, 24)", "text": "rgb(230, 233, 238)",
+        "panel": "rgb(26, 31, 38)", "empty": "rgb(42, 47, 55)"}
+
+
+def _set_appearance(browser, mode: str):
+    """Choose the UI's appearance the way a person does: User menu > Appearance > ``mode`` (the
+    UI then sets next-themes' ``dark`` class on its <html>, which the catalog's frame follows)."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.switch_to.default_content()
+    want_dark = mode == "Dark Mode"
+    deadline = time.monotonic() + 180
+    while browser.execute_script("return document.documentElement.classList.contains('dark')") != want_dark:
+        assert time.monotonic() < deadline, f"the user menu did not switch the UI to {mode}"
+        try:  # a menu clicked while the UI still renders can close again: retry until the theme changed
+            WebDriverWait(browser, 30).until(EC.element_to_be_clickable((By.XPATH, _NAV_BUTTON.format("User")))).click()
+            WebDriverWait(browser, 30).until(EC.element_to_be_clickable(
+                (By.XPATH, "//*[@role='menuitem'][normalize-space()='Appearance']"))).click()
+            WebDriverWait(browser, 30).until(EC.element_to_be_clickable(
+                (By.XPATH, f"//*[@role='menuitemradio'][normalize-space()='{mode}']"))).click()
+            WebDriverWait(browser, 10).until(
+                lambda b: b.execute_script("return document.documentElement.classList.contains('dark')") == want_dark)
+        except TimeoutException:
+            continue
+    browser.switch_to.frame(browser.find_element(By.CSS_SELECTOR, "iframe"))
+
+
+def test_keyboard_moves_between_days_and_the_page_follows_the_uis_dark_mode(stack, browser):
+    """In the same browser: Tab reaches the calendar, the arrow keys move a day (left/right) or
+    a month (up/down) and the details follow the focus, Enter selects a day, Shift+arrow extends
+    the selection, Escape clears it; then the UI's dark mode turns the page dark, and light again."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _login(browser, stack, "viewer")
+    _open_catalog(browser, stack)
+    assert _colours(browser) == LIGHT
+    # Into the page, then Tab: past the job menu and Refresh, to the calendar's one tab stop.
+    browser.find_element(By.TAG_NAME, "h1").click()
+    for _ in range(6):
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+        state = _keyboard_state(browser)
+        if state["focused"] and state["focused"][:1].isdigit():
+            break
+    else:
+        raise AssertionError(f"Tab never reached a day: {state}")
+    stop = browser.find_element(By.CSS_SELECTOR, "button.cell[tabindex='0']").get_attribute("data-day")
+    assert state["focused"] == stop and state["detail"] == stop, state
+    here = date.fromisoformat(stop)
+    assert here > ARCHIVED[0], stop  # the newest day of the job: the way to 2 March is left and up
+    # To 2 March 2026: left to a day every month has, up a month at a time, then left/right to the 2nd.
+    while here.day > 28:
+        here = here.replace(day=here.day - 1)
+        _press(browser, Keys.ARROW_LEFT, here.isoformat())
+    while (here.year, here.month) != (2026, 3):
+        here = here.replace(year=here.year - 1, month=12) if here.month == 1 else here.replace(month=here.month - 1)
+        state = _press(browser, Keys.ARROW_UP, here.isoformat())
+        assert state["detail"] == here.isoformat(), state
+    while here.day != 2:
+        key = Keys.ARROW_LEFT if here.day > 2 else Keys.ARROW_RIGHT
+        here = here.replace(day=here.day - 1 if here.day > 2 else here.day + 1)
+        state = _press(browser, key, here.isoformat())
+    assert state["detail"] == "2026-03-02" and "Archived and verified" in state["detail_text"], state
+    assert state["selected"] == [], state  # focus shows a day; it does not select it
+    # Down a month and back up: April's 2nd, then March's again.
+    assert _press(browser, Keys.ARROW_DOWN, "2026-04-02")["detail"] == "2026-04-02"
+    _press(browser, Keys.ARROW_UP, "2026-03-02")
+    state = _press(browser, Keys.ENTER, "2026-03-02")
+    assert state["selected"] == ["2026-03-02"] and state["selinfo"] == "2026-03-02", state
+    assert "logs/2026/03/02/" in state["detail_text"], state
+    # Right twice: the details follow the focus to the missing day; the selection stays.
+    _press(browser, Keys.ARROW_RIGHT, "2026-03-03")
+    state = _press(browser, Keys.ARROW_RIGHT, MISSING.isoformat())
+    assert state["detail"] == MISSING.isoformat() and "Missing (source has data)" in state["detail_text"], state
+    assert state["selected"] == ["2026-03-02"], state
+    state = _press(browser, Keys.ENTER, MISSING.isoformat())
+    assert state["selected"] == [MISSING.isoformat()], state
+    _press(browser, Keys.ARROW_LEFT, "2026-03-03", shift=True)
+    state = _press(browser, Keys.ARROW_LEFT, "2026-03-02", shift=True)
+    assert state["selected"] == ["2026-03-02", "2026-03-03", "2026-03-04"], state
+    assert state["selinfo"] == "2026-03-02 … 2026-03-04 (3 days, 1 to archive)", state
+    assert _press(browser, Keys.ESCAPE, "2026-03-02")["selected"] == []
+
+    # Dark mode, chosen in the UI around the page: the page's own colours turn to its dark palette.
+    _set_appearance(browser, "Dark Mode")
+    WebDriverWait(browser, 30).until(lambda b: _colours(b)["dark_class"])
+    assert _colours(browser) == DARK
+    _set_appearance(browser, "Light Mode")
+    WebDriverWait(browser, 30).until(lambda b: not _colours(b)["dark_class"])
+    assert _colours(browser) == LIGHT
