@@ -5,6 +5,9 @@ Starts MinIO (with its console), seeds sample logs into app-logs (the last ten d
 the days the README's and docs/JOBS.md's Airflow examples name: ``EXAMPLE_DAYS``), prepares
 an Airflow home in .cache/ (the s3_archive pool and connection) and runs the api-server,
 scheduler, dag-processor and triggerer until Ctrl-C or SIGTERM, then stops everything by PID.
+Its SimpleAuthManager has three users, not every visitor an admin: ``admin``, ``user`` (may
+trigger) and ``viewer`` (may only read), each with the role of its name; the api-server
+generates their passwords into ``HOME/simple_auth_manager_passwords.json.generated``.
 It writes ``HOME/env.sh``: sourced in another shell, it gives the ``airflow`` CLI this
 Airflow's configuration, and ``$AIRFLOW_URL`` and ``$TOKEN`` for its REST API, so the
 documented commands run there as printed (tests/test_airflow_e2e_docs.py runs them).
@@ -89,13 +92,45 @@ def seed_samples(s3, today: date, *, large_objects: int = 0) -> tuple[date, date
     return first, last, large
 
 
+# SimpleAuthManager's users of `make airflow`, each with the role of its name.
+USERS = ("admin", "user", "viewer")
+
+
+def with_users(airflow) -> Path:
+    """Give ``airflow`` (prepared, not started) SimpleAuthManager's ``USERS`` instead of every
+    visitor an admin. Returns the file its api-server writes their generated passwords to (the
+    default, in the Airflow home) at its first start."""
+    airflow.env.update({"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+                        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{u}" for u in USERS)})
+    return passwords_file(airflow)
+
+
+def passwords_file(airflow) -> Path:
+    return Path(airflow.env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE")
+                or airflow.home / "simple_auth_manager_passwords.json.generated")
+
+
+def _admin_token(airflow) -> str:
+    """A REST API token of an admin: with SimpleAuthManager's users, ``admin`` signs in with
+    the password the api-server generated; with every visitor an admin (the tests' shared
+    stack), anyone gets one."""
+    if airflow.env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "True").lower() == "true":
+        request = urllib.request.Request(f"{airflow.api_url}/auth/token")
+    else:
+        password = json.loads(passwords_file(airflow).read_text())["admin"]
+        request = urllib.request.Request(f"{airflow.api_url}/auth/token", method="POST",
+                                         data=json.dumps({"username": "admin", "password": password}).encode(),
+                                         headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["access_token"]
+
+
 def write_env_file(airflow, path: Path) -> Path:
     """``path``: a shell file that gives another shell this Airflow: its configuration (the
     AIRFLOW_* and S3ARCH_* settings, the MinIO credentials for the s3arch CLI), the venv's
-    ``airflow`` first on PATH, ``AIRFLOW_URL`` and a ``TOKEN`` for the REST API (every
-    visitor is admin on this local stack; the token lasts [api_auth] jwt_expiration_time)."""
-    with urllib.request.urlopen(f"{airflow.api_url}/auth/token", timeout=30) as response:
-        token = json.loads(response.read())["access_token"]
+    ``airflow`` first on PATH, ``AIRFLOW_URL`` and an admin's ``TOKEN`` for the REST API (it
+    lasts [api_auth] jwt_expiration_time)."""
+    token = _admin_token(airflow)
     env = {k: v for k, v in airflow.env.items() if k.startswith(("AIRFLOW", "S3ARCH_", "AWS_"))}
     lines = ["# Written by `make airflow` (devtools/airflow_ui.py): source it in another shell.",
              f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:\"$PATH\""]
@@ -150,13 +185,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             airflow = prepare_airflow(home, server, JOBS_FILE, api_port=_port(args.port))
             topology = "SQLite, LocalExecutor"
+        passwords = with_users(airflow)
         print(f"starting {', '.join(airflow.commands())} ...", flush=True)
         airflow.start()
         env_file = write_env_file(airflow, home / "env.sh")
         sample = f"{first} .. {last}" + (f"; {large} is large: segment tasks" if large else "")
         examples = f"{EXAMPLE_DAYS[0]} .. {EXAMPLE_DAYS[6]}, {EXAMPLE_DAYS[7]} .. {EXAMPLE_DAYS[-1]}"
         print(f"""
-Airflow UI:      {airflow.api_url}   (every visitor is admin: local use only)
+Airflow UI:      {airflow.api_url}   (local use only)
+  sign in as:    {', '.join(USERS)}  (SimpleAuthManager roles of those names; a viewer may only read)
+  passwords:     {passwords}
+  catalog:       Browse > Archive catalog
   stack:         {topology}
   DAG:           s3_archive__app_logs  (sample logs for {sample};
                  and for the documented examples' days: {examples})
@@ -164,6 +203,7 @@ Airflow UI:      {airflow.api_url}   (every visitor is admin: local use only)
                  mapped 'archive' task to re-run a single prefix
   CLI and REST:  in another shell, `source {_shown(env_file)}`, then the README's
                  `airflow dags trigger ...` / `airflow backfill create ...` and `curl` examples
+                 ($TOKEN is admin's)
 MinIO console:   {server.console_url}   user {server.access_key}  password {server.secret_key}
 Airflow home:    {home}  (logs of the processes: *.log)
 
