@@ -119,7 +119,7 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None,
     _check_owner(spec, clients)
     clients.check_buckets((spec.source.bucket, "source", spec.source.key),
                           (layout.bucket, "destination", archive_key.rsplit("/", 1)[0] + "/"))
-    if spec.locks:
+    if spec.write_options.locks:
         require_object_lock(clients.control, layout.bucket)
     return CommitProtocol(spec, clients, progress, cancel)
 

@@ -238,10 +238,10 @@ class CommitProtocol:
             plan = plan_segments(spec, self.control, self.archive_key, count, stop=stop)
             stop()
             held.confirm()
-            plan = open_upload(spec, self.control, self.layout, plan)
+            plan = open_upload(spec.write_options, self.control, self.layout, plan)
             try:
                 held.confirm()
-                write_plan(spec, self.control, self.layout, plan)
+                write_plan(spec.write_options, self.control, self.layout, plan)
             except BaseException:
                 abort_uploads(self.control, self.layout.bucket, [(plan.archive_key, plan.upload_id)])
                 raise
@@ -382,8 +382,9 @@ class CommitProtocol:
                     self.control.delete_object(Bucket=self.layout.bucket, Key=key)
             if uploaded.size != streamed.bytes_out:
                 raise IntegrityError(f"archive holds {uploaded.size} bytes, {streamed.bytes_out} were produced")
-            if spec.locks:
-                r.retention = check_applied(self.control, self.layout.bucket, self.archive_key, spec.lock_args())
+            if spec.write_options.locks:
+                r.retention = check_applied(self.control, self.layout.bucket, self.archive_key,
+                                            spec.write_options.lock_args())
             r.state = State.PRODUCED.value
             lease.confirm()
             streamed.manifest.complete({

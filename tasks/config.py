@@ -126,6 +126,51 @@ class S3Url:
 
 
 @dataclass(frozen=True)
+class WriteOptions:
+    """How a run writes: the archive's storage class, server-side encryption on every object
+    it writes and Object Lock on what a commit makes visible (``ArchiveSpec``'s fields of the
+    same names, validated there). What the storage helpers take, not the whole spec."""
+
+    storage_class: str
+    sse: str | None = None
+    sse_kms_key_id: str | None = None
+    sse_bucket_key: bool = False
+    object_lock: str | None = None
+    retain_days: int | None = None
+    legal_hold: bool = False
+
+    @property
+    def encryption_args(self) -> dict:
+        """Server-side encryption for every object the run writes (archive, manifest, temporaries)."""
+        args: dict = {}
+        if self.sse:
+            args["ServerSideEncryption"] = self.sse
+        if self.sse_kms_key_id:
+            args["SSEKMSKeyId"] = self.sse_kms_key_id
+        if self.sse_bucket_key:
+            args["BucketKeyEnabled"] = True
+        return args
+
+    @property
+    def locks(self) -> bool:
+        return self.object_lock is not None or self.legal_hold
+
+    def lock_args(self) -> dict:
+        """Object Lock for the objects a commit makes visible (archive, manifest and its index),
+        retained ``retain_days`` from now; given when each is created (CreateMultipartUpload,
+        PutObject), so no moment exists in which one of them is visible and unlocked."""
+        start = datetime.now(timezone.utc)
+        args: dict = {}
+        if self.object_lock:
+            assert self.retain_days is not None  # ArchiveSpec.__post_init__: they go together
+            args["ObjectLockMode"] = self.object_lock
+            args["ObjectLockRetainUntilDate"] = (start + timedelta(days=self.retain_days)).replace(microsecond=0)
+        if self.legal_hold:
+            args["ObjectLockLegalHoldStatus"] = "ON"
+        return args
+
+
+@dataclass(frozen=True)
 class ArchiveSpec:
     """What to archive, where to, and how. The destination keys derive from (source bucket,
     source prefix) alone, so every re-run of the same spec finds what an earlier one left."""
@@ -242,34 +287,9 @@ class ArchiveSpec:
         return replace(self, dry_run=True, delete_source=False, delete_versions=False)
 
     @property
-    def encryption_args(self) -> dict:
-        """Server-side encryption for every object the run writes (archive and manifest)."""
-        args: dict = {}
-        if self.sse:
-            args["ServerSideEncryption"] = self.sse
-        if self.sse_kms_key_id:
-            args["SSEKMSKeyId"] = self.sse_kms_key_id
-        if self.sse_bucket_key:
-            args["BucketKeyEnabled"] = True
-        return args
-
-    @property
-    def locks(self) -> bool:
-        return self.object_lock is not None or self.legal_hold
-
-    def lock_args(self) -> dict:
-        """Object Lock for the objects a commit makes visible (archive, manifest and its index),
-        retained ``retain_days`` from now; given when each is created (CreateMultipartUpload,
-        PutObject), so no moment exists in which one of them is visible and unlocked."""
-        start = datetime.now(timezone.utc)
-        args: dict = {}
-        if self.object_lock:
-            assert self.retain_days is not None  # __post_init__: they go together
-            args["ObjectLockMode"] = self.object_lock
-            args["ObjectLockRetainUntilDate"] = (start + timedelta(days=self.retain_days)).replace(microsecond=0)
-        if self.legal_hold:
-            args["ObjectLockLegalHoldStatus"] = "ON"
-        return args
+    def write_options(self) -> WriteOptions:
+        return WriteOptions(self.storage_class, self.sse, self.sse_kms_key_id, self.sse_bucket_key,
+                            self.object_lock, self.retain_days, self.legal_hold)
 
     @property
     def effective_level(self) -> int:

@@ -27,7 +27,7 @@ from .listing import ListingFeed
 from .manifest import ArchiveLayout, ManifestWriter
 from .progress import Progress
 from .s3 import S3Clients
-from .streamed import MemoryPlan, RecordWriter, StreamedArchive, StreamTarget, open_manifest
+from .streamed import MemoryPlan, RecordWriter, StreamedArchive, StreamTarget, manifest_header, open_manifest
 from .tarwriter import BlockSink, TarStream, member_name
 from .upload import PartSizer, PartUploader
 
@@ -65,12 +65,14 @@ class WholeArchive:
                          max_part=plan.max_part, growth_every=self.spec.part_growth_every)
 
     def uploader(self, control, sizer: PartSizer, memory: int, abort: StreamCoordinator) -> PartUploader:
-        return PartUploader(control, self.layout.bucket, self.archive_key, storage_class=self.spec.storage_class,
-                            sizer=sizer, memory=memory, extra_args={**self.spec.encryption_args, **self.spec.lock_args()},
+        options = self.spec.write_options
+        return PartUploader(control, self.layout.bucket, self.archive_key, storage_class=options.storage_class,
+                            sizer=sizer, memory=memory, extra_args={**options.encryption_args, **options.lock_args()},
                             abort_event=abort)
 
     def records(self, control, abort: StreamCoordinator) -> ManifestWriter:
-        return open_manifest(self.spec, control, self.layout, self.archive_key, abort)
+        return open_manifest(control, self.layout, manifest_header(self.spec, self.layout, self.archive_key),
+                             self.spec.write_options, abort)
 
     def check_produced(self, objects: int, tar_end: int) -> None:
         pass  # the listing check below covers a whole archive

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from .compression import codec_for
-from .config import ArchiveSpec, MiB
+from .config import ArchiveSpec, MiB, WriteOptions
 from .coordinator import StreamCoordinator
 from .errors import ArchiverError, BadArgument
 from .listing import ListingFeed
@@ -133,17 +133,23 @@ class RecordWriter(Protocol):
     def abort(self) -> ArchiverError | None: ...
 
 
-def open_manifest(spec: ArchiveSpec, control, layout: ArchiveLayout, archive_key: str,
-                  abort: "threading.Event | StreamCoordinator | None" = None) -> ManifestWriter:
-    """The manifest's upload, its header written; encrypted like the archive, since it names
-    every key."""
-    return ManifestWriter(control, layout, {
+def manifest_header(spec: ArchiveSpec, layout: ArchiveLayout, archive_key: str) -> dict:
+    """The manifest's header (FORMAT.md): what is archived, where, how, and since when."""
+    return {
         "tool": f"s3arch {__version__}",
         "source": {"bucket": spec.source.bucket, "prefix": spec.source.key},
         "archive": {"bucket": layout.bucket, "key": archive_key},
         "codec": spec.codec, "level": spec.effective_level, "block_size": spec.block_size,
         "started": _now(),
-    }, abort_event=abort, extra_args={**spec.encryption_args, **spec.lock_args()})
+    }
+
+
+def open_manifest(control, layout: ArchiveLayout, header: dict, options: WriteOptions,
+                  abort: "threading.Event | StreamCoordinator | None" = None) -> ManifestWriter:
+    """The manifest's upload, ``header`` written; encrypted and locked like the archive, since
+    it names every key."""
+    return ManifestWriter(control, layout, header, abort_event=abort,
+                          extra_args={**options.encryption_args, **options.lock_args()})
 
 
 def _now() -> str:

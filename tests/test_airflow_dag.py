@@ -459,7 +459,7 @@ def test_operator_commits_under_the_jobs_object_lock_and_the_report_shows_it(af,
     operator = S3ArchivePrefixOperator(task_id="archive_locked", source_bucket=af.src, prefix=f"{day:logs/%Y/%m/%d}/",
                                        destination=str(job.destination), storage_class="STANDARD",
                                        object_lock="COMPLIANCE", retain_days=1, aws_conn_id="s3_archive")
-    assert operator._spec("x/").lock_args().keys() == job.spec_for("x/").lock_args().keys()
+    assert operator._spec("x/").write_options.lock_args().keys() == job.spec_for("x/").write_options.lock_args().keys()
     with pytest.warns(FutureWarning, match="spec_options"):  # round 3's spelling, for a release
         assert S3ArchivePrefixOperator(task_id="old", source_bucket=af.src, prefix="x/", destination="s3://a-b/",
                                        spec_options=job.spec_options).object_lock == "COMPLIANCE"

@@ -19,7 +19,7 @@ from ..config import ArchiveSpec
 from ..errors import IntegrityError, SegmentMissing
 from ..manifest import ArchiveLayout, ManifestWriter, iter_manifest
 from ..s3 import S3Clients
-from ..streamed import StreamedArchive, open_manifest
+from ..streamed import StreamedArchive, manifest_header, open_manifest
 from ..upload import PartUploader, UploadedPart
 from .plan import SegmentPlan
 from .produce import segment_done
@@ -42,12 +42,14 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
         tar_total += r["tar_bytes"]
     if tar_total != plan.tar_size:
         raise IntegrityError(f"segments hold {tar_total} tar bytes, the plan {plan.tar_size}")
-    uploader = PartUploader(clients.control, layout.bucket, plan.archive_key, extra_args=spec.encryption_args,
+    uploader = PartUploader(clients.control, layout.bucket, plan.archive_key,
+                            extra_args=spec.write_options.encryption_args,
                             upload_id=plan.upload_id, abort_event=abort, owns_upload=not keep_open)
     joined = _join(clients.control, layout, plan, results, uploader, codec.header(),
                    codec.trailer(raw_crc, tar_total))
     parts_done = time.monotonic()
-    manifest = open_manifest(spec, clients.control, layout, plan.archive_key, abort)
+    manifest = open_manifest(clients.control, layout, manifest_header(spec, layout, plan.archive_key),
+                             spec.write_options, abort)
     try:
         _merge_records(clients.control, layout, plan, results, joined.bases, manifest)
     except BaseException:

@@ -15,7 +15,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Iterator
 
-from ..config import ArchiveSpec
+from ..config import ArchiveSpec, WriteOptions
 from ..errors import ArchiverError, EmptyPrefix
 from ..listing import LISTING_WORKERS, RangeListing, SourceClasses, iter_pages, key_order
 from ..manifest import ArchiveLayout, layout_for
@@ -241,7 +241,7 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int,
     classes = SourceClasses()  # objects that need a restore: refused once listed, before any GET
     layout = layout_for(spec.source, spec.destination)
     listing = RangeListing(control, spec.source.bucket, spec.source.key, workers=LISTING_WORKERS, ordered=False)
-    recorder = ListingRecorder(spec, control, layout, run)
+    recorder = ListingRecorder(spec.write_options, control, layout, run)
     try:
         for source, page in listing.by_range():
             if stop is not None:
@@ -309,17 +309,17 @@ def _recorded_objects(control, layout: ArchiveLayout, recorded: tuple[ListingChu
         yield from listed
 
 
-def open_upload(spec: ArchiveSpec, control, layout: ArchiveLayout, plan: SegmentPlan) -> SegmentPlan:
+def open_upload(options: WriteOptions, control, layout: ArchiveLayout, plan: SegmentPlan) -> SegmentPlan:
     """Create the archive's multipart upload the segments write into; the plan with its id."""
     return replace(plan, upload_id=create_upload(control, layout.bucket, plan.archive_key,
-                                                 storage_class=spec.storage_class,
-                                                 extra_args={**spec.encryption_args, **spec.lock_args()}))
+                                                 storage_class=options.storage_class,
+                                                 extra_args={**options.encryption_args, **options.lock_args()}))
 
 
-def write_plan(spec: ArchiveSpec, control, layout: ArchiveLayout, plan: SegmentPlan) -> None:
+def write_plan(options: WriteOptions, control, layout: ArchiveLayout, plan: SegmentPlan) -> None:
     """Record ``plan`` as the plan in progress (``plan_key``) for the segment and assemble
     tasks that run elsewhere."""
-    put_temporary(control, layout, spec, plan_key(layout), json.dumps(plan.to_dict()).encode())
+    put_temporary(control, layout, options, plan_key(layout), json.dumps(plan.to_dict()).encode())
 
 
 def read_plan(control, layout: ArchiveLayout) -> SegmentPlan | None:

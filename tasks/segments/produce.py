@@ -80,16 +80,16 @@ class SegmentTarget:
 
     def uploader(self, control, sizer: PartSizer, memory: int, abort: StreamCoordinator) -> PartUploader:
         return PartUploader(control, self.layout.bucket, self.plan.archive_key, sizer=sizer, memory=memory,
-                            extra_args=self.spec.encryption_args, abort_event=abort,
+                            extra_args=self.spec.write_options.encryption_args, abort_event=abort,
                             upload_id=self.plan.upload_id, first_part=self.range.first_part,
                             max_parts=self.range.parts, head_size=sizer.min_part, owns_upload=False)
 
     def records(self, control, abort: StreamCoordinator) -> SegmentRecords:
         from ..retention import scratch_lock_args  # a temporary: no locked version left behind
 
+        extra_args = {**self.spec.write_options.encryption_args, **scratch_lock_args(control, self.layout.bucket)}
         return SegmentRecords(control, self.layout.bucket,
-                              self.plan.temp_key(self.layout, self.range.index, MANIFEST_SUFFIX),
-                              {**self.spec.encryption_args, **scratch_lock_args(control, self.layout.bucket)}, abort)
+                              self.plan.temp_key(self.layout, self.range.index, MANIFEST_SUFFIX), extra_args, abort)
 
     def check_produced(self, objects: int, tar_end: int) -> None:
         if objects != self.range.objects or tar_end != self.tar_end:
@@ -124,7 +124,7 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
         "peak_buffered": streamed.peak_buffered, "seconds": round(time.monotonic() - started, 3),
     }
     try:
-        put_temporary(clients.control, layout, spec, plan.temp_key(layout, k, ".held"),
+        put_temporary(clients.control, layout, spec.write_options, plan.temp_key(layout, k, ".held"),
                       bytes(uploader.head) + uploader.tail)
         records: SegmentRecords = streamed.manifest
         records.close(result)
@@ -134,7 +134,8 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
             exc.add_note(f"cleanup also failed: {problem}")
         raise
     # Written last: a segment is done exactly when its result exists.
-    put_temporary(clients.control, layout, spec, plan.temp_key(layout, k, ".json"), json.dumps(result).encode())
+    put_temporary(clients.control, layout, spec.write_options, plan.temp_key(layout, k, ".json"),
+                  json.dumps(result).encode())
     return result
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
-from ..config import ArchiveSpec
+from ..config import WriteOptions
 from ..listed import ListedObject
 from ..listing import key_order
 from ..manifest import ArchiveLayout
@@ -50,8 +50,8 @@ class ListingRecorder:
     """Chunks of listing pages, one being filled per key range, written in the background
     (at most ``uploads`` at once) while the listing goes on."""
 
-    def __init__(self, spec: ArchiveSpec, control, layout: ArchiveLayout, run: str, uploads: int = 4):
-        self._spec, self._control, self._layout, self._run = spec, control, layout, run
+    def __init__(self, options: WriteOptions, control, layout: ArchiveLayout, run: str, uploads: int = 4):
+        self._options, self._control, self._layout, self._run = options, control, layout, run
         self._open: dict[object, _Open] = {}
         self._chunks: list[ListingChunk] = []
         self._pool = ThreadPoolExecutor(uploads, thread_name_prefix="s3arch-record")
@@ -84,7 +84,7 @@ class ListingRecorder:
 
         def write():
             try:
-                put_temporary(self._control, self._layout, self._spec, record.key, body)
+                put_temporary(self._control, self._layout, self._options, record.key, body)
             finally:
                 self._slots.release()
 

@@ -8,16 +8,17 @@ noncurrent version.
 
 from __future__ import annotations
 
-from ..config import ArchiveSpec
+from ..config import WriteOptions
 from ..errors import IO_ERRORS, translate
 from ..manifest import ArchiveLayout
 from ..retention import scratch_lock_args
 from ..s3 import read_object
 
 
-def put_temporary(control, layout: ArchiveLayout, spec: ArchiveSpec, key: str, body: bytes) -> None:
+def put_temporary(control, layout: ArchiveLayout, options: WriteOptions, key: str, body: bytes) -> None:
+    """Write a temporary: STANDARD whatever the archive's class, encrypted like the archive."""
     try:
-        control.put_object(Bucket=layout.bucket, Key=key, Body=body, StorageClass="STANDARD", **spec.encryption_args,
+        control.put_object(Bucket=layout.bucket, Key=key, Body=body, StorageClass="STANDARD", **options.encryption_args,
                            **scratch_lock_args(control, layout.bucket))
     except IO_ERRORS as exc:
         raise translate(exc, f"write segment temporary s3://{layout.bucket}/{key}", "upload") from exc

@@ -44,7 +44,7 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
                      f"{MIN_SHARE >> 20} MiB besides the assembler's")
     processes = min(processes, plan.count)
     worker_spec = _worker_spec(spec, processes)
-    plan = open_upload(spec, control, layout, plan)
+    plan = open_upload(spec.write_options, control, layout, plan)
     try:
         try:
             durations = _run_workers(worker_spec, clients, layout, plan, processes, abort)
