@@ -144,7 +144,7 @@ def test_a_cli_segmented_run_whose_object_is_rewritten_after_the_plan_exits_3_an
     finally:
         proxy.stop()
     stderr = proc.stderr.decode(errors="replace")
-    print(f"\nexit {proc.returncode} in {took:.1f} s: {stderr.strip()[-400:]}")
+    print(f"\nexit {proc.returncode} in {took:.1f} s: {stderr.strip().splitlines()[-1]}")
     assert planned.injected == 1
     assert "Traceback" not in stderr, stderr
     assert proc.returncode == 3, stderr
