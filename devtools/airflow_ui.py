@@ -27,6 +27,7 @@ import shlex
 import shutil
 import sys
 import time
+import urllib.error
 import urllib.request
 from datetime import date, timedelta
 from pathlib import Path
@@ -110,7 +111,7 @@ def passwords_file(airflow) -> Path:
                 or airflow.home / "simple_auth_manager_passwords.json.generated")
 
 
-def _admin_token(airflow) -> str:
+def admin_token(airflow) -> str:
     """A REST API token of an admin: with SimpleAuthManager's users, ``admin`` signs in with
     the password the api-server generated; with every visitor an admin (the tests' shared
     stack), anyone gets one."""
@@ -125,12 +126,36 @@ def _admin_token(airflow) -> str:
         return json.loads(response.read())["access_token"]
 
 
+ARCHIVE_DAG = "s3_archive__app_logs"
+
+
+def archive_sample_days(airflow, token: str, first: date, last: date, wait_s: float = 180) -> str:
+    """Trigger one run of the archive DAG for ``first`` .. ``last`` as the admin, so the catalog
+    opens on archived days, not only missing ones. Retries while the dag-processor has not
+    parsed the DAG yet (404) or SQLite is busy (503). Returns the run's id."""
+    body = json.dumps({"logical_date": None, "conf": {"date_from": first.isoformat(),
+                                                       "date_to": last.isoformat()}}).encode()
+    deadline = time.monotonic() + wait_s
+    while True:
+        request = urllib.request.Request(f"{airflow.api_url}/api/v2/dags/{ARCHIVE_DAG}/dagRuns", method="POST",
+                                         data=body, headers={"Content-Type": "application/json",
+                                                             "Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read())["dag_run_id"]
+        except urllib.error.HTTPError as exc:
+            if exc.code not in (404, 503) or time.monotonic() > deadline:
+                raise RuntimeError(f"triggering {ARCHIVE_DAG}: HTTP {exc.code}: "
+                                   f"{exc.read().decode(errors='replace')[:500]}") from None
+        time.sleep(2)
+
+
 def write_env_file(airflow, path: Path) -> Path:
     """``path``: a shell file that gives another shell this Airflow: its configuration (the
     AIRFLOW_* and S3ARCH_* settings, the MinIO credentials for the s3arch CLI), the venv's
     ``airflow`` first on PATH, ``AIRFLOW_URL`` and an admin's ``TOKEN`` for the REST API (it
     lasts [api_auth] jwt_expiration_time)."""
-    token = _admin_token(airflow)
+    token = admin_token(airflow)
     env = {k: v for k, v in airflow.env.items() if k.startswith(("AIRFLOW", "S3ARCH_", "AWS_"))}
     lines = ["# Written by `make airflow` (devtools/airflow_ui.py): source it in another shell.",
              f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:\"$PATH\""]
@@ -189,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"starting {', '.join(airflow.commands())} ...", flush=True)
         airflow.start()
         env_file = write_env_file(airflow, home / "env.sh")
+        # The catalog opens on something to look at: the recent days archived by one run (the
+        # scheduled run archives the last one too), the examples' days left missing for the
+        # documented commands and the catalog's "archive" to fill.
+        run_id = archive_sample_days(airflow, admin_token(airflow), first, last)
         sample = f"{first} .. {last}" + (f"; {large} is large: segment tasks" if large else "")
         examples = f"{EXAMPLE_DAYS[0]} .. {EXAMPLE_DAYS[6]}, {EXAMPLE_DAYS[7]} .. {EXAMPLE_DAYS[-1]}"
         print(f"""
@@ -199,6 +228,8 @@ Airflow UI:      {airflow.api_url}   (local use only)
   stack:         {topology}
   DAG:           s3_archive__app_logs  (sample logs for {sample};
                  and for the documented examples' days: {examples})
+  first run:     {run_id} archives {first} .. {last} (a minute or two);
+                 the examples' days stay missing: archive them from the catalog or as below
   try:           Trigger with a date range, or a Backfill over logical dates; clear one
                  mapped 'archive' task to re-run a single prefix
   CLI and REST:  in another shell, `source {_shown(env_file)}`, then the README's
