@@ -1,8 +1,9 @@
 """Archive one prefix: the entry point the CLI and the Airflow operator call.
 
-It validates the request, checks both buckets, answers a dry run, and hands everything else
-to the commit protocol (tasks/commit.py), which drives the streaming pipeline
-(tasks/pipeline.py) and decides skip, overwrite, commit and source deletion.
+It validates the request, checks both buckets, answers a dry run, picks who makes the archive
+(tasks/producers.py: a pipeline or segments on this machine, or the assembly of a plan's
+segments) and hands it to the commit protocol (tasks/commit.py), which decides skip,
+overwrite, commit and source deletion.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .errors import BadArgument, EmptyPrefix
 from .listing import LISTING_WORKERS, NEEDS_RESTORE, SourceClasses, iter_pages
 from .manifest import layout_for
 from .outcome import Outcome
+from .producers import OnThisMachine, PlannedAssembly
 from .progress import Progress
 from .retention import require_object_lock
 from .s3 import S3Clients, read_object
@@ -29,11 +31,11 @@ def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
     """Archive one prefix. Setting ``cancel`` (from another thread or a signal handler) stops
     the run: its uploads are aborted and it raises ``Cancelled``; nothing is committed."""
     clients = clients or _clients_for(spec)
-    protocol = _checked(spec, clients, progress, cancel)
+    protocol = _checked(spec, clients, cancel)
     if spec.dry_run:
         committed = protocol.skipped_if_committed()
         return committed or _dry_run(spec, clients, protocol.result, protocol.started)
-    return protocol.run()
+    return protocol.run(OnThisMachine(spec, clients, protocol.layout, protocol.archive_key, progress))
 
 
 def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = None,
@@ -43,7 +45,7 @@ def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = 
     plans nothing and writes nothing: the assemble step's dry run lists and estimates.
     Setting ``cancel`` stops the plan (``Cancelled``) before it opens an upload."""
     clients = clients or _clients_for(spec)
-    protocol = _checked(spec, clients, None, cancel)
+    protocol = _checked(spec, clients, cancel)
     if spec.dry_run:
         result = protocol.skipped_if_committed() or protocol.result
         if result.status != Outcome.SKIPPED:
@@ -86,13 +88,14 @@ def assemble_segments(spec: ArchiveSpec, clients: S3Clients | None = None, progr
         if result.status == Outcome.DRY_RUN:
             result.segments = segments
         return result
-    return _checked(spec, clients, progress, cancel).run(assemble_planned=True)
+    protocol = _checked(spec, clients, cancel)
+    return protocol.run(PlannedAssembly(spec, clients, protocol.layout))
 
 
 def delete_sources(spec: ArchiveSpec, clients: S3Clients | None = None) -> ArchiveResult:
     """Finish deleting the sources of a committed prefix (``s3arch delete-sources``)."""
     clients = clients or _clients_for(spec)
-    return _checked(spec, clients, None).delete_sources_only()
+    return _checked(spec, clients).delete_sources_only()
 
 
 def _clients_for(spec: ArchiveSpec) -> S3Clients:
@@ -109,8 +112,7 @@ def _check_owner(spec: ArchiveSpec, clients: S3Clients) -> None:
                           hint="build them with S3Clients.from_session(expected_owner=...)")
 
 
-def _checked(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None,
-             cancel: threading.Event | None = None) -> CommitProtocol:
+def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: threading.Event | None = None) -> CommitProtocol:
     layout = layout_for(spec.source, spec.destination)
     archive_key = layout.archive_key(spec.extension)
     if spec.source.bucket == layout.bucket and archive_key.startswith(spec.source.key):
@@ -121,7 +123,7 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None,
                           (layout.bucket, "destination", archive_key.rsplit("/", 1)[0] + "/"))
     if spec.write_options.locks:
         require_object_lock(clients.control, layout.bucket)
-    return CommitProtocol(spec, clients, progress, cancel)
+    return CommitProtocol(spec, clients, cancel)
 
 
 # A dry run estimates the ratio from a sample: at most this many bytes, from at most this many

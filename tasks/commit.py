@@ -29,17 +29,15 @@ from enum import Enum
 from .config import ArchiveSpec
 from .deletion import DeletionResult, delete_archived_sources
 from .errors import (IO_ERRORS, AccessDenied, ArchiveDamaged, ArchiverError, BadArgument, Cancelled,
-                     ConcurrentRun, DestinationConflict, IntegrityError, ObjectMissing, status_of, translate)
+                     ConcurrentRun, DestinationConflict, IntegrityError, status_of, translate)
 from .lease import Held, PrefixLease
 from .outcome import Outcome
 from .manifest import ArchiveLayout, Committed, layout_for, read_committed
-from .pipeline import WholeArchive, stream_archive
-from .progress import Progress
 from .retention import check_applied, refuse_locked_overwrite, retention_of
 from .s3 import S3Clients, none_if_missing
 from .streamed import StreamedArchive
-from .segments import (PrefixIsLarge, SegmentPlan, SizingListing, assemble, could_use_segments, delete_temporaries,
-                       open_upload, plan_segments, read_plan, stream_segmented, write_plan)
+from .producers import Producer
+from .segments import SegmentPlan, delete_temporaries, open_upload, plan_segments, write_plan
 from .throttling import throttled
 from .upload import abort_uploads, open_uploads
 
@@ -89,17 +87,14 @@ class ArchiveResult:
 
 
 class CommitProtocol:
-    def __init__(self, spec: ArchiveSpec, clients: S3Clients, progress: Progress | None = None,
-                 cancel: threading.Event | None = None):
+    def __init__(self, spec: ArchiveSpec, clients: S3Clients, cancel: threading.Event | None = None):
         self.spec = spec
         self.cancel = cancel or threading.Event()
         self.clients = clients
         self.control = clients.control
-        self.progress = progress
         self.layout = layout_for(spec.source, spec.destination)
         self.archive_key = self.layout.archive_key(spec.extension)
         self.started = time.monotonic()
-        self.segmented = False  # produced as segments: temporaries to delete after the commit
         self.control_throttled = throttled(self.control)  # the control plane's count when the run began
         self.result = ArchiveResult(Outcome.ARCHIVED, str(spec.source), self.archive_url, self.layout.manifest_url,
                                     storage_class=spec.storage_class, codec=spec.codec)
@@ -108,9 +103,8 @@ class CommitProtocol:
     def archive_url(self) -> str:
         return f"s3://{self.layout.bucket}/{self.archive_key}"
 
-    def run(self, assemble_planned: bool = False) -> ArchiveResult:
-        """Steps 1-8. With ``assemble_planned``, step 5 assembles the segments of the plan in
-        progress (``prepare_segments``; produced by other tasks) instead of streaming."""
+    def run(self, producer: Producer) -> ArchiveResult:
+        """Steps 1-8; ``producer`` makes the archive in step 5 (tasks/producers.py)."""
         spec = self.spec
         # Reads that do not depend on each other go out together: a small prefix's run is a
         # handful of round trips however far away S3 is (bench/README.md, "Fixed cost").
@@ -137,15 +131,12 @@ class CommitProtocol:
                 # With it, what a writing run needs: the archive's ETag, the source's size,
                 # and step 4 (under the lease, every upload and segment temporary left for
                 # our keys belongs to a run that is gone: abort and delete them).
-                planned = self._plan_in_progress() if assemble_planned else None
+                producer.claim()
                 again = reads.submit(read_committed, self.control, self.layout, spec.source)
-                cleaned = reads.submit(self._clean_stale, planned)
+                cleaned = reads.submit(self._clean_stale, producer.keep)
                 etag = reads.submit(self._current_etag, self.archive_key)
                 held.after += [again, cleaned, etag]
-                # The source's size, in a thread of its own: a pipeline starts on its first page.
-                sizing = SizingListing(self.control, spec.source.bucket, spec.source.key, spec.segment_min_objects,
-                                       spec.segment_min_bytes) \
-                    if not planned and not spec.segments and could_use_segments(spec) else None
+                producer.start()
                 committed = again.result()
                 if committed and not spec.overwrite:
                     self._skipped(committed)
@@ -159,7 +150,7 @@ class CommitProtocol:
                 # 5. Stream the archive and manifest as two open uploads.
                 lost = _LeaseWatch(held, self.cancel)
                 try:
-                    streamed = self._produce(planned, lost, sizing)
+                    streamed = self._produce(producer, lost)
                 except BaseException as exc:
                     lost.stop()
                     lost.raise_if_stopped(exc)
@@ -171,7 +162,7 @@ class CommitProtocol:
                     held.after.append(index)  # the index is the winner's, written under its lease
                 finally:
                     lost.stop()
-                if self.segmented:
+                if producer.segmented:
                     delete_temporaries(self.control, self.layout)
                 # 8. Only now, and only if asked, delete the archived sources.
                 self._delete_sources(held)
@@ -180,33 +171,12 @@ class CommitProtocol:
             index.result()
         return self._done()
 
-    def _produce(self, planned: SegmentPlan | None, lost: "_LeaseWatch",
-                 sizing: SizingListing | None) -> StreamedArchive:
-        """Step 5: the archive and manifest as two open uploads, made by one of three
-        producers: the assembly of a plan whose segments other tasks produced, N segments on
-        worker processes (a large prefix, more than one process), or one pipeline. The
-        pipeline starts on the pages ``sizing`` lists (no second listing, and no waiting
-        for the size of a small prefix); a prefix that proves large stops it and goes to
-        segments."""
-        spec = self.spec
-        if planned:
-            streamed = assemble(spec, self.clients, self.layout, planned, lost.event, keep_open=True)
-        else:
-            if not spec.segments:
-                try:
-                    # The stream only reads the event (a stop from above, never its own), so
-                    # the segments that follow a PrefixIsLarge do not start aborted.
-                    return stream_archive(spec, self.clients, WholeArchive(spec, self.layout, self.archive_key),
-                                          self.progress, abort=lost.event,
-                                          listed=sizing.pages() if sizing else None)
-                except PrefixIsLarge:
-                    if self.progress:
-                        self.progress.reset()
-            streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key, self.progress,
-                                        abort=lost.event)
+    def _produce(self, producer: Producer, lost: "_LeaseWatch") -> StreamedArchive:
+        """Step 5: the archive and manifest as two open uploads; ``lost`` stops the producer."""
+        streamed = producer.produce(lost.event)
+        if producer.segmented:
             self.result.notes += streamed.notes
-        self.segmented = True
-        self.result.segments, self.result.timings = streamed.segments, streamed.timings
+            self.result.segments, self.result.timings = streamed.segments, streamed.timings
         return streamed
 
     def prepare_segments(self, count: int) -> SegmentPlan | None:
@@ -258,14 +228,6 @@ class CommitProtocol:
             return None
         committed = read_committed(self.control, self.layout, self.spec.source)
         return self._skipped(committed) if committed else None
-
-    def _plan_in_progress(self) -> SegmentPlan:
-        plan = read_plan(self.control, self.layout)
-        if plan is None:
-            raise ObjectMissing(f"no segment plan for {self.spec.source} to assemble: it was never made, or a "
-                                "run of the prefix since then cleaned it up",
-                                hint="run the prefix again from its prepare task (clear it with downstream)")
-        return plan
 
     def _clean_stale(self, keep: SegmentPlan | None = None) -> None:
         """Step 4: abort the uploads and delete the segment temporaries of runs that are gone
