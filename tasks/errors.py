@@ -17,7 +17,7 @@ class ArchiverError(Exception):
     retryable = False
 
     def __init__(self, message: str, *, hint: str | None = None):
-        self.hint = hint
+        self.message, self.hint = message, hint  # apart, so a segment worker can send both across
         super().__init__(message if not hint else f"{message} ({hint})")
 
     @property

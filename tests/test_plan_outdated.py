@@ -178,9 +178,6 @@ def test_a_plan_outdated_segment_is_not_run_again_by_the_cli_workers(monkeypatch
     assert outdated.value.retryable and outdated.value.exit_code == 3
 
 
-@pytest.mark.xfail(strict=True, reason="bug in tasks/segments/workers.py _error_of: the worker's message already "
-                   "carries PlanOutdated's hint and the parent's PlanOutdated(...) appends the default hint again, "
-                   "so a CLI segmented run prints 'run the prefix again: a new plan is made ...' twice")
 def test_a_plan_outdated_segment_tells_the_cli_user_what_to_do_once(monkeypatch):
     """What the user reads after a worker's PlanOutdated: the cause and the hint, the hint once."""
     import s3arch.segments.workers as workers
@@ -189,8 +186,8 @@ def test_a_plan_outdated_segment_tells_the_cli_user_what_to_do_once(monkeypatch)
     hint = "run the prefix again: a new plan is made"
 
     def worker(spec, connection, layout, plan, k, send):
-        error = PlanOutdated("segment 1 of s3://b/p/: the source changed since the plan; a new plan is needed")
-        send.send({"error": type(error).__name__, "message": str(error)})  # as _segment_worker sends it
+        error = PlanOutdated("segment 1/1 of s3://b/p/: the source changed since the plan; a new plan is needed")
+        send.send(workers.error_outcome(error))  # as _segment_worker sends it
         send.close()
 
     run_segment_workers_inline(monkeypatch, worker)
@@ -199,6 +196,7 @@ def test_a_plan_outdated_segment_tells_the_cli_user_what_to_do_once(monkeypatch)
     with pytest.raises(PlanOutdated) as outdated:
         workers._run_workers(None, None, None, plan, 1, threading.Event())
     assert str(outdated.value).count(hint) == 1, str(outdated.value)
+    assert str(outdated.value).count("segment 1/1") == 1, str(outdated.value)
 
 
 def test_a_cli_segmented_run_aborts_the_records_uploads_its_killed_workers_left(monkeypatch, s3, buckets, clients):

@@ -155,8 +155,15 @@ def _error_of(outcome: dict | None, k: int, plan: SegmentPlan, exitcode: int | N
     else:
         cls = PlanOutdated if outcome["error"] == PlanOutdated.__name__ else getattr(errors, outcome["error"], None)
         cls = cls if isinstance(cls, type) and issubclass(cls, ArchiverError) else ArchiverError
-        error = cls(f"{where}: {outcome['message']}")
+        message = outcome["message"]  # a segment's own errors already say which segment they are
+        error = cls(message if message.startswith(f"{where} ") else f"{where}: {message}", hint=outcome.get("hint"))
     return error
+
+
+def error_outcome(exc: ArchiverError) -> dict:
+    """What a worker sends its parent for ``exc``: the message and its hint apart, so the
+    parent's copy of the error carries the hint once."""
+    return {"error": type(exc).__name__, "message": exc.message, "hint": exc.hint}
 
 
 def _connection_of(clients: S3Clients, server: CredentialServer | None) -> dict:
@@ -180,10 +187,9 @@ def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, 
         clients.check_bucket(spec.source.bucket, "source", spec.source.key)
         send.send(produce_segment(spec, clients, layout, SegmentPlan.from_dict(plan), k))
     except ArchiverError as exc:
-        send.send({"error": type(exc).__name__, "message": str(exc)})
+        send.send(error_outcome(exc))
     except IO_ERRORS as exc:
-        error = translate(exc, f"segment {k + 1}")
-        send.send({"error": type(error).__name__, "message": str(error)})
+        send.send(error_outcome(translate(exc, f"segment {k + 1}")))
     except Exception:  # noqa: BLE001 - a bug: its traceback goes to the parent, which stops
         import traceback
 
