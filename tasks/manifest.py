@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .config import S3Url
-from .errors import IO_ERRORS, ArchiverError, BadArgument, DestinationConflict, IntegrityError, translate
+from .errors import IO_ERRORS, ArchiveDamaged, ArchiverError, BadArgument, DestinationConflict, translate
 from .listing import key_order
 from .s3 import none_if_missing, read_object, stream_object
 from .upload import PartSizer, PartUploader, UploadResult, upload_memory
@@ -34,6 +34,10 @@ INDEX_FORMAT = "s3arch-manifest-index"
 # compressed, and the index holds one entry per chunk (10,000 for ten million objects).
 RECORDS_PER_CHUNK = 1000
 ARCHIVE_SUFFIXES = (".tar.gz", ".tar.zst")
+# A manifest or index that does not parse was changed or cut after it was written (every read
+# is checked against its length and resumed): a retry would read the same bytes.
+STORED_DAMAGE = ("it was changed or cut after it was written: restore an earlier version if the bucket is "
+                 "versioned, or archive the prefix again with --overwrite while its sources exist")
 
 
 @dataclass(frozen=True)
@@ -226,7 +230,7 @@ MANIFEST_WINDOW = 4 << 20
 
 
 def iter_manifest(control, layout: ArchiveLayout) -> Iterator[dict]:
-    """Records of a manifest, streamed; raises IntegrityError if it does not end in a summary."""
+    """Records of a manifest, streamed; raises ArchiveDamaged if it does not end in a summary."""
     what = f"read manifest {layout.manifest_url}"
     z = zlib.decompressobj(31)
     tail = b""
@@ -250,9 +254,9 @@ def iter_manifest(control, layout: ArchiveLayout) -> Iterator[dict]:
                 check_version(record, layout.manifest_url)
             yield record
     except (zlib.error, ValueError) as exc:
-        raise IntegrityError(f"{layout.manifest_url} is corrupt: {exc}") from exc
+        raise ArchiveDamaged(f"{layout.manifest_url} is corrupt: {exc}", hint=STORED_DAMAGE) from exc
     if last_type != "summary":
-        raise IntegrityError(f"{layout.manifest_url} is truncated: no summary record")
+        raise ArchiveDamaged(f"{layout.manifest_url} is truncated: no summary record", hint=STORED_DAMAGE)
 
 
 def manifest_exists(control, layout: ArchiveLayout) -> bool:
@@ -274,7 +278,7 @@ def read_header_and_summary(control, layout: ArchiveLayout) -> tuple[dict, dict]
         elif record["type"] == "summary":
             summary = record
     if header is None or summary is None:
-        raise IntegrityError(f"{layout.manifest_url} has no header or no summary record")
+        raise ArchiveDamaged(f"{layout.manifest_url} has no header or no summary record", hint=STORED_DAMAGE)
     return header, summary
 
 
@@ -293,10 +297,10 @@ def read_index(control, layout: ArchiveLayout) -> dict | None:
     body = response["Body"]
     try:
         index = json.loads(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
-    except (OSError, ValueError) as exc:
-        raise IntegrityError(f"s3://{layout.bucket}/{layout.index_key} is corrupt: {exc}") from exc
-    if index.get("format") != INDEX_FORMAT:
-        raise IntegrityError(f"s3://{layout.bucket}/{layout.index_key} is not a manifest index")
+    except (OSError, EOFError, ValueError) as exc:  # EOFError: a truncated gzip stream
+        raise ArchiveDamaged(f"s3://{layout.bucket}/{layout.index_key} is corrupt: {exc}", hint=STORED_DAMAGE) from exc
+    if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT:
+        raise ArchiveDamaged(f"s3://{layout.bucket}/{layout.index_key} is not a manifest index", hint=STORED_DAMAGE)
     check_version(index.get("header", {}), layout.manifest_url)
     return index
 
@@ -328,7 +332,7 @@ def read_chunk(control, layout: ArchiveLayout, index: dict, i: int) -> list[dict
     try:
         data = zlib.decompressobj(-15).decompress(body)
     except zlib.error as exc:
-        raise IntegrityError(f"{layout.manifest_url}: chunk {i} does not inflate: {exc}") from exc
+        raise ArchiveDamaged(f"{layout.manifest_url}: chunk {i} does not inflate: {exc}", hint=STORED_DAMAGE) from exc
     return [r for r in _parse_lines(data) if r.get("type") == "object"]
 
 
@@ -348,7 +352,7 @@ def find_records(control, layout: ArchiveLayout, keys: list[str]) -> tuple[dict,
                 if len(found) == len(wanted):
                     break
         if header is None:
-            raise IntegrityError(f"{layout.manifest_url} has no header record")
+            raise ArchiveDamaged(f"{layout.manifest_url} has no header record", hint=STORED_DAMAGE)
         return header, found
     by_chunk: dict[int, list[str]] = {}
     for key in wanted:

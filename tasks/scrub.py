@@ -38,7 +38,7 @@ from .catalog import (SCRUB_DIR, _Counter, archive_prefix, parse_index, read_scr
                       scrub_result_key, was_committed)
 from .config import S3Url
 from .cost import usd
-from .errors import IO_ERRORS, ArchiverError, IntegrityError, translate
+from .errors import IO_ERRORS, ArchiveDamaged, ArchiverError, IntegrityError, translate
 from .jobs import ArchiveJob, days_between
 from .listed import _listed
 from .manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for, read_chunk
@@ -247,7 +247,7 @@ def _check_day(job: ArchiveJob, control, layout, day: date, listed: dict, sample
             counter.add("GET")
             try:
                 header, summary, picked = read_through(control, layout, sample if index is None else 0, rng)
-            except IntegrityError as exc:
+            except (ArchiveDamaged, IntegrityError) as exc:
                 return drift + [Drift(iso, prefix, "manifest damaged", str(exc))], 0, 0, 0.0
         if index_head is None and not _predates_indexes(header):
             drift.append(Drift(iso, prefix, "index missing", f"{layout.manifest_url} has no index {index_url}"))
@@ -281,7 +281,7 @@ def _check_day(job: ArchiveJob, control, layout, day: date, listed: dict, sample
             if index is not None and index.get("chunks"):
                 try:
                     picked = _pick_from_index(control, layout, index, sample, rng, counter)
-                except (IntegrityError, ValueError) as exc:  # a chunk that does not inflate or parse
+                except (ArchiveDamaged, IntegrityError, ValueError) as exc:  # a chunk that does not inflate or parse
                     return drift + [Drift(iso, prefix, "manifest damaged", f"{layout.manifest_url}: {exc}")], \
                         0, 0, 0.0
             sampled, sampled_bytes, bad = _check_members(control, layout, header, archive_key, picked, counter)

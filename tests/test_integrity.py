@@ -511,3 +511,21 @@ def test_rerun_of_a_committed_prefix_reads_the_small_index_not_the_manifest(s3, 
     scanned = [r for r in iter_manifest(s3, layout) if r["type"] == "summary"][0]
     assert {k: again.to_dict()[k] for k in ("objects", "bytes_in", "bytes_out")} == {
         "objects": scanned["objects"], "bytes_in": scanned["bytes"], "bytes_out": scanned["archive_size"]}
+
+
+@pytest.mark.parametrize("damage", [lambda body: body[: len(body) // 2], lambda body: b"[1, 2, 3]"],
+                         ids=["truncated-gzip", "not-an-object"])
+def test_a_damaged_index_is_reported_as_damage_not_as_a_bug(s3, buckets, day, clients, cli_env, damage):
+    """``cat`` and a re-run read the index first: a cut or reshaped index is the archive's
+    damage (exit 2, the index named), never a traceback (exit 1)."""
+    from s3arch.manifest import layout_for
+
+    src, dst = buckets
+    archive_prefix(spec(src, dst), clients)
+    layout = layout_for(S3Url(src, "day/"), S3Url(dst, "a/"))
+    body = s3.get_object(Bucket=dst, Key=layout.index_key)["Body"].read()
+    s3.put_object(Bucket=dst, Key=layout.index_key, Body=damage(body))
+    key = sorted(day)[0]
+    cat = run_cli(cli_env, "cat", f"s3://{dst}/{layout.archive_key('.tar.gz')}", key, check=False)
+    assert cat.returncode == 2, cat.stderr.decode()
+    assert layout.index_key in cat.stderr.decode() and b"Traceback" not in cat.stderr
