@@ -32,7 +32,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
 from . import attributes
 from .config import resolve_throttle_budget

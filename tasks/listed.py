@@ -134,8 +134,8 @@ def install_page_parser(client) -> None:
     check = getattr(botocore.handlers, "_handle_200_error", None)
     if check is None:
         _log.warning("botocore %s has no handlers._handle_200_error: its check for an error inside a 200 "
-                     "parses every listing page whole again, a third of a listing's CPU; s3arch needs "
-                     "updating for this botocore", botocore.__version__)
+                     "parses every listing page whole again, a third of a listing's CPU; this botocore "
+                     "moved what s3arch's listing hook replaces", botocore.__version__)
     events = client.meta.events
 
     def before_parse(operation_model, response_dict, customized_response_dict, **kwargs):

@@ -330,8 +330,8 @@ def _keep_timestamps_as_text(client) -> None:
     endpoint = getattr(client, "_endpoint", None)
     if endpoint is None or not hasattr(endpoint, "_response_parser_factory"):
         _log.warning("botocore %s has no client._endpoint._response_parser_factory: S3 timestamps are parsed "
-                     "with dateutil again, which triples a listing's CPU per key; s3arch needs updating for "
-                     "this botocore", botocore.__version__)
+                     "with dateutil again, which triples a listing's CPU per key; this botocore moved what "
+                     "s3arch's parser hook sets", botocore.__version__)
         return
     factory = ResponseParserFactory()
     factory.set_parser_defaults(timestamp_parser=str)

@@ -1,4 +1,4 @@
-"""The s3arch release, in a module of its own: the manifest, the pipeline and the CLI name it
+"""The release number of s3arch, in a module of its own: the manifest, the pipeline and the CLI name it
 without importing the package's face (``s3arch/__init__``) from below. pyproject.toml carries
 the same number."""
 
