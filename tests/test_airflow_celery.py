@@ -172,8 +172,11 @@ def test_backfill_spreads_a_large_days_segments_over_both_workers(celery_stack):
     seeded.update(seed_day(airflow.s3, airflow.src, TEMPLATE, days[0], files_per_hour=20, lines_per_file=20))  # 480
     for day in days[1:]:
         seeded.update(seed_day(airflow.s3, airflow.src, TEMPLATE, day, files_per_hour=2, lines_per_file=20))
-    # Each segment's first GETs are held a moment, as real S3 latency would spread them out.
-    stall_gets_of(airflow, days[0], count=3, seconds=4)
+    # Every GET of the large day is held 4 s, so each segment task lasts at least that long and
+    # the three overlap: a worker reserves at most two (concurrency 2, prefetch 1), so one must
+    # run on the other worker. Holding only the day's first three GETs let a quiet machine
+    # finish each segment in about a second, and one worker ran all three in turn.
+    stall_gets_of(airflow, days[0], count=480, seconds=4)
 
     backfill = airflow.api("POST", "backfills", {
         "dag_id": DAG_ID, "from_date": f"{logical[0]}T00:00:00Z", "to_date": f"{logical[-1]}T00:00:00Z",
