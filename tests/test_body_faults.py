@@ -43,6 +43,13 @@ def archived(s3, buckets, cli_env):
     return objects, f"s3://{dst}/a/{src}/day.tar.gz"
 
 
+def _run_through(proxy, cli_env, *args: str) -> tuple[subprocess.CompletedProcess, float, str]:
+    """``python -m s3arch ARGS`` against the fault proxy: the process, its seconds, its stderr."""
+    started = time.monotonic()
+    proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, *args, check=False)
+    return proc, time.monotonic() - started, proc.stderr.decode(errors="replace")
+
+
 def _command(name: str, archive: str, tmp_path) -> list[str]:
     return {"verify": ["verify", archive], "ls": ["ls", archive],
             "extract": ["extract", archive, "--to-dir", str(tmp_path / "out")],
@@ -58,11 +65,7 @@ def test_a_reset_inside_the_manifest_body_is_resumed(command, s3, buckets, archi
     """Before: exit 1, `botocore.exceptions.ResponseStreamingError` traceback, for all four."""
     objects, archive = archived
     fault = proxy.add(Fault("reset", count=1, match=is_manifest_get))
-    started = time.monotonic()
-    proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, *_command(command, archive, tmp_path),
-                   check=False)
-    took = time.monotonic() - started
-    stderr = proc.stderr.decode(errors="replace")
+    proc, took, stderr = _run_through(proxy, cli_env, *_command(command, archive, tmp_path))
     print(f"\n{command}: exit {proc.returncode} in {took:.1f} s: {stderr.strip()[-300:]}")
     assert fault.injected == 1
     assert "Traceback" not in stderr
@@ -81,11 +84,7 @@ def test_a_manifest_body_that_never_arrives_exits_3_naming_it(command, s3, bucke
     """Before: exit 1 with a traceback. After: exit 3 (try again), the manifest named."""
     objects, archive = archived
     fault = proxy.add(Fault("reset", at=0, match=is_manifest_get))  # every GET: head, then RST
-    started = time.monotonic()
-    proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, *_command(command, archive, tmp_path),
-                   check=False)
-    took = time.monotonic() - started
-    stderr = proc.stderr.decode(errors="replace")
+    proc, took, stderr = _run_through(proxy, cli_env, *_command(command, archive, tmp_path))
     print(f"\n{command}: exit {proc.returncode} in {took:.1f} s: {stderr.strip()[-300:]}")
     assert fault.injected >= 3
     assert "Traceback" not in stderr, stderr
@@ -273,11 +272,7 @@ def test_a_reset_inside_the_archive_body_is_resumed_and_every_byte_is_right(
     src, dst = buckets
     gets = proxy.add(Fault("status", rate=0.0, match=is_archive_get))  # counts them, never fires
     fault = proxy.add(Fault("reset", count=1, match=is_archive_get))
-    started = time.monotonic()
-    proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url,
-                   *_archive_command(command, archive, dst, tmp_path), check=False)
-    took = time.monotonic() - started
-    stderr = proc.stderr.decode(errors="replace")
+    proc, took, stderr = _run_through(proxy, cli_env, *_archive_command(command, archive, dst, tmp_path))
     print(f"\n{command}: exit {proc.returncode} in {took:.1f} s, {gets.seen} archive GETs: {stderr.strip()[-300:]}")
     assert fault.injected == 1
     assert "Traceback" not in stderr, stderr
@@ -305,11 +300,7 @@ def test_an_archive_body_that_never_arrives_exits_3_naming_the_archive_and_what_
     objects, archive = archived_blobs
     src, dst = buckets
     fault = proxy.add(Fault("reset", at=0, match=is_archive_get))
-    started = time.monotonic()
-    proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url,
-                   *_archive_command(command, archive, dst, tmp_path), check=False)
-    took = time.monotonic() - started
-    stderr = proc.stderr.decode(errors="replace")
+    proc, took, stderr = _run_through(proxy, cli_env, *_archive_command(command, archive, dst, tmp_path))
     print(f"\n{command}: exit {proc.returncode} in {took:.1f} s: {stderr.strip()[-400:]}")
     assert fault.injected >= 3
     assert "Traceback" not in stderr, stderr
@@ -332,12 +323,9 @@ def test_a_reset_inside_a_segments_records_during_assembly_is_resumed(s3, bucket
     seed(s3, src, objects)
     gets = proxy.add(Fault("status", rate=0.0, match=is_segment_records_get))  # counts them
     fault = proxy.add(Fault("reset", count=1, match=is_segment_records_get))
-    started = time.monotonic()
-    proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, "archive", f"s3://{src}/day/",
-                   f"s3://{dst}/a/", "--storage-class", "STANDARD", "--segments", "3", "--processes", "2",
-                   "--segment-min-objects", "1", "--quiet", check=False)
-    took = time.monotonic() - started
-    stderr = proc.stderr.decode(errors="replace")
+    proc, took, stderr = _run_through(proxy, cli_env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/",
+                                      "--storage-class", "STANDARD", "--segments", "3", "--processes", "2",
+                                      "--segment-min-objects", "1", "--quiet")
     print(f"\nassembly: exit {proc.returncode} in {took:.1f} s, {gets.seen} records GETs: {stderr.strip()[-300:]}")
     assert fault.injected == 1 and gets.seen >= 4  # 3 segments' records, one read twice
     assert "Traceback" not in stderr, stderr
