@@ -17,11 +17,13 @@ from xml.etree import ElementTree
 import pytest
 
 import s3arch.attributes
+import s3arch.connections
+import s3arch.fetching
 from faultproxy import Fault, FaultProxy, is_get
 from helpers import engine_clients, keys_in, open_uploads, read_archive, seed
 from s3arch.archive import archive_prefix
 from s3arch.config import ArchiveSpec, S3Url
-from s3arch.errors import AccessDenied, ArchiverError, SourceChanged
+from s3arch.errors import AccessDenied, ArchiverError, SourceChanged, TransientError
 from s3arch.manifest import iter_manifest, layout_for
 
 
@@ -182,3 +184,120 @@ def test_a_tagging_body_that_does_not_parse_fails_the_run_instead_of_hanging_it(
     assert not worker.is_alive(), "the run hung on a parse error raised on CRT's thread"
     assert isinstance(outcome[0], ElementTree.ParseError), outcome
     _assert_nothing_left(s3, dst)
+
+
+# -- the checksum follow-up: an object fetched in ranges gets its checksum from a HEAD ----------
+
+RANGED = 256 << 10  # the ranged-GET threshold these tests set (large_object_chunk): above it, ranged GETs
+
+
+def is_checksum_head(r) -> bool:
+    """The fetcher's HeadObject for the checksum a ranged GET lacks (it asks for the checksum)."""
+    return r.method == "HEAD" and "x-amz-checksum-mode" in r.headers
+
+
+def _checksum_heads(src: str, key: str = "day/"):
+    return lambda r: is_checksum_head(r) and r.key.startswith(f"{src}/{key}")
+
+
+def _ranged_day(s3, src: str, count: int = 6) -> dict[str, bytes]:
+    """``count`` objects just above the ranged threshold (two ranged GETs each), each with
+    its own SHA256 checksum, which S3 returns on a HEAD but not on a ranged GET."""
+    rng = random.Random(30)
+    objects = {f"day/{i:03d}.bin": rng.randbytes(RANGED + 4096 + i) for i in range(count)}
+    for key, body in objects.items():
+        s3.put_object(Bucket=src, Key=key, Body=body, ChecksumAlgorithm="SHA256")
+    return objects
+
+
+def _ranged(src: str, dst: str, **kw) -> ArchiveSpec:
+    return _spec(src, dst, large_object_chunk=RANGED, **kw)
+
+
+def _archived_checksums(clients, src: str, dst: str) -> dict[str, dict | None]:
+    layout = layout_for(S3Url(src, "day/"), S3Url(dst, "a/"))
+    return {r["key"]: r.get("checksum") for r in iter_manifest(clients.control, layout) if r.get("type") == "object"}
+
+
+def _source_checksums(s3, src: str, keys) -> dict[str, dict]:
+    """Each object's checksum as the source reports it (HeadObject with ChecksumMode=ENABLED)."""
+    out = {}
+    for key in keys:
+        head = s3.head_object(Bucket=src, Key=key, ChecksumMode="ENABLED")
+        out[key] = {"algorithm": "SHA256", "value": head["ChecksumSHA256"],
+                    **({"type": head["ChecksumType"]} if "ChecksumType" in head else {})}
+    return out
+
+
+def _assert_archived_with_checksums(s3, minio, src: str, dst: str, result, objects: dict[str, bytes]) -> None:
+    assert result.status == "archived" and result.objects == len(objects)
+    assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == objects
+    assert _archived_checksums(engine_clients(minio), src, dst) == _source_checksums(s3, src, objects)
+
+
+def test_stalled_checksum_reads_are_cancelled_and_retried_and_the_prefix_archives(s3, buckets, minio, proxy,
+                                                                                   reliability):
+    """6 objects just above the ranged threshold: their ranged GETs carry no checksum, so each
+    is followed by a HeadObject for it. 2 of those 6 HEADs never answer: the watchdog that
+    cancels stalled GETs cancels them too, they are sent again, and the day archives with
+    every object's checksum, as the source reports it."""
+    src, dst = buckets
+    objects = _ranged_day(s3, src)
+    fault = proxy.add(Fault("stall", seconds=90, count=2, match=_checksum_heads(src)))
+    clients = engine_clients(minio, proxy.endpoint_url)
+    started = time.monotonic()
+    result = archive_prefix(_ranged(src, dst, stall_timeout=2.0), clients)
+    took = time.monotonic() - started
+    assert fault.injected == 2 and took < 15, took
+    assert fault.seen == len(objects) + 2  # one HEAD per object, and the two stalled ones again
+    _assert_archived_with_checksums(s3, minio, src, dst, result, objects)
+    reliability.record("2 of 6 checksum HEADs (objects fetched in ranges) stall (never answer)", "stall timeout 2 s",
+                       f"cancelled and retried; archived with every checksum in {took:.0f} s")
+
+
+@pytest.mark.parametrize("kind, status, count, says", [
+    # More than the data plane's own 5 retries of one request: the fetcher sends it again.
+    ("status", 500, 8, "answered 500 InternalError 8 times in a row"),
+    # A HEAD's answer has no body, so no error code: a bare 503 is throttling, waited out.
+    ("status", 503, 3, "answered 503 (SlowDown) 3 times in a row"),
+    ("drop", None, 8, "reset before any answer 8 times in a row"),
+], ids=["500", "503", "reset"])
+def test_a_checksum_read_that_fails_a_few_times_is_sent_again_and_the_prefix_archives(
+        s3, buckets, minio, proxy, reliability, kind, status, count, says):
+    """One object's checksum HEAD fails ``count`` times in a row, more than the data plane
+    retries on its own: the fetcher sends it again with the GETs' backoff, and the day
+    archives with every checksum."""
+    src, dst = buckets
+    objects = _ranged_day(s3, src)
+    fault = proxy.add(Fault(kind, status=status or 503, count=count, match=_checksum_heads(src, "day/002.bin")))
+    clients = engine_clients(minio, proxy.endpoint_url)
+    started = time.monotonic()
+    result = archive_prefix(_ranged(src, dst), clients)
+    took = time.monotonic() - started
+    assert fault.injected == count and took < 15, took
+    _assert_archived_with_checksums(s3, minio, src, dst, result, objects)
+    reliability.record(f"one object's checksum HEAD {says}", f"{fault.injected} failures",
+                       f"sent again with the GETs' backoff; archived with every checksum in {took:.0f} s")
+
+
+def test_a_checksum_read_failing_past_the_retries_fails_the_run_as_retryable_naming_the_key(
+        s3, buckets, minio, proxy, reliability):
+    """One object's checksum HEAD answers 500 every time: after the data plane's retries and
+    the fetcher's, the run ends with the retryable error (exit 3, try again) naming the HEAD
+    and the key, commits nothing and leaves no upload open."""
+    src, dst = buckets
+    _ranged_day(s3, src)
+    failing = "day/003.bin"
+    fault = proxy.add(Fault("status", status=500, match=_checksum_heads(src, failing)))
+    clients = engine_clients(minio, proxy.endpoint_url)
+    started = time.monotonic()
+    with pytest.raises(ArchiverError) as caught:
+        archive_prefix(_ranged(src, dst), clients)
+    took = time.monotonic() - started
+    error, message = caught.value, str(caught.value)
+    assert type(error) is TransientError and error.exit_code == 3, (type(error).__name__, message)
+    assert f"HeadObject s3://{src}/{failing}" in message and "500" in message, message
+    assert fault.injected == s3arch.fetching._ATTEMPTS * (s3arch.connections.RETRIES + 1), fault.injected
+    _assert_nothing_left(s3, dst)
+    reliability.record("one object's checksum HEAD answers 500 every time", f"{fault.injected} answers",
+                       f"exit 3 naming the HEAD and the key after {took:.0f} s; nothing committed, no upload open")
