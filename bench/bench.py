@@ -42,7 +42,7 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 TARGETS = {  # ratio = our wall time / the reference's (median of the alternating pairs)
     "small": {"ratio": 0.9, "cpu_ms_per_object": 0.40},
     "medium": {"ratio": 0.5},
-    "large": {"ratio": 0.35, "size_vs_ref": 1.15, "ratio_vs_rclone": 0.5},
+    "large": {"ratio": 0.35, "size_vs_ref": 1.15, "ratio_vs_rclone": 0.6},  # issue 33 (round 4)
 }
 DEFAULT_BUDGET_MIB = 256
 LATENCY_MS, LATENCY_JITTER_MS = 40, 10
@@ -272,8 +272,8 @@ def check_targets(results: dict, extra: dict) -> list[str]:
                      f"{fmt(lat['vs_s5cmd'])} (target >= 1.0)")
     if "segments" in extra:
         for name, row in extra["segments"].items():
-            lines.append(f"{verdict(row['cpu_growth'] <= 1.1)}  segments {name}: client CPU per object "
-                         f"{row['cpu_growth']:.2f}x with 2 segments (target <= 1.10)")
+            lines.append(f"{verdict(row['cpu_growth'] <= 1.15)}  segments {name}: client CPU per object "
+                         f"{row['cpu_growth']:.2f}x with 2 segments (target <= 1.15)")
         if {"small", "many"} <= extra["segments"].keys():
             small, many = (extra["segments"][n]["phases_s"]["assemble_archive_s"]["median"] for n in ("small", "many"))
             lines.append(f"{verdict(many <= 2 * small + 0.2)}  segments archive assembly {small:.2f}s at 20,000 "
