@@ -73,6 +73,20 @@ def airflow_with_log_job(minio, home: Path, job_name: str, **job_overrides):
     return prepare_airflow(home, minio, jobs), s3, src, dst
 
 
+def use_airflow_home(mp, env: dict[str, str]) -> None:
+    """Point this test process's Airflow at a prepared home (``env``: its AIRFLOW_* settings),
+    through ``mp`` (a MonkeyPatch). Airflow fixes its metadata DB when it is first imported:
+    if an earlier module imported it (an import of s3arch_airflow is enough, even with no home
+    set, which means the default ~/airflow with no tables), its settings and ORM are pointed
+    here again. Without this the first module to import Airflow picks every later one's DB."""
+    for name, value in env.items():
+        mp.setenv(name, value)
+    settings = sys.modules.get("airflow.settings")
+    if settings is not None:
+        settings.configure_vars()
+        settings.reconfigure_orm()
+
+
 def put_exact_key(server, bucket: str, key: str, body: bytes) -> None:
     """PUT under exactly ``key``, even with ``.``/``..`` segments that boto3 would normalise
     away: the path is percent-encoded by the engine's own quote_key, then SigV4-signed."""

@@ -15,7 +15,7 @@ from datetime import date, datetime, timedelta, timezone
 import pytest
 
 from devtools.sample_data import seed_day
-from helpers import LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job, keys_in, read_archive
+from helpers import LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job, keys_in, read_archive, use_airflow_home
 
 DAG_ID = "s3_archive__logs"
 
@@ -25,8 +25,7 @@ def af(minio, tmp_path_factory):
     """A local Airflow home whose one job archives src/logs/YYYY/MM/DD/ into dst/archive/."""
     airflow, s3, src, dst = airflow_with_log_job(minio, tmp_path_factory.mktemp("airflow-home"), "logs")
     with pytest.MonkeyPatch.context() as mp:
-        for name, value in airflow.env.items():
-            mp.setenv(name, value)
+        use_airflow_home(mp, airflow.env)
         airflow.s3, airflow.src, airflow.dst, airflow.seeded = s3, src, dst, {}
         yield airflow
 

@@ -16,7 +16,7 @@ from datetime import date, datetime, timezone
 import pytest
 
 from devtools.sample_data import seed_day
-from helpers import LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job
+from helpers import LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job, use_airflow_home
 
 DAY = date(2026, 7, 1)
 
@@ -37,8 +37,7 @@ def af(minio, tmp_path_factory):
     write_jobs_file(home / "jobs.yaml", {"proc": jobs["proc"], "proc2": asking})
     seed_day(s3, src, TEMPLATE, DAY, files_per_hour=2, lines_per_file=20)
     with pytest.MonkeyPatch.context() as mp:
-        for name, value in airflow.env.items():
-            mp.setenv(name, value)
+        use_airflow_home(mp, airflow.env)
         airflow.s3, airflow.src, airflow.dst = s3, src, dst
         yield airflow
 

@@ -10,7 +10,8 @@ from datetime import date, datetime, timezone
 import pytest
 
 from devtools.sample_data import seed_day
-from helpers import LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job, keys_in, open_uploads, read_archive
+from helpers import (LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job, keys_in, open_uploads, read_archive,
+                     use_airflow_home)
 
 DAG_ID = "s3_archive__seg"
 LARGE, SMALL = date(2026, 8, 1), date(2026, 8, 2)
@@ -23,8 +24,7 @@ def af(minio, tmp_path_factory):
     airflow, s3, src, dst = airflow_with_log_job(minio, tmp_path_factory.mktemp("airflow-seg"), "seg",
                                                  segments=3, segment_min_objects=30, memory_budget="256MiB")
     with pytest.MonkeyPatch.context() as mp:
-        for name, value in airflow.env.items():
-            mp.setenv(name, value)
+        use_airflow_home(mp, airflow.env)
         airflow.s3, airflow.src, airflow.dst = s3, src, dst
         yield airflow
 

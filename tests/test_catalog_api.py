@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from devtools.sample_data import seed_day
-from helpers import LOG_TEMPLATE, airflow_with_log_job
+from helpers import LOG_TEMPLATE, airflow_with_log_job, use_airflow_home
 from s3arch_airflow.catalog_page import PAGE
 
 JOB = "cat"
@@ -30,8 +30,7 @@ def api(minio, tmp_path_factory):
     airflow.env.update(env)
     seed_day(s3, src, LOG_TEMPLATE, date(2026, 3, 2), files_per_hour=1, lines_per_file=5)
     with pytest.MonkeyPatch.context() as mp:
-        for name, value in env.items():
-            mp.setenv(name, value)
+        use_airflow_home(mp, env)
         from fastapi.testclient import TestClient
 
         from airflow.api_fastapi.app import create_app

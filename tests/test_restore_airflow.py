@@ -11,7 +11,7 @@ import pytest
 
 from devtools.sample_data import seed_day
 from faultproxy import Fault, FaultProxy
-from helpers import LOG_TEMPLATE, ROOT, airflow_with_log_job, keys_in, run_json
+from helpers import LOG_TEMPLATE, ROOT, airflow_with_log_job, keys_in, run_json, use_airflow_home
 
 DAG_ID = "s3_restore__oncall"
 
@@ -66,8 +66,7 @@ def glacier_airflow(moto_server, tmp_path_factory):
     airflow, s3, src, dst = airflow_with_log_job(through_proxy, tmp_path_factory.mktemp("restore-home"), "oncall",
                                                  storage_class="GLACIER", poll_interval=0.5)
     with pytest.MonkeyPatch.context() as mp:
-        for name, value in airflow.env.items():
-            mp.setenv(name, value)
+        use_airflow_home(mp, airflow.env)
         mp.syspath_prepend(str(ROOT / "plugins"))  # as Airflow's plugins folder is for its processes
         yield airflow, proxy, s3, src, dst
     proxy.stop()
