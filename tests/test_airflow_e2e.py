@@ -238,10 +238,13 @@ def test_task_marked_failed_through_the_rest_api_cancels_cleanly(stack, reliabil
     started = time.monotonic()
     airflow.api("PATCH", f"dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/archive/0",
                 {"new_state": "failed"})
-    wait_for(lambda: not open_uploads(s3, dst), 90, "the killed task to abort its uploads", airflow)
+    stem = f"archive/{src}/{day:logs/%Y/%m/%d}."
+    # The cancelled run aborts its uploads, then releases its lease: wait for both to be gone.
+    wait_for(lambda: not open_uploads(s3, dst) and not keys_in(s3, dst, stem), 90,
+             "the killed task to abort its uploads and release its lease", airflow)
     took = time.monotonic() - started
     assert took < 120, "the uploads went away only when the held request ended"
-    assert not keys_in(s3, dst, f"archive/{src}/{day:logs/%Y/%m/%d}.")  # no archive, no manifest, no lease
+    assert not keys_in(s3, dst, stem)  # no archive, no manifest, no lease
     logs = "\n".join(p.read_text(errors="replace") for p in (airflow.home / "logs").rglob("*")
                      if p.is_file() and dag_id in str(p))
     assert "cancelling the archive" in logs
