@@ -179,6 +179,35 @@ def write_args(record: dict) -> dict:
     return args
 
 
+# boto3's PutObject arguments (``write_args``, ``put_checksum``, a condition) as the HTTP headers
+# botocore would send for them: what the plain PUT path (tasks/connections.py) sends.
+_ARG_HEADERS = {
+    "ContentType": "Content-Type",
+    "ContentEncoding": "Content-Encoding",
+    "ContentDisposition": "Content-Disposition",
+    "ContentLanguage": "Content-Language",
+    "CacheControl": "Cache-Control",
+    "Expires": "Expires",
+    "WebsiteRedirectLocation": "x-amz-website-redirect-location",
+    "Tagging": "x-amz-tagging",
+    "IfNoneMatch": "If-None-Match",
+}
+
+
+def put_headers(args: dict) -> list[tuple[str, str]]:
+    """PutObject ``args`` as request headers. An argument without a header here is a bug (a
+    KeyError), never dropped: the restored object would silently lack it."""
+    headers: list[tuple[str, str]] = []
+    for arg, value in args.items():
+        if arg == "Metadata":
+            headers.extend((_META + name, text) for name, text in value.items())
+        elif arg.startswith("Checksum"):
+            headers.append((f"x-amz-checksum-{arg[len('Checksum'):].lower()}", value))
+        else:
+            headers.append((_ARG_HEADERS[arg], value))
+    return headers
+
+
 def put_checksum(record: dict) -> tuple[str, str] | None:
     """(argument, value) for the object's own checksum on a single PUT, if S3 can check it
     there: a full-object checksum. A composite one (``...-N``) depends on the parts it was

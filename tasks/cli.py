@@ -336,7 +336,7 @@ def _extract(args, clients, layout) -> int:
     keys = args.keys
     if args.from_file:
         keys = [line for line in args.from_file.read_text().splitlines() if line]
-    result = extract_archive(clients.control, layout,
+    result = extract_archive(clients, layout,
                              to_s3=S3Url.parse(args.to) if args.to else None, to_dir=args.to_dir,
                              selection=Selection.of(keys, args.glob), original_keys=args.original_keys,
                              overwrite=args.overwrite, memory_budget=parse_size(args.memory_budget),

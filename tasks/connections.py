@@ -21,6 +21,7 @@ bytes away.
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import threading
@@ -30,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import THROTTLE_CODES, ArchiverError, BadArgument, error_for, tls_failure
+from .errors import THROTTLE_CODES, ArchiverError, BadArgument, Subject, error_for, tls_failure
 from .dataplane import BucketRoute, SourceRequests, parse_error_body
 
 RETRIES = 5  # as many as the CRT S3 client made on its own
@@ -212,13 +213,14 @@ class Call:
     """One request through the pool, retried here as the module says; ``cancel()`` ends it at
     once with a retryable error (the stall watchdog's and the stream's cancel)."""
 
-    __slots__ = ("_plane", "_build", "_what", "_on_headers", "_on_body", "_on_done", "_attempt",
+    __slots__ = ("_plane", "_build", "_what", "_subject", "_on_headers", "_on_body", "_on_done", "_attempt",
                  "_connection", "_status", "_error_body", "_held", "_delivered", "_cancelled", "_finished", "_lock")
 
-    def __init__(self, plane, build, what, on_headers, on_body, on_done):
+    def __init__(self, plane, build, what, on_headers, on_body, on_done, subject: Subject = "source"):
         self._plane = plane
         self._build = build
         self._what = what
+        self._subject = subject
         self._on_headers = on_headers
         self._on_body = on_body
         self._on_done = on_done
@@ -248,12 +250,12 @@ class Call:
 
     def _cancelled_error(self) -> ArchiverError:
         return error_for("", None, "cancelled (no progress, or the stream stopped)", what=self._what,
-                         subject="source")
+                         subject=self._subject)
 
     def _signed(self, future) -> None:
         error = future.exception()
         if error is not None:
-            self._finish(error_for("", None, f"signing failed: {error}", what=self._what, subject="source"))
+            self._finish(error_for("", None, f"signing failed: {error}", what=self._what, subject=self._subject))
         elif not self._cancelled:
             self._plane.pool.acquire(lambda connection, error: self._connected(future.result(), connection, error))
 
@@ -324,7 +326,7 @@ class Call:
         code, message = parse_error_body(b"".join(self._error_body))
         if status >= 500 and code not in THROTTLE_CODES and (code or status != 503) and self._retry():
             return
-        self._finish(error_for(code, status, message or f"HTTP {status}", what=self._what, subject="source"))
+        self._finish(error_for(code, status, message or f"HTTP {status}", what=self._what, subject=self._subject))
 
     def _failed(self, error: BaseException) -> None:
         """A connection that could not be opened, or broke before the answer was complete."""
@@ -336,7 +338,7 @@ class Call:
         if untrusted is not None:
             self._finish(untrusted)
         elif self._delivered or not self._retry():  # bytes handed on: only the fetcher can drop them
-            self._finish(error_for("", None, f"{name}: {error}", what=self._what, subject="source"))
+            self._finish(error_for("", None, f"{name}: {error}", what=self._what, subject=self._subject))
 
     def _retry(self) -> bool:
         if self._cancelled or self._attempt >= RETRIES:
@@ -360,7 +362,8 @@ class Call:
 
 
 class PlainDataPlane(SourceRequests):
-    """The source requests of one bucket on a ``ConnectionPool``, signed by ``signer``."""
+    """The data plane's requests of one bucket on a ``ConnectionPool``, signed by ``signer``:
+    the source GETs, HEADs and tag reads, and the PUTs of small objects an extract writes."""
 
     def __init__(self, pool: ConnectionPool, signer: Signer, route: BucketRoute, expected_owner: str | None = None):
         from awscrt import http
@@ -371,15 +374,27 @@ class PlainDataPlane(SourceRequests):
         self.route = route
         self._owner = [("x-amz-expected-bucket-owner", expected_owner)] if expected_owner else []
 
+    def put(self, key: str, body: bytes, headers: list[tuple[str, str]],
+            on_done: Callable[[ArchiverError | None], None]) -> Call:
+        """PutObject of ``body`` (whole, in one request) with ``headers`` (its attributes, its
+        checksum, a condition); ``on_done`` receives None or the typed error, whose ``status``
+        says a 412. Connection faults and 5xx are sent again here, as for a GET; throttling and
+        a 400 for a cut body are the caller's, which knows how long it may wait."""
+        return self._send("PUT", "PutObject", key, "", headers, on_done, body=body, subject="object")
+
     def _send(self, method: str, operation: str, key: str, query: str, headers: list[tuple[str, str]],
-              on_done: Callable[[ArchiverError | None], None], *, on_body=None, on_headers=None) -> Call:
+              on_done: Callable[[ArchiverError | None], None], *, on_body=None, on_headers=None,
+              body: bytes | None = None, subject: Subject = "source") -> Call:
         http = self._http
         path = self._path(key, query)
         headers = [("Host", self.route.host)] + self._owner + headers
+        if body is not None:
+            headers.append(("Content-Length", str(len(body))))
 
-        def build():  # each attempt is signed anew: the signer adds its headers to the request
-            return http.HttpRequest(method, path, http.HttpHeaders(headers))
+        def build():  # each attempt is signed anew (the signer adds its headers), its body read from the start
+            return http.HttpRequest(method, path, http.HttpHeaders(headers),
+                                    io.BytesIO(body) if body is not None else None)
 
-        call = Call(self, build, self._what(operation, key), on_headers, on_body, on_done)
+        call = Call(self, build, self._what(operation, key), on_headers, on_body, on_done, subject)
         call.start()
         return call

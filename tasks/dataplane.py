@@ -84,7 +84,8 @@ class SourceRequests:
         return f"{self.route.path_prefix}/{quote_key(key)}{query}"
 
     def _what(self, operation: str, key: str) -> str:
-        return f"{'GET' if operation == 'GetObject' else operation} s3://{self.route.bucket}/{key}"
+        verb = {"GetObject": "GET", "PutObject": "write"}.get(operation, operation)
+        return f"{verb} s3://{self.route.bucket}/{key}"
 
     def _send(self, method: str, operation: str, key: str, query: str, headers: list[tuple[str, str]],
               on_done: Callable[[ArchiverError | None], None], *, on_body=None, on_headers=None):

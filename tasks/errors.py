@@ -15,6 +15,7 @@ from typing import Literal
 
 class ArchiverError(Exception):
     retryable = False
+    status: int | None = None  # the HTTP status of the S3 answer it came from (``error_for``), if any
 
     def __init__(self, message: str, *, hint: str | None = None):
         self.message, self.hint = message, hint  # apart, so a segment worker can send both across
@@ -286,7 +287,14 @@ _BY_STATUS: dict[tuple[int, str], tuple[type[ArchiverError], str, str | None]] =
 
 def error_for(code: str, status: int | None, message: str, *, what: str,
               subject: Subject = "object") -> ArchiverError:
-    """Turn an S3 answer (error code and/or HTTP status) into the engine's typed error."""
+    """Turn an S3 answer (error code and/or HTTP status) into the engine's typed error, which
+    carries the answer's ``status``."""
+    error = _classify(code, status, message, what, subject)
+    error.status = status
+    return error
+
+
+def _classify(code: str, status: int | None, message: str, what: str, subject: Subject) -> ArchiverError:
     code = code or ""
     entry = None
     if code in THROTTLE_CODES or (not code and status in (429, 503)):
@@ -378,7 +386,9 @@ def translate(exc: BaseException, what: str, subject: Subject = "object") -> Arc
 
 
 def status_of(exc: BaseException) -> int | None:
-    """The HTTP status of a botocore ClientError, else None."""
+    """The HTTP status of a botocore ClientError or of a typed error made from an answer, else None."""
+    if isinstance(exc, ArchiverError):
+        return exc.status
     response = getattr(exc, "response", None) or {}
     return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
 

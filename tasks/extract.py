@@ -32,7 +32,7 @@ import os
 import random
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,9 +40,10 @@ from typing import Iterable, Iterator
 
 from . import attributes
 from .config import MiB, S3Url
+from .coordinator import StreamCoordinator
 from .errors import (IO_ERRORS, ArchiverError, BadArgument, DestinationConflict, IntegrityError, LocalFileError,
-                     TransientError, status_of, translate)
-from .fetching import ByteBudget
+                     Throttled, TransientError, status_of, translate)
+from .fetching import ByteBudget, throttle_pause
 from .manifest import ArchiveLayout, find_records, iter_manifest
 from .reading import DECODE_CHUNK, _decompressor
 from .restore import require_readable
@@ -58,6 +59,7 @@ _RUN_RECORDS = 2_500      # records per GET: the run's record list (about 2.5 KB
 _SMALL_OBJECT = 8 * MiB   # up to this size an object is PUT in one request
 _EMPTY_SHA256 = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="  # base64 of SHA-256(b"")
 _RESENDS = 4              # a small object's PUT sent again after a 400 saying its body was cut
+_PUT_STALL_SECONDS = 120.0  # a PUT with no answer this long is cancelled and sent again (botocore's read timeout)
 SHA256_METADATA = "s3arch-sha256"
 
 
@@ -88,7 +90,7 @@ class Selection:
         return cls(tuple(dict.fromkeys(keys)) if keys is not None else None, glob)
 
 
-def extract_archive(control, layout: ArchiveLayout, *, to_s3: S3Url | None = None, to_dir: Path | None = None,
+def extract_archive(clients, layout: ArchiveLayout, *, to_s3: S3Url | None = None, to_dir: Path | None = None,
                     selection: Selection = Selection(), original_keys: bool = False, overwrite: bool = False,
                     memory_budget: int = 256 * MiB, metadata_file: Path | None = None) -> ExtractResult:
     """``metadata_file``: with ``to_dir``, where to write each extracted object's attributes
@@ -98,6 +100,7 @@ def extract_archive(control, layout: ArchiveLayout, *, to_s3: S3Url | None = Non
     if metadata_file is not None and to_dir is None:
         raise BadArgument("--metadata-file goes with --to-dir",
                           hint="extracting to S3 sets each object's metadata and tags on the object itself")
+    control = clients.control
     header, records = _select(control, layout, selection)
     archive_key = header["archive"]["key"]
     require_readable(control, layout.bucket, archive_key)
@@ -105,7 +108,7 @@ def extract_archive(control, layout: ArchiveLayout, *, to_s3: S3Url | None = Non
     result = ExtractResult(f"s3://{layout.bucket}/{archive_key}", "")
     writer: _S3Writer | _DirWriter
     if to_s3 is not None:
-        writer = _S3Writer(control, to_s3, prefix, original_keys, overwrite, memory_budget, result)
+        writer = _S3Writer(clients, to_s3, prefix, original_keys, overwrite, memory_budget, result)
     else:
         assert to_dir is not None  # the CLI and the restore operator give one of the two
         writer = _DirWriter(Path(to_dir), prefix, original_keys, overwrite, metadata_file)
@@ -249,16 +252,21 @@ def _relative(key: str, prefix: str, original_keys: bool) -> str:
 
 class _S3Writer:
     """Objects written back while the archive is read on. A small object's bytes are gathered
-    as the archive is decoded, in order, then PUT by one of ``inflight`` threads (as many as the
-    client has connections: one PUT at a time made a restore one round trip per object); the
-    bodies waiting or in flight hold at most a quarter of the memory budget. Large objects
-    stream through a multipart upload from the reading thread, as their parts already go in
-    parallel. The first write that fails stops the run: nothing more is queued, writes in
+    as the archive is decoded, in order, then PUT on the plain connections (tasks/connections.py:
+    awscrt's HTTP client and SigV4 signer; boto3's ``put_object`` cost about three times the
+    client CPU per object, issue 33), up to ``inflight`` at once straight from the reading thread;
+    the bodies waiting or in flight hold at most a quarter of the memory budget. The usual answer,
+    written, is counted where it arrives; any other (a 412 for a key that exists, throttling, a
+    cut body) is settled by one of a few threads, which may wait and look with a HEAD. Large
+    objects stream through a multipart upload from the reading thread, as their parts already go
+    in parallel. The first write that fails stops the run: nothing more is queued, writes in
     flight end (each PUT is whole or absent), and its error is raised with what was written."""
 
-    def __init__(self, control, target: S3Url, prefix: str, original_keys: bool, overwrite: bool,
+    def __init__(self, clients, target: S3Url, prefix: str, original_keys: bool, overwrite: bool,
                  memory_budget: int, result: ExtractResult):
-        self.control = control
+        from .throttling import install
+
+        self.control = clients.control
         self.bucket = target.bucket
         self.base = target.key if not target.key or target.key.endswith("/") else target.key + "/"
         self.prefix = prefix
@@ -268,15 +276,20 @@ class _S3Writer:
         self.conflicts: list[str] = []
         self.target = f"s3://{self.bucket}/{self.base}"
         self.result = result
-        inflight = max(1, control.meta.config.max_pool_connections)
-        self._pool = ThreadPoolExecutor(inflight, thread_name_prefix="s3arch-extract-put")
-        # Queued beyond the threads: one more round, so a thread that finishes finds its next
-        # body ready instead of waiting for the reader.
+        inflight = max(1, self.control.meta.config.max_pool_connections)
+        self._plane = clients.writes_for(self.bucket, self.base, inflight)
+        self._throttle_budget = install(self.control).budget  # the run's --throttle-budget
+        self._settling = ThreadPoolExecutor(4, thread_name_prefix="s3arch-extract-put")
+        # Queued beyond the connections: one more round, so a connection that finishes finds
+        # its next body ready instead of waiting for the reader.
         self._slots = threading.Semaphore(2 * inflight)
         self._bodies = ByteBudget(max(_SMALL_OBJECT, memory_budget // 4))
-        self._stop = threading.Event()
-        self._failure: BaseException | None = None
+        # Its first exception stops the writes; its watchdog cancels a PUT with no answer.
+        self._stream = StreamCoordinator(f"the extract to {self.target}", stall_timeout=_PUT_STALL_SECONDS)
+        self._stream.start_watchdog()
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
+        self._pending = 0  # PUTs queued or in flight, until their outcome is counted
         self._conditional: bool | None = None  # does the target refuse a PUT If-None-Match: * over a key?
 
     def key_of(self, record: dict) -> str:
@@ -301,34 +314,52 @@ class _S3Writer:
                                f"check s3://{self.bucket}/{key}", control=self.control, bucket=self.bucket, key=key)
 
     def put_later(self, key: str, record: dict, body: bytes) -> None:
-        """Queue ``body`` (checked against the manifest) to be written at ``key``; blocks while
-        the queue or the byte budget is full."""
+        """Write ``body`` (checked against the manifest) at ``key`` in the background; blocks
+        while the queue or the byte budget is full."""
         if self._conditional is None:  # before the first write: none may replace what it must not
             self._conditional = _honours_if_none_match(self.control, self.bucket, self.base)
         self._slots.acquire()
-        if self._stop.is_set() or not self._bodies.acquire(len(body), self._stop):
+        if self._stream.is_set() or not self._bodies.acquire(len(body), self._stream):
             self._slots.release()
             self._raise_failure()
-        future = self._pool.submit(self._put, key, record, body)
-        future.add_done_callback(lambda f: self._settled(f, record, len(body)))
+        with self._lock:
+            self._pending += 1
+        if self._conditional:  # one conditional PUT settles the usual case, a fresh key
+            self._put_once(key, record, body, True, lambda error: self._answered(key, record, body, error))
+        else:
+            self._settling.submit(self._settle, key, record, body, None)
 
-    def _put(self, key: str, record: dict, body: bytes) -> str:
-        """Write ``body`` unless an object with this content is already there; an object with
-        other content is replaced only with ``overwrite``. One conditional PUT settles the usual
-        case, a fresh key: a HEAD is made only when S3 says something is there."""
-        args = object_args(record)
-        name, value = attributes.put_checksum(record) or \
-            ("ChecksumSHA256", attributes.sha256_checksum(record["sha256"]))
-        what = f"write s3://{self.bucket}/{key}"
-        condition: dict = {"IfNoneMatch": "*"} if self._conditional else {}
+    def _answered(self, key: str, record: dict, body: bytes, error: ArchiverError | None) -> None:
+        """The first PUT's answer, on the connections' thread: counted if written, else settled
+        by a thread that may wait and look."""
+        if error is None:
+            self._done(record, len(body), "written")
+        else:
+            self._settling.submit(self._settle, key, record, body, error)
+
+    def _settle(self, key: str, record: dict, body: bytes, first: ArchiverError | None) -> None:
+        try:
+            outcome = self._put(key, record, body, first)
+        except BaseException as exc:  # noqa: BLE001 - recorded: the reading thread raises it
+            self._done(record, len(body), error=exc)
+        else:
+            self._done(record, len(body), outcome)
+
+    def _put(self, key: str, record: dict, body: bytes, first: ArchiverError | None) -> str:
+        """Write ``body`` unless an object with this content is already there (``first``: the
+        answer to a conditional PUT already sent); an object with other content is replaced only
+        with ``overwrite``. A HEAD is made only when S3 says something is there, or on a target
+        that ignores the condition."""
+        conditional = bool(self._conditional)
+        error = first
         for attempt in range(3):  # a key deleted between the 412 and the HEAD is tried again
-            if attempt or self._conditional:
-                try:
-                    self._send(what, Bucket=self.bucket, Key=key, Body=body, **args, **{name: value}, **condition)
+            if attempt or conditional:
+                error = self._send(key, record, body, conditional, error)
+                if error is None:
                     return "written"
-                except IO_ERRORS as exc:
-                    if not condition or status_of(exc) != 412:
-                        raise translate(exc, what) from exc
+                if not conditional or error.status != 412:
+                    raise error
+                error = None
             existing = self._existing(key)
             if existing is None:
                 continue
@@ -336,41 +367,83 @@ class _S3Writer:
                 return "same"
             if not self.overwrite:
                 return "conflict"
-            condition = {}
-        raise TransientError(f"{what}: the key was there at each conditional PUT and gone at each HEAD "
-                             "after it", hint="another writer is creating and deleting it: run again later")
+            conditional = False
+        raise TransientError(f"write s3://{self.bucket}/{key}: the key was there at each conditional PUT and gone "
+                             "at each HEAD after it", hint="another writer is creating and deleting it: run again later")
 
-    def _send(self, what: str, **put) -> None:
-        """PutObject, sent again (up to ``_RESENDS`` times, full-jitter backoff) when S3 says
-        the body did not arrive whole (400 IncompleteBody, RequestTimeout, BadDigest: a loaded
-        MinIO answered IncompleteBody to a few of many PUTs in flight), which botocore's
-        retries take as final. The body is in memory and a PUT replaces nothing it half wrote."""
-        for attempt in range(_RESENDS + 1):
-            try:
-                self.control.put_object(**put)
-                return
-            except IO_ERRORS as exc:
-                if attempt == _RESENDS or status_of(exc) != 400 or not isinstance(translate(exc, what), TransientError):
-                    raise
-            time.sleep(random.uniform(0, 0.25 * 2 ** attempt))
+    def _send(self, key: str, record: dict, body: bytes, conditional: bool,
+              first: ArchiverError | None = None) -> ArchiverError | None:
+        """The PUT's final answer: None (written) or its typed error; ``first`` is the answer of
+        one already sent. Sent again while S3 throttles, within the throttle budget at the
+        fetcher's backoff, and up to ``_RESENDS`` times (full jitter) after a fault the
+        connections do not resend themselves: a 400 saying the body did not arrive whole
+        (IncompleteBody, RequestTimeout, BadDigest: a loaded MinIO answered IncompleteBody to a
+        few of many PUTs in flight), and a PUT the watchdog cancelled. The body is in memory and
+        a PUT replaces nothing it half wrote."""
+        error = first if first is not None else self._wait(key, record, body, conditional)
+        throttled_since, throttles, resends = 0.0, 0, 0
+        while error is not None and not self._stream.is_set():
+            if isinstance(error, Throttled):
+                throttles += 1
+                throttled_since = throttled_since or time.monotonic()
+                pause = min(self._throttle_budget - (time.monotonic() - throttled_since), throttle_pause(throttles))
+                if pause <= 0:
+                    break
+            elif error.retryable and error.status in (None, 400) and resends < _RESENDS:
+                resends += 1
+                pause = random.uniform(0, 0.25 * 2 ** resends)
+            else:
+                break
+            if self._stream.wait(pause):
+                break
+            error = self._wait(key, record, body, conditional)
+        return error
 
-    def _settled(self, future: Future, record: dict, size: int) -> None:
+    def _wait(self, key: str, record: dict, body: bytes, conditional: bool) -> ArchiverError | None:
+        answered = threading.Event()
+        answer: list[ArchiverError | None] = []
+
+        def done(error: ArchiverError | None) -> None:
+            answer.append(error)
+            answered.set()
+
+        self._put_once(key, record, body, conditional, done)
+        answered.wait()
+        return answer[0]
+
+    def _put_once(self, key: str, record: dict, body: bytes, conditional: bool, on_done) -> None:
+        """One PutObject with the object's attributes and checksum (its own full-object one,
+        else our SHA-256, which S3 checks against the body), tracked for the watchdog."""
+        args = object_args(record)
+        name, value = attributes.put_checksum(record) or \
+            ("ChecksumSHA256", attributes.sha256_checksum(record["sha256"]))
+        args[name] = value
+        if conditional:
+            args["IfNoneMatch"] = "*"
+        request = self._stream.track(f"write s3://{self.bucket}/{key}")
+
+        def done(error: ArchiverError | None) -> None:
+            self._stream.untrack(request)
+            on_done(error)
+
+        call = self._plane.put(key, body, attributes.put_headers(args), done)
+        self._stream.cancellable(request, call.cancel)
+
+    def _done(self, record: dict, size: int, outcome: str | None = None, error: BaseException | None = None) -> None:
         self._bodies.release(size)
         self._slots.release()
-        if future.cancelled():
-            return
-        error = future.exception()
-        if error is None:
-            self.count(future.result(), record)
-            return
+        if error is not None:
+            self._stream.set_exception(error)
+        elif outcome is not None:
+            self.count(outcome, record)
         with self._lock:
-            if self._failure is None:
-                self._failure = error
-            self._stop.set()
+            self._pending -= 1
+            if not self._pending:
+                self._settled.notify_all()
 
     def count(self, outcome: str, record: dict) -> None:
         """An object's outcome in the result: written, the same already there, or a conflict."""
-        with self._lock:  # the writing threads count, and the reading thread (large objects)
+        with self._lock:  # the connections' thread and the settling ones count, and the reading thread (large objects)
             if outcome == "written":
                 self.result.objects += 1
                 self.result.bytes += record["size"]
@@ -380,8 +453,7 @@ class _S3Writer:
                 self.conflicts.append(f"s3://{self.bucket}/{self.key_of(record)}")
 
     def _raise_failure(self) -> None:
-        with self._lock:
-            error = self._failure
+        error = self._stream.exception
         if error is None:
             return
         if isinstance(error, ArchiverError):
@@ -393,11 +465,15 @@ class _S3Writer:
 
     def close(self, failing: bool = False) -> None:
         """Wait for the writes in flight. ``failing`` (an error or Ctrl-C in the reading
-        thread): the queued ones are dropped; each object is written whole or not at all, and
-        a re-run writes what is missing."""
+        thread): they are cancelled; each object is written whole or not at all, and a re-run
+        writes what is missing."""
         if failing:
-            self._stop.set()
-        self._pool.shutdown(wait=True, cancel_futures=failing)
+            self._stream.cancel("the extract stopped")
+        with self._lock:
+            while self._pending:
+                self._settled.wait()
+        self._settling.shutdown(wait=True)
+        self._stream.stop_watchdog()
         if not failing:
             self._raise_failure()
 

@@ -146,3 +146,37 @@ def test_a_target_that_ignores_if_none_match_gets_a_head_before_each_put(minio, 
     assert contents == {k[len(PREFIX):]: v for k, v in objects.items()} | {taken: b"someone else's bytes"}
     missing = [k for k in objects if not any(h.endswith("/back/" + k[len(PREFIX):]) for h in heads)]
     assert missing == [], (len(heads), heads[:3], missing[:3])
+
+
+def test_a_stalled_put_is_cancelled_and_sent_again_and_slowdown_is_waited_out(minio, s3, buckets, cli_env, monkeypatch):
+    """The PUTs go on plain connections (no botocore timeouts or retries around them): a PUT
+    with no answer is cancelled by the writer's watchdog and sent again, and SlowDown, which
+    the connections leave to the writer, is waited out within the throttle budget. Everything comes back byte for byte, and the stalled PUT did not hold the run."""
+    import s3arch.extract as extract
+    from helpers import engine_clients
+    from s3arch.config import S3Url
+    from s3arch.manifest import layout_for
+
+    src, dst = buckets
+    objects = _bodies(120)
+    objects[PREFIX + VICTIM] = b"the object every fault is aimed at\n" * 100
+    seed(s3, src, objects)
+    _archive(cli_env, src, dst)
+    monkeypatch.setattr(extract, "_PUT_STALL_SECONDS", 2.0)
+    proxy = FaultProxy(minio.endpoint_url)
+    try:
+        def victim_put(r):
+            return r.method == "PUT" and r.key.endswith(VICTIM)
+
+        stalled = proxy.add(Fault("stall", seconds=30, count=1, match=victim_put))
+        slowed = proxy.add(Fault("status", status=503, code="SlowDown", count=3, match=victim_put))
+        clients = engine_clients(minio, proxy.endpoint_url)
+        layout = layout_for(S3Url(src, PREFIX), S3Url(dst, "vault/"))
+        started = time.monotonic()
+        result = extract.extract_archive(clients, layout, to_s3=S3Url(dst, "stalled/"))
+        took = time.monotonic() - started
+    finally:
+        proxy.stop()
+    assert stalled.injected == 1 and slowed.injected == 3
+    assert result.objects == len(objects) and took < 25, (result, took)
+    assert _contents(s3, dst, "stalled/") == {k[len(PREFIX):]: v for k, v in objects.items()}

@@ -59,7 +59,7 @@ def tls_day(minio_tls):
     return env, str(ca_file), src, dst, objects
 
 
-def test_archive_verify_extract_over_https_with_aws_ca_bundle(tls_day, tmp_path):
+def test_archive_verify_extract_to_dir_and_to_s3_over_https_with_aws_ca_bundle(tls_day, tmp_path):
     env, ca_file, src, dst, objects = tls_day
     env = {**env, "AWS_CA_BUNDLE": ca_file}
     assert env["AWS_ENDPOINT_URL_S3"].startswith("https://")
@@ -71,6 +71,13 @@ def test_archive_verify_extract_over_https_with_aws_ca_bundle(tls_day, tmp_path)
     assert {str(p.relative_to(tmp_path / "out")): p.read_bytes()
             for p in (tmp_path / "out").rglob("*") if p.is_file()} == {k.removeprefix("day/"): v
                                                                        for k, v in objects.items()}
+    # Back to S3: the small objects' PUTs go over the plain connections' TLS, with the same bundle.
+    back = run_json(env, "extract", result["manifest"], "--to", f"s3://{dst}/back/")
+    assert back["objects"] == len(objects)
+    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"], verify=ca_file, region_name="us-east-1",
+                      aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+    assert {k: s3.get_object(Bucket=dst, Key=f"back/{k.removeprefix('day/')}")["Body"].read()
+            for k in objects} == objects
     print(f"archive, verify, extract over HTTPS: {time.monotonic() - started:.1f} s")
 
 

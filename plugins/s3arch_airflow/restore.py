@@ -131,7 +131,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
                 return row
         started = time.monotonic()
         result = self._guard(context, lambda: extract_archive(
-            clients.control, layout, to_s3=target, selection=Selection.of(keys, self.glob or None),
+            clients, layout, to_s3=target, selection=Selection.of(keys, self.glob or None),
             original_keys=True, overwrite=as_bool(self.overwrite),
             memory_budget=parse_size(self.memory_budget)))
         row = result_row(self.prefix, "restored", objects=result.objects, bytes_in=result.bytes,
