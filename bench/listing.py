@@ -21,26 +21,25 @@ import time
 PAGE_KEYS = 1000
 
 
-def minio_page() -> bytes:
-    """One ListObjectsV2 page of 1,000 keys named as in the ``small`` set, as MinIO answers it."""
+def minio_page(server) -> bytes:
+    """One ListObjectsV2 page of 1,000 keys named as in the ``small`` set, as ``server`` (the
+    pinned MinIO) answers it; the keys are written once."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from devtools.servers import start_minio, stop_process
-
-    server = start_minio()
+    s3 = server.client(max_pool_connections=32)
     try:
-        s3 = server.client(max_pool_connections=32)
-        s3.create_bucket(Bucket="page")
-        keys = [f"small/2026/11/21/{h:02d}/app-{i:05d}.log" for h in range(4) for i in range(PAGE_KEYS // 4)]
+        s3.create_bucket(Bucket="listing-page")
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    keys = [f"small/2026/11/21/{h:02d}/app-{i:05d}.log" for h in range(4) for i in range(PAGE_KEYS // 4)]
+    if s3.list_objects_v2(Bucket="listing-page", Prefix="small/").get("KeyCount", 0) < PAGE_KEYS:
         with ThreadPoolExecutor(32) as pool:
-            list(pool.map(lambda k: s3.put_object(Bucket="page", Key=k, Body=k.encode() * 20), keys))
-        bodies: list[bytes] = []
-        s3.meta.events.register("before-parse.s3.ListObjectsV2",
-                                lambda response_dict, **_: bodies.append(response_dict["body"]))
-        s3.list_objects_v2(Bucket="page", Prefix="small/", MaxKeys=PAGE_KEYS)
-        return bodies[0]
-    finally:
-        stop_process(server.process)
+            list(pool.map(lambda k: s3.put_object(Bucket="listing-page", Key=k, Body=k.encode() * 20), keys))
+    bodies: list[bytes] = []
+    s3.meta.events.register("before-parse.s3.ListObjectsV2",
+                            lambda response_dict, **_: bodies.append(response_dict["body"]))
+    s3.list_objects_v2(Bucket="listing-page", Prefix="small/", MaxKeys=PAGE_KEYS)
+    return bodies[0]
 
 
 def s3_page(minio: bytes) -> bytes:
@@ -69,50 +68,105 @@ def cpu_us_per_key(parse, body: bytes, repeat: int = 20) -> float:
     return 1e6 * (time.process_time() - started) / repeat / PAGE_KEYS
 
 
-def dry_run_against_s5cmd(keys: int, rounds: int) -> None:
+def parser_runs(server, rounds: int) -> dict:
+    """Our page parser against botocore's on a MinIO page and an S3 page, alternating: us of
+    CPU per key of each, and ours over botocore's per round."""
+    from bench.bench import spread
+    from s3arch.listed import parse_listing_page
+
+    minio = minio_page(server)
+    pages = {"MinIO page": minio, "S3 page": s3_page(minio)}
+    for name, body in pages.items():
+        listed, _ = parse_listing_page(body)
+        assert len(listed) == PAGE_KEYS and listed[0].etag.startswith('"'), f"{name}: not parsed by the fast path"
+    paths = {"ours": parse_listing_page, "botocore": botocore_parse()}
+    runs: dict[tuple[str, str], list[float]] = {(p, n): [] for p in pages for n in paths}
+    for _ in range(rounds):  # alternate, so that drift on a shared machine hits both
+        for page, body in pages.items():
+            for name, parse in paths.items():
+                runs[(page, name)].append(cpu_us_per_key(parse, body))
+    out = {}
+    for page in pages:
+        ours, theirs = runs[(page, "ours")], runs[(page, "botocore")]
+        out[page] = {"ours_us_per_key": spread([{"v": v} for v in ours], "v"),
+                     "botocore_us_per_key": spread([{"v": v} for v in theirs], "v"),
+                     "ours_vs_botocore": spread([{"v": o / t} for o, t in zip(ours, theirs)], "v")}
+        print(f"  {page}: ours {_spread(ours)} us/key, botocore {_spread(theirs)} us/key, "
+              f"ours/botocore {_spread([o / t for o, t in zip(ours, theirs)])}", flush=True)
+    return out
+
+
+def dry_run_against_s5cmd(server, keys: int, rounds: int) -> dict:
     """Wall time and client CPU of our dry run of a prefix of ``keys`` keys and of ``s5cmd ls``
-    of it, alternating; ours as a ratio to s5cmd's per round."""
+    of it, alternating, on ``server`` (the keys written once); ours over s5cmd's per round."""
     import os
     import shutil
     import subprocess
     import sys
     import tempfile
 
-    from bench.bench import S5CMD, measure
-    from devtools.servers import start_minio, stop_process
+    from bench.bench import S5CMD, measure, spread
 
-    server = start_minio()
-    staging = tempfile.mkdtemp(prefix="s3arch-listing-", dir="/dev/shm")
-    try:
-        s3 = server.client()
-        for bucket in ("src", "dst"):
+    s3 = server.client()
+    src, dst, prefix = "listing-src", "listing-dst", f"keys-{keys}/"
+    for bucket in (src, dst):
+        try:
             s3.create_bucket(Bucket=bucket)
-        for h in range(24):
-            os.mkdir(f"{staging}/{h:02d}")
-            for i in range(keys // 24 + (h < keys % 24)):
-                with open(f"{staging}/{h:02d}/app-{i:06d}.log", "wb") as f:
-                    f.write(b"x")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | server.env()
-        s5 = [str(S5CMD), "--endpoint-url", server.endpoint_url]
-        subprocess.run([*s5, "cp", f"{staging}/", "s3://src/keys/"], env=env, check=True, stdout=subprocess.DEVNULL)
-        ours_argv = [sys.executable, "-m", "s3arch", "archive", "s3://src/keys/", "s3://dst/out/", "--dry-run",
-                     "--json", "--quiet"]
-        runs: dict[str, list[dict]] = {"ours --dry-run": [], "s5cmd ls": []}
-        for _ in range(rounds):
-            ours = measure(ours_argv, env, server.pid)
-            summary = json.loads(ours["stdout"].strip().splitlines()[-1])
-            assert summary["objects"] == keys, f"the dry run counted {summary['objects']} of {keys} keys"
-            runs["ours --dry-run"].append(ours)
-            theirs = measure([*s5, "ls", "s3://src/keys/*"], env, server.pid)
-            assert theirs["stdout"].count("\n") == keys, "s5cmd ls did not list every key"
-            runs["s5cmd ls"].append(theirs)
-        for name, rs in runs.items():
-            print(f"{name} of {keys:,} keys: wall {_spread([r['wall_s'] for r in rs])} s, "
-                  f"client CPU {_spread([1e6 * r['cpu_s'] / keys for r in rs])} us/key")
-        print("ours/s5cmd wall " + _spread([o["wall_s"] / t["wall_s"] for o, t in zip(*runs.values())]))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        stop_process(server.process)
+        except s3.exceptions.BucketAlreadyOwnedByYou:
+            pass
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | server.env()
+    s5 = [str(S5CMD), "--endpoint-url", server.endpoint_url]
+    marker = f"seeded-{prefix}"
+    if not s3.list_objects_v2(Bucket=dst, Prefix=marker).get("KeyCount"):
+        staging = tempfile.mkdtemp(prefix="s3arch-listing-", dir="/dev/shm")
+        try:
+            for h in range(24):
+                os.mkdir(f"{staging}/{h:02d}")
+                for i in range(keys // 24 + (h < keys % 24)):
+                    with open(f"{staging}/{h:02d}/app-{i:06d}.log", "wb") as f:
+                        f.write(b"x")
+            subprocess.run([*s5, "cp", f"{staging}/", f"s3://{src}/{prefix}"], env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        s3.put_object(Bucket=dst, Key=marker, Body=b"")
+    ours_argv = [sys.executable, "-m", "s3arch", "archive", f"s3://{src}/{prefix}", f"s3://{dst}/out/", "--dry-run",
+                 "--json", "--quiet"]
+    runs: dict[str, list[dict]] = {"ours --dry-run": [], "s5cmd ls": []}
+    for _ in range(rounds):
+        ours = measure(ours_argv, env, server.pid)
+        summary = json.loads(ours.pop("stdout").strip().splitlines()[-1])
+        assert summary["objects"] == keys, f"the dry run counted {summary['objects']} of {keys} keys"
+        runs["ours --dry-run"].append(ours)
+        theirs = measure([*s5, "ls", f"s3://{src}/{prefix}*"], env, server.pid)
+        assert theirs.pop("stdout").count("\n") == keys, "s5cmd ls did not list every key"
+        runs["s5cmd ls"].append(theirs)
+    for name, rs in runs.items():
+        print(f"  {name} of {keys:,} keys: wall {_spread([r['wall_s'] for r in rs])} s, "
+              f"client CPU {_spread([1e6 * r['cpu_s'] / keys for r in rs])} us/key", flush=True)
+    return {"keys": keys, "runs": runs,
+            "cpu_us_per_key": {name: spread([{"v": 1e6 * r["cpu_s"] / keys} for r in rs], "v")
+                               for name, rs in runs.items()},
+            "ours_vs_s5cmd_wall": spread([{"v": o["wall_s"] / t["wall_s"]}
+                                          for o, t in zip(*runs.values())], "v")}
+
+
+def listing_line(server, repeat: int, keys: int = 60_000) -> dict:
+    """Issue 33 item 5 on the bench's server: the parser's CPU per key (reported) and the
+    dry run of ``keys`` keys against ``s5cmd ls`` (target: no slower)."""
+    from bench.bench import fmt, verdict
+
+    line = {"parser": parser_runs(server, 3 * repeat), "dry_run": dry_run_against_s5cmd(server, keys, repeat)}
+    dry = line["dry_run"]
+    minio = line["parser"]["MinIO page"]
+    line["verdicts"] = [
+        f"{verdict(dry['ours_vs_s5cmd_wall']['median'] <= 1.0)}  listing `archive --dry-run` / `s5cmd ls` wall time "
+        f"of {keys:,} keys {fmt(dry['ours_vs_s5cmd_wall'])} (target <= 1.0; client CPU "
+        f"{dry['cpu_us_per_key']['ours --dry-run']['median']:.1f} vs {dry['cpu_us_per_key']['s5cmd ls']['median']:.1f} "
+        "us/key, ours with the interpreter's start and the bounded GET sample)",
+        f"info  listing page parser {fmt(minio['ours_us_per_key'])} us/key on a MinIO page, "
+        f"{fmt(minio['ours_vs_botocore'])} of botocore's parse"]
+    return line
 
 
 def _spread(values: list[float]) -> str:
@@ -120,30 +174,19 @@ def _spread(values: list[float]) -> str:
 
 
 def main(argv=None) -> int:
-    from s3arch.listed import parse_listing_page
+    from devtools.servers import start_minio
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--dry-run-keys", type=int, default=0, help="also a dry run of this many keys against s5cmd ls")
     args = parser.parse_args(argv)
-    minio = minio_page()
-    pages = {"MinIO page": minio, "S3 page": s3_page(minio)}
-    for name, body in pages.items():
-        listed, _ = parse_listing_page(body)
-        assert len(listed) == PAGE_KEYS and listed[0].etag.startswith('"'), f"{name}: not parsed by the fast path"
-    paths = {"ours": parse_listing_page, "botocore": botocore_parse()}
-    runs: dict[tuple[str, str], list[float]] = {(p, n): [] for p in pages for n in paths}
-    for _ in range(args.rounds):  # alternate, so that drift on a shared machine hits both
-        for page, body in pages.items():
-            for name, parse in paths.items():
-                runs[(page, name)].append(cpu_us_per_key(parse, body))
-
-    for page in pages:
-        ours, theirs = runs[(page, "ours")], runs[(page, "botocore")]
-        print(f"{page}: ours {_spread(ours)} us/key, botocore {_spread(theirs)} us/key, "
-              f"ours/botocore {_spread([o / t for o, t in zip(ours, theirs)])}", flush=True)
-    if args.dry_run_keys:
-        dry_run_against_s5cmd(args.dry_run_keys, max(3, args.rounds // 3))
+    server = start_minio()
+    try:
+        parser_runs(server, args.rounds)
+        if args.dry_run_keys:
+            print("\n".join(listing_line(server, max(3, args.rounds // 3), args.dry_run_keys)["verdicts"]))
+    finally:
+        server.stop()
     return 0
 
 

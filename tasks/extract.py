@@ -59,6 +59,7 @@ _RUN_RECORDS = 2_500      # records per GET: the run's record list (about 2.5 KB
 _SMALL_OBJECT = 8 * MiB   # up to this size an object is PUT in one request
 _EMPTY_SHA256 = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="  # base64 of SHA-256(b"")
 _RESENDS = 4              # a small object's PUT sent again after a 400 saying its body was cut
+_PUTS_IN_FLIGHT = 64
 _PUT_STALL_SECONDS = 120.0  # a PUT with no answer this long is cancelled and sent again (botocore's read timeout)
 SHA256_METADATA = "s3arch-sha256"
 
@@ -276,7 +277,10 @@ class _S3Writer:
         self.conflicts: list[str] = []
         self.target = f"s3://{self.bucket}/{self.base}"
         self.result = result
-        inflight = max(1, self.control.meta.config.max_pool_connections)
+        # Through 40 ms of latency the 32 of boto3's pool capped a restore at ~700 objects/s;
+        # 64 reached ~840 and 128 no more, while costing the server more at no latency (issue
+        # 33 item 8, bench/README). The bodies stay within their byte budget whatever the count.
+        inflight = _PUTS_IN_FLIGHT
         self._plane = clients.writes_for(self.bucket, self.base, inflight)
         self._throttle_budget = install(self.control).budget  # the run's --throttle-budget
         self._settling = ThreadPoolExecutor(4, thread_name_prefix="s3arch-extract-put")
