@@ -441,11 +441,23 @@ def segments_line(names: list[str], server, env, repeat: int) -> dict:
                                                    "assemble_manifest_s")},
             "runs": {"one": one, "two": two}}
         row["cpu_growth"] = row["cpu_ms_per_object"]["two"] / row["cpu_ms_per_object"]["one"]
+        # Where the second process's CPU goes (issue 33 item 4): each worker reports its own by
+        # phase; the parent (its start, the plan, assembly and the manifest merge) is the rest.
+        split = {f"workers_{p}": statistics.median(r.get(f"workers_{p}_cpu_s", 0.0) for r in two)
+                 for p in ("startup", "clients", "segment")}
+        split["parent"] = statistics.median(r["cpu_s"] - sum(r.get(f"workers_{p}_cpu_s", 0.0)
+                                                            for p in ("startup", "clients", "segment")) for r in two)
+        split["one_process"] = statistics.median(r["cpu_s"] for r in one)
+        row["cpu_split_s"] = split
         line[name] = row
         print(f"segments ({name}): CPU {row['cpu_ms_per_object']['one']:.3f} -> {row['cpu_ms_per_object']['two']:.3f} "
               f"ms/object ({row['cpu_growth']:.2f}x), {row['objects_per_s']['one']:,.0f} -> "
               f"{row['objects_per_s']['two']:,.0f} obj/s, RSS {row['peak_rss_mib']['one']:.0f} -> "
               f"{row['peak_rss_mib']['two']:.0f} MiB", flush=True)
+        print(f"  CPU split of 2 segments: workers' interpreter and imports {split['workers_startup']:.2f}s, their "
+              f"clients {split['workers_clients']:.2f}s, their segments {split['workers_segment']:.2f}s; parent (start, "
+              f"plan, assembly, manifest merge) {split['parent']:.2f}s; one process in all {split['one_process']:.2f}s",
+              flush=True)
     return line
 
 

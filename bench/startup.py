@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from datetime import date
 from pathlib import Path
 
@@ -100,8 +101,10 @@ def fresh(env: dict, prefix: str, dest: str) -> dict:
     before = _cpu_of_children()
     wall, after, out = _timed([sys.executable, "-m", "s3arch", "archive", f"s3://{SOURCE}/{prefix}", dest,
                                "--storage-class", "STANDARD", "--json", "--quiet"], env)
-    objects = json.loads(out.decode().strip().splitlines()[-1])["objects"]
-    return {"wall_s": wall, "cpu_s": after - before, "objects": objects}
+    summary = json.loads(out.decode().strip().splitlines()[-1])
+    if summary["status"] != "archived":  # a skip of done work would time nothing
+        raise RuntimeError(f"the fresh run into {dest} was {summary['status']}, not archived")
+    return {"wall_s": wall, "cpu_s": after - before, "objects": summary["objects"]}
 
 
 def warm(env: dict, first: str, second: str, dest: str) -> dict:
@@ -131,7 +134,10 @@ def second_prefix_of_one_process(first: str, second: str, dest: str) -> None:
 
     def run(prefix: str) -> int:
         spec = ArchiveSpec(S3Url(SOURCE, prefix), S3Url.parse(dest), storage_class="STANDARD")
-        return archive_prefix(spec, clients).objects
+        result = archive_prefix(spec, clients)
+        if result.status != "archived":  # a skip of done work would time nothing
+            raise RuntimeError(f"the warm run of {prefix} into {dest} was {result.status}, not archived")
+        return result.objects
 
     run(first)
     cpu = resource.getrusage(resource.RUSAGE_SELF)
@@ -166,9 +172,10 @@ def startup_line(server, repeat: int, objects: int = 2000, latency: int = 40) ->
         env = _env(server, proxy.endpoint_url)
         results: dict[str, list[dict]] = {"fresh": [], "warm": [], "s5cmd": []}
         a, b = PREFIXES
+        invocation = uuid.uuid4().hex[:8]  # every run archives into a new place: a skip would time nothing
         for i in range(repeat):
-            for name, run in (("fresh", lambda: fresh(env, a, f"s3://{DEST}/fresh-{i}/")),
-                              ("warm", lambda: warm(env, a, b, f"s3://{DEST}/warm-{i}/")),
+            for name, run in (("fresh", lambda: fresh(env, a, f"s3://{DEST}/{invocation}/fresh-{i}/")),
+                              ("warm", lambda: warm(env, a, b, f"s3://{DEST}/{invocation}/warm-{i}/")),
                               ("s5cmd", lambda: s5cmd(env, proxy.endpoint_url, b))):
                 r = run()
                 results[name].append(r)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from .commit import ArchiveResult, CommitProtocol, cost_of
 from .cost import short_of_minimum
@@ -21,7 +22,7 @@ from .manifest import layout_for
 from .outcome import Outcome
 from .producers import OnThisMachine, PlannedAssembly
 from .progress import Progress
-from .retention import require_object_lock
+from .retention import has_default_retention, require_object_lock
 from .s3 import S3Clients, read_object
 from .tarwriter import member_size_bound
 
@@ -119,8 +120,14 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: threading.Event | No
         raise BadArgument(f"the destination s3://{layout.bucket}/{archive_key} lies inside the source "
                           f"prefix {spec.source}", hint="choose a destination outside the source prefix")
     _check_owner(spec, clients)
-    clients.check_buckets((spec.source.bucket, "source", spec.source.key),
-                          (layout.bucket, "destination", archive_key.rsplit("/", 1)[0] + "/"))
+    with ThreadPoolExecutor(1, thread_name_prefix="s3arch-retention") as pool:
+        # The lease's first PUT needs to know whether the destination locks new objects by
+        # default: asked beside the HeadBuckets, not after them, it is no round trip of its own
+        # in every run's fixed cost (bench/README.md, "Fixed cost").
+        retention = pool.submit(has_default_retention, clients.control, layout.bucket)
+        clients.check_buckets((spec.source.bucket, "source", spec.source.key),
+                              (layout.bucket, "destination", archive_key.rsplit("/", 1)[0] + "/"))
+        retention.result()
     if spec.write_options.locks:
         require_object_lock(clients.control, layout.bucket)
     return CommitProtocol(spec, clients, cancel)

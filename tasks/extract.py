@@ -260,8 +260,9 @@ class _S3Writer:
     written, is counted where it arrives; any other (a 412 for a key that exists, throttling, a
     cut body) is settled by one of a few threads, which may wait and look with a HEAD. Large
     objects stream through a multipart upload from the reading thread, as their parts already go
-    in parallel. The first write that fails stops the run: nothing more is queued, writes in
-    flight end (each PUT is whole or absent), and its error is raised with what was written."""
+    in parallel. The first write that fails stops the run: nothing more is queued, the writes in
+    flight are cancelled (each PUT is whole or absent), and its error is raised with what was
+    written."""
 
     def __init__(self, clients, target: S3Url, prefix: str, original_keys: bool, overwrite: bool,
                  memory_budget: int, result: ExtractResult):
@@ -437,7 +438,8 @@ class _S3Writer:
         self._bodies.release(size)
         self._slots.release()
         if error is not None:
-            self._stream.set_exception(error)
+            if self._stream.set_exception(error):  # the first failure: the writes in flight are not waited out
+                self._stream.cancel_requests()
         elif outcome is not None:
             self.count(outcome, record)
         with self._lock:

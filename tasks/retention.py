@@ -102,6 +102,8 @@ def has_default_retention(control, bucket: str) -> bool:
         except IO_ERRORS as exc:
             if status_of(exc) not in (400, 403, 404, 405, 501):
                 raise translate(exc, f"read the Object Lock configuration of s3://{bucket}", "bucket") from exc
+            if getattr(exc, "response", {}).get("Error", {}).get("Code") == "NoSuchBucket":
+                return False  # not remembered: asked beside the bucket's check, which fails the run
             config = {}
         cached = bool(config.get("ObjectLockEnabled") == "Enabled" and config.get("Rule", {}).get("DefaultRetention"))
         known[bucket] = cached

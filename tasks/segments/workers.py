@@ -53,7 +53,12 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
             # plan.json names it for the next run's cleanup: abort what is left, now.
             abort_records_uploads(control, layout, plan)
         streamed = assemble(spec, clients, layout, plan, abort)
-        streamed.timings["segments_s"] = sum(durations.values())  # with process start-up
+        streamed.timings["segments_s"] = sum(d["seconds"] for d in durations.values())  # with process start-up
+        # What the worker processes cost in CPU, by phase (issue 33 item 4): the interpreter and
+        # imports before the segment's code runs, its clients and bucket check, the segment.
+        for phase in ("startup", "clients", "segment"):
+            streamed.timings[f"workers_{phase}_cpu_s"] = round(sum(d["cpu"].get(phase, 0.0)
+                                                                   for d in durations.values()), 3)
         streamed.notes = notes
     except BaseException as exc:
         problem = PartUploader(control, layout.bucket, archive_key, upload_id=plan.upload_id).abort()
@@ -76,20 +81,20 @@ _EXPIRED_RESTARTS = 5  # of a segment whose credentials S3 called expired: not c
 
 
 def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
-                 processes: int, abort: threading.Event) -> dict[int, float]:
+                 processes: int, abort: threading.Event) -> dict[int, dict]:
     """Run every segment in a fresh interpreter (spawn: the CRT client and threads do not
     survive fork), at most ``processes`` at once. A segment that fails retryably or whose
     process dies is run again, alone, up to three times; the others are not repeated. Workers
     sign with the parent's credentials as they refresh (``credentials.CredentialServer``); a
     segment that still ends in ExpiredToken is run again without counting as a failure.
-    Returns each segment's seconds (its successful attempt)."""
+    Returns each segment's seconds and its process's CPU by phase (its successful attempt)."""
     context = multiprocessing.get_context("spawn")
     todo = list(range(plan.count))
     attempts = dict.fromkeys(todo, 0)
     expired = dict.fromkeys(todo, 0)
     server = CredentialServer(clients.session, context) if clients is not None else None
     running: dict[int, tuple] = {}
-    durations: dict[int, float] = {}
+    durations: dict[int, dict] = {}
     try:
         while todo or running:
             while todo and len(running) < processes:
@@ -116,7 +121,7 @@ def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, p
                     raise RuntimeError(f"segment {k + 1}/{plan.count} failed with a bug in its worker process "
                                        f"(not retried):\n{outcome['bug']}")
                 if outcome is not None and "error" not in outcome:
-                    durations[k] = time.monotonic() - began
+                    durations[k] = {"seconds": time.monotonic() - began, "cpu": outcome.get("cpu", {})}
                     continue
                 error = _error_of(outcome, k, plan, proc.exitcode)
                 if isinstance(error, CredentialsExpired) and expired[k] < _EXPIRED_RESTARTS:
@@ -178,6 +183,7 @@ def _connection_of(clients: S3Clients, server: CredentialServer | None) -> dict:
 
 
 def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, plan: dict, k: int, send) -> None:
+    started = time.process_time()  # the interpreter and the imports its arguments needed
     try:
         session = worker_session(connection["credentials"], connection["credentials_pipe"], connection["region"])
         clients = S3Clients.from_session(session, endpoint_url=connection["endpoint_url"],
@@ -185,7 +191,10 @@ def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, 
                                          throttle_budget=spec.throttle_budget,
                                          expected_owner=connection["expected_owner"])
         clients.check_bucket(spec.source.bucket, "source", spec.source.key)
-        send.send(produce_segment(spec, clients, layout, SegmentPlan.from_dict(plan), k))
+        ready = time.process_time()
+        result = produce_segment(spec, clients, layout, SegmentPlan.from_dict(plan), k)
+        send.send({**result, "cpu": {"startup": round(started, 3), "clients": round(ready - started, 3),
+                                     "segment": round(time.process_time() - ready, 3)}})
     except ArchiverError as exc:
         send.send(error_outcome(exc))
     except IO_ERRORS as exc:
