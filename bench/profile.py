@@ -39,7 +39,7 @@ STAGES = [
     ("hash (SHA-256 per object)", lambda m, f, src: "hasher" in src or "sha256" in src),
     ("compress", lambda m, f, src: m == "compression"),
     ("upload (parts, manifest, index PUTs)", lambda m, f, src: m == "upload"),
-    ("fetch (GETs and their callbacks)", lambda m, f, src: m == "fetching"),
+    ("fetch (GETs and their callbacks)", lambda m, f, src: m in ("fetching", "connections", "dataplane")),
     ("tar headers and member names", lambda m, f, src: m == "tarwriter"),
     ("listing (requests, page parsing)", lambda m, f, src: m == "listing"),
     ("manifest records", lambda m, f, src: m == "manifest" or f == "_record"),
