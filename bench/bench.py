@@ -631,18 +631,22 @@ LINES = {"latency": "day2k", "size": "medium", "segments": "small", "plan": "sma
 SLOW_SETS = {"many": 3}  # at most this many runs: 200,000 objects take minutes per run
 
 
+def ensure_buckets(s3, *buckets: str) -> None:
+    """Create each bucket unless it exists (the bench's MinIO keeps them between runs)."""
+    for bucket in buckets:
+        try:
+            s3.create_bucket(Bucket=bucket)
+        except s3.exceptions.BucketAlreadyOwnedByYou:
+            pass
+
+
 def start_bench_minio():
     """The bench's MinIO on its data directory (the seeded sets survive between runs), with
     the source and destination buckets."""
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     server = start_minio(data_dir=DATA_DIR, access_key="s3arch-bench", secret_key="s3arch-bench-secret-key")
     try:
-        s3 = server.client()
-        for bucket in (SOURCE_BUCKET, DEST_BUCKET):
-            try:
-                s3.create_bucket(Bucket=bucket)
-            except s3.exceptions.BucketAlreadyOwnedByYou:
-                pass
+        ensure_buckets(server.client(), SOURCE_BUCKET, DEST_BUCKET)
     except BaseException:
         server.stop()
         raise

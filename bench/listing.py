@@ -26,11 +26,10 @@ def minio_page(server) -> bytes:
     pinned MinIO) answers it; the keys are written once."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from bench.bench import ensure_buckets
+
     s3 = server.client(max_pool_connections=32)
-    try:
-        s3.create_bucket(Bucket="listing-page")
-    except s3.exceptions.BucketAlreadyOwnedByYou:
-        pass
+    ensure_buckets(s3, "listing-page")
     keys = [f"small/2026/11/21/{h:02d}/app-{i:05d}.log" for h in range(4) for i in range(PAGE_KEYS // 4)]
     if s3.list_objects_v2(Bucket="listing-page", Prefix="small/").get("KeyCount", 0) < PAGE_KEYS:
         with ThreadPoolExecutor(32) as pool:
@@ -105,15 +104,11 @@ def dry_run_against_s5cmd(server, keys: int, rounds: int) -> dict:
     import sys
     import tempfile
 
-    from bench.bench import S5CMD, measure, spread
+    from bench.bench import S5CMD, ensure_buckets, measure, spread
 
     s3 = server.client()
     src, dst, prefix = "listing-src", "listing-dst", f"keys-{keys}/"
-    for bucket in (src, dst):
-        try:
-            s3.create_bucket(Bucket=bucket)
-        except s3.exceptions.BucketAlreadyOwnedByYou:
-            pass
+    ensure_buckets(s3, src, dst)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | server.env()
     s5 = [str(S5CMD), "--endpoint-url", server.endpoint_url]
     marker = f"seeded-{prefix}"

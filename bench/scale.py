@@ -25,7 +25,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from bench.bench import DEST_BUCKET, RESULTS, bench_env, measure, start_bench_minio
+from bench.bench import DEST_BUCKET, RESULTS, bench_env, ensure_buckets, measure, start_bench_minio
 from bench.datasets import DAY
 from devtools.sample_data import log_lines, put_extracted
 
@@ -62,10 +62,7 @@ def _objects(objects: int):
 
 def seed_day(s3, objects: int) -> bool:
     """Seed the day unless its marker says it is complete. Returns True if it seeded."""
-    try:
-        s3.create_bucket(Bucket=SCALE_BUCKET)
-    except s3.exceptions.BucketAlreadyOwnedByYou:
-        pass
+    ensure_buckets(s3, SCALE_BUCKET)
     try:
         s3.head_object(Bucket=SCALE_BUCKET, Key=_marker(objects))
         return False

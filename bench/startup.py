@@ -45,12 +45,10 @@ def _seed(server, objects: int) -> None:
     """``objects`` log files of ~8 KiB under each prefix, uploaded with s5cmd from /dev/shm,
     once per server: a marker object says the prefixes are complete (the bench's MinIO keeps
     them between invocations)."""
+    from bench.bench import ensure_buckets
+
     s3 = server.client()
-    for bucket in (SOURCE, DEST):
-        try:
-            s3.create_bucket(Bucket=bucket)
-        except s3.exceptions.BucketAlreadyOwnedByYou:
-            pass
+    ensure_buckets(s3, SOURCE, DEST)
     marker = f"seeded-{objects}"
     if s3.list_objects_v2(Bucket=DEST, Prefix=marker).get("KeyCount"):
         return
