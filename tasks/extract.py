@@ -329,10 +329,14 @@ class _S3Writer:
             self._raise_failure()
         with self._lock:
             self._pending += 1
-        if self._conditional:  # one conditional PUT settles the usual case, a fresh key
-            self._put_once(key, record, body, True, lambda error: self._answered(key, record, body, error))
-        else:
-            self._settling.submit(self._settle, key, record, body, None)
+        try:
+            if self._conditional:  # one conditional PUT settles the usual case, a fresh key
+                self._put_once(key, record, body, True, lambda error: self._answered(key, record, body, error))
+            else:
+                self._settling.submit(self._settle, key, record, body, None)
+        except BaseException as exc:  # not sent (a bug here): nothing will settle it, so it is settled now
+            self._done(record, len(body), error=exc)
+            raise
 
     def _answered(self, key: str, record: dict, body: bytes, error: ArchiverError | None) -> None:
         """The first PUT's answer, on the connections' thread: counted if written, else settled

@@ -180,3 +180,41 @@ def test_a_stalled_put_is_cancelled_and_sent_again_and_slowdown_is_waited_out(mi
     assert stalled.injected == 1 and slowed.injected == 3
     assert result.objects == len(objects) and took < 25, (result, took)
     assert _contents(s3, dst, "stalled/") == {k[len(PREFIX):]: v for k, v in objects.items()}
+
+
+def test_a_bug_while_sending_a_put_surfaces_as_itself_and_nothing_waits_for_it(minio, s3, buckets, cli_env, monkeypatch):
+    """An exception from our own code on the way to a PUT is a bug: it is raised as itself
+    (the CLI's exit 1, with its traceback), not turned into "try again", and the writer does
+    not wait for a PUT that was never sent."""
+    import threading
+
+    import pytest
+
+    import s3arch.extract as extract
+    from helpers import engine_clients
+    from s3arch.config import S3Url
+    from s3arch.manifest import layout_for
+
+    src, dst = buckets
+    seed(s3, src, _bodies(40))
+    _archive(cli_env, src, dst)
+
+    def broken(args):
+        raise KeyError("a header this code cannot map")
+
+    monkeypatch.setattr(extract.attributes, "put_headers", broken)
+    outcome: list = []
+
+    def run():
+        try:
+            extract.extract_archive(engine_clients(minio), layout_for(S3Url(src, PREFIX), S3Url(dst, "vault/")),
+                                    to_s3=S3Url(dst, "bug/"))
+        except BaseException as exc:  # noqa: BLE001 - what the run raised is the assertion
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the extract hung after a bug in its writer"
+    assert len(outcome) == 1 and type(outcome[0]) is KeyError, outcome
+    assert keys_in(s3, dst, "bug/") == []
