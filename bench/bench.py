@@ -485,10 +485,10 @@ def plan_line(server, repeat: int) -> dict:
     LIST after another of the same prefix (round 2's plan): keys/s and client CPU per key."""
     import boto3
 
-    from s3arch.config import ArchiveSpec, S3Url
-    from s3arch.listing import iter_pages
-    from s3arch.segments import plan_segments
-    from s3arch.s3 import S3Clients
+    from s3arch.core.config import ArchiveSpec, S3Url
+    from s3arch.io.listing import iter_pages
+    from s3arch.produce.segments import plan_segments
+    from s3arch.io.s3 import S3Clients
 
     proc, endpoint = _synthetic_listing_server(PLAN_OBJECTS, server.endpoint_url)
     line: dict = {"objects": PLAN_OBJECTS, "runs": []}

@@ -36,9 +36,9 @@ REAL = 3  # days archived by the engine; the rest copy them
 
 def seed(server, clients, src: str, dst: str):
     from s3arch.archive import archive_prefix
-    from s3arch.config import S3Url
-    from s3arch.jobs import job_from_dict
-    from s3arch.manifest import layout_for
+    from s3arch.core.config import S3Url
+    from s3arch.ops.jobs import job_from_dict
+    from s3arch.format.manifest import layout_for
 
     job = job_from_dict("bench", {"source": f"s3://{src}/", "prefix_template": "logs/{date:%Y/%m/%d}/",
                                   "destination": f"s3://{dst}/archive/", "storage_class": "STANDARD",
@@ -76,8 +76,8 @@ def seed(server, clients, src: str, dst: str):
 
 
 def main() -> int:
-    from s3arch.catalog import Catalog
-    from s3arch.s3 import S3Clients
+    from s3arch.ops.catalog import Catalog
+    from s3arch.io.s3 import S3Clients
 
     with tempfile.TemporaryDirectory(prefix="s3arch-bench-catalog-") as data:
         server = start_minio(data_dir=Path(data))

@@ -1,6 +1,6 @@
 """Client CPU per GET on the data planes, side by side in one process: the CRT S3 client's
 meta-requests (S3ARCH_GET_PATH=crt), plain awscrt.http connections with awscrt's signer (the
-archiver's default, tasks/connections.py), obstore (Rust's object_store, on tokio and
+archiver's default, tasks/io/connections.py), obstore (Rust's object_store, on tokio and
 reqwest) and boto3's get_object. Each fetches the same objects, the same number at once;
 the figure is the process's CPU time (every thread, the clients' own included) per object.
 
@@ -26,7 +26,7 @@ def _plane_gets(server, bucket: str, keys: list[str], *, path: str, in_flight: i
     as the fetcher fetches it)."""
     import boto3
 
-    from s3arch.s3 import S3Clients
+    from s3arch.io.s3 import S3Clients
 
     previous = os.environ.get("S3ARCH_GET_PATH")
     os.environ["S3ARCH_GET_PATH"] = path
@@ -168,7 +168,7 @@ def main() -> None:
     import argparse
 
     from devtools.servers import start_minio
-    from s3arch.config import ArchiveSpec
+    from s3arch.core.config import ArchiveSpec
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--objects", type=int, default=5_000, help="small objects (7 KiB each)")

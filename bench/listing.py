@@ -71,7 +71,7 @@ def parser_runs(server, rounds: int) -> dict:
     """Our page parser against botocore's on a MinIO page and an S3 page, alternating: us of
     CPU per key of each, and ours over botocore's per round."""
     from bench.bench import spread
-    from s3arch.listed import parse_listing_page
+    from s3arch.io.listed import parse_listing_page
 
     minio = minio_page(server)
     pages = {"MinIO page": minio, "S3 page": s3_page(minio)}

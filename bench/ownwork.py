@@ -25,8 +25,14 @@ import tarfile
 import time
 from datetime import datetime, timezone
 
-from s3arch import attributes, manifest, pipeline, tarwriter
-from s3arch.listed import ListedObject
+from s3arch.io import attributes
+
+from s3arch.format import manifest
+
+from s3arch.produce import pipeline
+
+from s3arch.format import tarwriter
+from s3arch.io.listed import ListedObject
 
 HEADERS = [("Accept-Ranges", "bytes"), ("Content-Length", "7168"), ("Content-Type", "binary/octet-stream"),
            ("ETag", '"5d41402abc4b2a76b9719d911017c592"'), ("Last-Modified", "Wed, 25 Nov 2026 09:31:13 GMT"),

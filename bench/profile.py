@@ -74,7 +74,7 @@ class Sources:
 
 
 def engine_module(path: str) -> str | None:
-    """``tasks/segments/plan.py`` -> ``segments.plan``; None outside the engine."""
+    """``tasks/produce/segments/plan.py`` -> ``segments.plan``; None outside the engine."""
     parts = Path(path).parts
     if "tasks" not in parts:
         return None

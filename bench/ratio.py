@@ -4,9 +4,9 @@
 
 The input is what `make demo` and `make airflow` seed (``devtools.sample_data.seed_day`` with
 10 files an hour of 60 lines, 240 objects a day), for ten fixed days so every run reads the
-same bytes, made into the archiver's own tar stream (``s3arch.tarwriter``: pax headers,
+same bytes, made into the archiver's own tar stream (``s3arch.format.tarwriter``: pax headers,
 512-byte padding, the end blocks). Each codec level compresses it the way the archive
-pipeline does (``s3arch.compression.codec_for``: 1 MiB blocks, each on its own), on one
+pipeline does (``s3arch.format.compression.codec_for``: 1 MiB blocks, each on its own), on one
 thread, timed in that thread's CPU time (``time.thread_time``), so MB/s is per core and other
 load on the machine does not count against it. The reference is zlib level 6 on the whole
 stream (what `gzip -6` does). Speeds are the best of ``--repeat`` runs; sizes are exact. The README's codec table and docs/COST.md's ratio quote this file's output.
@@ -24,8 +24,8 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 
 from devtools.sample_data import days, seed_day
-from s3arch.compression import codec_for
-from s3arch.tarwriter import member_header
+from s3arch.format.compression import codec_for
+from s3arch.format.tarwriter import member_header
 
 OUT = Path(__file__).resolve().parent / "results" / "ratio.json"
 BLOCK = 1 << 20

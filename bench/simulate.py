@@ -28,7 +28,7 @@ STAGE_BUCKET = "bench-simulate"
 def _clients(endpoint: str):
     import boto3
 
-    from s3arch.s3 import S3Clients
+    from s3arch.io.s3 import S3Clients
 
     session = boto3.Session(aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
                             aws_secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
@@ -39,8 +39,8 @@ def stage_plan(keys: int) -> dict:
     sys.path.insert(0, str(ROOT / "tests"))
     from faultproxy import FaultProxy
 
-    from s3arch.config import ArchiveSpec, S3Url
-    from s3arch.segments import plan_segments
+    from s3arch.core.config import ArchiveSpec, S3Url
+    from s3arch.produce.segments import plan_segments
 
     proxy = FaultProxy(os.environ["AWS_ENDPOINT_URL_S3"], max_lifetime=7200)
     try:
@@ -66,7 +66,7 @@ def seed_segments(keys: int) -> None:
     """The record files 8 segments of an N-key day would leave (as SegmentRecords writes them)."""
     import threading
 
-    from s3arch.segments.produce import SegmentRecords
+    from s3arch.produce.segments.produce import SegmentRecords
 
     control = _clients(os.environ["AWS_ENDPOINT_URL_S3"]).control
     per = keys // SEGMENTS
@@ -85,8 +85,8 @@ def seed_segments(keys: int) -> None:
 
 
 def stage_merge(keys: int) -> dict:
-    from s3arch.manifest import ArchiveLayout, ManifestWriter
-    from s3arch.segments.assemble import _merge_records
+    from s3arch.format.manifest import ArchiveLayout, ManifestWriter
+    from s3arch.produce.segments.assemble import _merge_records
 
     control = _clients(os.environ["AWS_ENDPOINT_URL_S3"]).control
     per = keys // SEGMENTS

@@ -126,7 +126,7 @@ def second_prefix_of_one_process(first: str, second: str, dest: str) -> None:
     """The warm run, inside its own process: archive ``first`` (paying every one-time cost),
     then ``second``, timed alone, as a worker's next task would be."""
     from s3arch import ArchiveSpec, S3Url, archive_prefix
-    from s3arch.s3 import S3Clients
+    from s3arch.io.s3 import S3Clients
 
     clients = S3Clients.from_session(None, os.environ["AWS_ENDPOINT_URL_S3"])
 

@@ -55,7 +55,7 @@ def _port(preferred: int) -> int:
 def _large_day_objects() -> int:
     """Objects that make one sample day large enough for the shipped job's segments
     (``S3ARCH_LARGE_DAY_OBJECTS`` overrides it; 0: no large day, as the stop test has it)."""
-    from s3arch.jobs import load_jobs
+    from s3arch.ops.jobs import load_jobs
 
     if os.environ.get("S3ARCH_LARGE_DAY_OBJECTS"):
         return int(os.environ["S3ARCH_LARGE_DAY_OBJECTS"])

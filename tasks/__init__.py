@@ -4,13 +4,13 @@ The engine is plain Python (no Airflow import): the Airflow operators in plugins
 CLI (``python -m s3arch``) both drive ``archive_prefix``.
 """
 
-from .config import ArchiveSpec, S3Url, parse_size
-from .errors import ArchiverError
-from .version import __version__
+from s3arch.core.config import ArchiveSpec, S3Url, parse_size
+from s3arch.core.errors import ArchiverError
+from s3arch.core.version import __version__
 
 
 def archive_prefix(*args, **kwargs):
-    from .archive import archive_prefix as run
+    from s3arch.archive import archive_prefix as run
 
     return run(*args, **kwargs)
 

@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from s3arch.cli import main
 
 sys.exit(main())

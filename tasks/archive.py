@@ -1,8 +1,8 @@
 """Archive one prefix: the entry point the CLI and the Airflow operator call.
 
 It validates the request, checks both buckets, answers a dry run, picks who makes the archive
-(tasks/producers.py: a pipeline or segments on this machine, or the assembly of a plan's
-segments) and hands it to the commit protocol (tasks/commit.py), which decides skip,
+(tasks/produce/producers.py: a pipeline or segments on this machine, or the assembly of a plan's
+segments) and hands it to the commit protocol (tasks/protocol/commit.py), which decides skip,
 overwrite, commit and source deletion.
 """
 
@@ -12,19 +12,19 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .commit import ArchiveResult, CommitProtocol, cost_of
-from .cost import short_of_minimum
-from .compression import codec_for
-from .config import ArchiveSpec, MiB
-from .errors import BadArgument, EmptyPrefix
-from .listing import LISTING_WORKERS, NEEDS_RESTORE, SourceClasses, iter_pages
-from .manifest import layout_for
-from .outcome import Outcome
-from .producers import OnThisMachine, PlannedAssembly
-from .progress import Progress
-from .retention import has_default_retention, require_object_lock
-from .s3 import S3Clients, read_object
-from .tarwriter import member_size_bound
+from s3arch.protocol.commit import ArchiveResult, CommitProtocol, cost_of
+from s3arch.core.cost import short_of_minimum
+from s3arch.format.compression import codec_for
+from s3arch.core.config import ArchiveSpec, MiB
+from s3arch.core.errors import BadArgument, EmptyPrefix
+from s3arch.io.listing import LISTING_WORKERS, NEEDS_RESTORE, SourceClasses, iter_pages
+from s3arch.format.manifest import layout_for
+from s3arch.core.outcome import Outcome
+from s3arch.produce.producers import OnThisMachine, PlannedAssembly
+from s3arch.core.progress import Progress
+from s3arch.io.retention import has_default_retention, require_object_lock
+from s3arch.io.s3 import S3Clients, read_object
+from s3arch.format.tarwriter import member_size_bound
 
 
 def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
@@ -63,7 +63,7 @@ def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
     """Step two, one task per segment, anywhere: produce segment ``k`` of the plan in progress.
     The result's ``status`` is produced, skipped (the prefix is committed and not to be
     overwritten: there is nothing to produce) or dry_run (nothing read or written)."""
-    from .segments import PlanOutdated, produce_planned_segment
+    from s3arch.produce.segments import PlanOutdated, produce_planned_segment
 
     if spec.dry_run:
         return {"segment": k, "objects": 0, "status": Outcome.DRY_RUN.value,

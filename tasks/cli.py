@@ -13,11 +13,11 @@ import json
 import sys
 from pathlib import Path
 
-from .config import (DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_OBJECTS, SSE_MODES, ArchiveSpec,
+from s3arch.core.config import (DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_OBJECTS, SSE_MODES, ArchiveSpec,
                      S3Url, check_lease_ttl, parse_size, resolve_throttle_budget)
-from .errors import ArchiverError
-from .progress import Progress, TerminalLine, human_bytes
-from .version import __version__
+from s3arch.core.errors import ArchiverError
+from s3arch.core.progress import Progress, TerminalLine, human_bytes
+from s3arch.core.version import __version__
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 def _clients(args):
     import boto3
 
-    from .s3 import S3Clients
+    from s3arch.io.s3 import S3Clients
 
     return S3Clients.from_session(boto3.Session(profile_name=getattr(args, "profile", None)),
                                   getattr(args, "endpoint_url", None),
@@ -180,7 +180,7 @@ def _clients(args):
 
 
 def _run(args) -> int:
-    from .manifest import layout_from_url
+    from s3arch.format.manifest import layout_from_url
 
     if args.command == "archive":
         return _archive(args)
@@ -193,8 +193,8 @@ def _run(args) -> int:
     if args.command == "extract":
         return _extract(args, clients, layout)
     if args.command == "ls":
-        from .attributes import describe
-        from .reading import list_members
+        from s3arch.io.attributes import describe
+        from s3arch.restore.reading import list_members
 
         for r in list_members(clients.control, layout):
             if args.json:
@@ -206,13 +206,13 @@ def _run(args) -> int:
                         print(f"{'':>16}{line}")
         return 0
     if args.command == "cat":
-        from .reading import cat_object
+        from s3arch.restore.reading import cat_object
 
         cat_object(clients.control, layout, args.key, sys.stdout.buffer)
         sys.stdout.buffer.flush()
         return 0
     if args.command == "verify":
-        from .reading import verify_archive
+        from s3arch.restore.reading import verify_archive
 
         report = verify_archive(clients.control, layout)
         if args.json:
@@ -225,7 +225,7 @@ def _run(args) -> int:
 
 
 def _archive(args) -> int:
-    from .archive import archive_prefix
+    from s3arch.archive import archive_prefix
 
     spec = ArchiveSpec(
         source=S3Url.parse(args.source), destination=S3Url.parse(args.destination),
@@ -291,7 +291,7 @@ def sized(spec: ArchiveSpec, control) -> ArchiveSpec:
         return spec
     from dataclasses import replace
 
-    from .segments import size_prefix
+    from s3arch.produce.segments import size_prefix
 
     size = size_prefix(control, spec.source.bucket, spec.source.key, spec.segment_min_objects, spec.segment_min_bytes)
     if size.large(spec.segment_min_objects, spec.segment_min_bytes):
@@ -300,12 +300,12 @@ def sized(spec: ArchiveSpec, control) -> ArchiveSpec:
 
 
 def _restore(args, clients, layout) -> int:
-    from .manifest import read_committed
-    from .restore import POLL_SECONDS, request_restore, wait_restored
+    from s3arch.format.manifest import read_committed
+    from s3arch.restore.glacier import POLL_SECONDS, request_restore, wait_restored
 
     committed = read_committed(clients.control, layout)
     if committed is None:
-        from .errors import BadArgument
+        from s3arch.core.errors import BadArgument
 
         raise BadArgument(f"{layout.manifest_url} does not exist: there is no committed archive to restore")
     key = committed.archive_key
@@ -331,7 +331,7 @@ def _restore(args, clients, layout) -> int:
 
 
 def _extract(args, clients, layout) -> int:
-    from .extract import Selection, extract_archive
+    from s3arch.restore.extract import Selection, extract_archive
 
     keys = args.keys
     if args.from_file:
@@ -360,7 +360,7 @@ def _retention_text(retention: dict) -> str:
 
 
 def _cost_line(result) -> str:
-    from .cost import CostEstimate
+    from s3arch.core.cost import CostEstimate
 
     return CostEstimate.from_dict(result.cost).line()
 
@@ -374,12 +374,12 @@ def _deletion_line(result) -> str:
 
 
 def _delete_sources(args, clients, layout) -> int:
-    from .archive import delete_sources
-    from .manifest import destination_of, read_committed
+    from s3arch.archive import delete_sources
+    from s3arch.format.manifest import destination_of, read_committed
 
     committed = read_committed(clients.control, layout)
     if committed is None:
-        from .errors import BadArgument
+        from s3arch.core.errors import BadArgument
 
         raise BadArgument(f"{layout.manifest_url} does not exist: nothing is archived there, so "
                           "nothing may be deleted", hint="give the archive or manifest URL `s3arch ls` accepts")

@@ -95,7 +95,7 @@ def put_exact_key(server, bucket: str, key: str, body: bytes) -> None:
     from botocore.credentials import Credentials
     from botocore.httpsession import URLLib3Session
 
-    from s3arch.dataplane import quote_key
+    from s3arch.io.dataplane import quote_key
 
     request = AWSRequest("PUT", f"{server.endpoint_url}/{bucket}/{quote_key(key)}", data=body,
                          headers={"Content-Length": str(len(body))})
@@ -109,7 +109,7 @@ def engine_clients(server, endpoint_url: str | None = None, **config):
     endpoint (the fault proxy)."""
     import boto3
 
-    from s3arch.s3 import S3Clients
+    from s3arch.io.s3 import S3Clients
 
     session = boto3.Session(aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,
                             region_name=server.region)
@@ -154,11 +154,11 @@ class InlineProcess:
 
 
 def run_segment_workers_inline(monkeypatch, worker) -> None:
-    """``s3arch.segments.workers`` starts ``worker(spec, connection, layout, plan, k, send)``
+    """``s3arch.produce.segments.workers`` starts ``worker(spec, connection, layout, plan, k, send)``
     in an InlineProcess instead of ``_segment_worker`` in a forked one."""
     import multiprocessing
 
-    import s3arch.segments.workers as workers
+    import s3arch.produce.segments.workers as workers
 
     class Context:
         Pipe = staticmethod(multiprocessing.get_context("fork").Pipe)

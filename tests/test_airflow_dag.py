@@ -237,7 +237,7 @@ def test_timed_out_try_leaves_no_upload_and_the_next_try_archives(af, capfd, mon
 
     # Airflow's own timeout (SIGALRM), brought forward to fire once 40 of the 160 objects are
     # in the tar stream, so the try is always interrupted mid-upload, never before or after.
-    from s3arch.tarwriter import TarStream
+    from s3arch.format.tarwriter import TarStream
 
     begin, started = TarStream.begin, []
 
@@ -369,7 +369,7 @@ def test_dry_run_of_a_deleting_job_deletes_nothing_and_is_accepted_by_job_and_op
     jobs file and from the operator alike: the one rule is ArchiveSpec.previewed."""
     from s3arch_airflow.operators import S3ArchivePrefixOperator
 
-    from s3arch.jobs import job_from_dict
+    from s3arch.ops.jobs import job_from_dict
 
     deleting = job_from_dict("logs", {"source": "s3://app-logs/", "prefix_template": "logs/{date:%Y/%m/%d}/",
                                       "destination": "s3://vault/archive/", "delete_source": True,
@@ -394,7 +394,7 @@ def test_the_operator_takes_every_job_setting_by_its_name_and_builds_the_jobs_sp
     the job describes (processes 1 by default: one task, one process)."""
     from s3arch_airflow.operators import S3ArchivePrefixOperator
 
-    from s3arch.jobs import job_from_dict
+    from s3arch.ops.jobs import job_from_dict
 
     job = job_from_dict("logs", {"source": "s3://app-logs/", "prefix_template": "logs/{date:%Y/%m/%d}/",
                                  "destination": "s3://vault/archive/", "concurrency": 16, "threads": 3,
@@ -446,7 +446,7 @@ def test_operator_commits_under_the_jobs_object_lock_and_the_report_shows_it(af,
     from s3arch_airflow import S3ArchivePrefixOperator
     from s3arch_airflow.report import LOCK_COLUMNS, COLUMNS, format_table
 
-    from s3arch.jobs import job_from_dict
+    from s3arch.ops.jobs import job_from_dict
 
     day = date(2026, 9, 15)
     seed(af, day)

@@ -65,12 +65,12 @@ def xcom_rows(run, task_id: str) -> list[dict]:
 
 
 def test_large_day_fans_out_into_segment_tasks_one_fails_once_and_retries_alone(af, monkeypatch):
-    from s3arch.errors import TransientError
-    import s3arch.segments.produce
+    from s3arch.core.errors import TransientError
+    import s3arch.produce.segments.produce
 
     large = seed_day(af.s3, af.src, TEMPLATE, LARGE, files_per_hour=2, lines_per_file=20)  # 48 objects
     small = seed_day(af.s3, af.src, TEMPLATE, SMALL, files_per_hour=1, lines_per_file=20)  # 24 objects
-    produce, failed = s3arch.segments.produce.produce_segment, []
+    produce, failed = s3arch.produce.segments.produce.produce_segment, []
 
     def fail_segment_2_once(spec, clients, layout, plan, k, *args, **kwargs):
         if k == 1 and not failed:
@@ -78,7 +78,7 @@ def test_large_day_fans_out_into_segment_tasks_one_fails_once_and_retries_alone(
             raise TransientError("injected: segment 2's worker lost its network")
         return produce(spec, clients, layout, plan, k, *args, **kwargs)
 
-    monkeypatch.setattr(s3arch.segments.produce, "produce_segment", fail_segment_2_once)
+    monkeypatch.setattr(s3arch.produce.segments.produce, "produce_segment", fail_segment_2_once)
     run, tis = run_dag({"date_from": str(LARGE), "date_to": str(SMALL)})
     assert run.state == "success"
     assert failed == [1]
@@ -143,8 +143,8 @@ def test_a_failed_segment_task_fails_the_run_even_when_its_day_reports_skipped(a
     """The report's rows can all be fine while a task failed (here: the segment tasks of a day
     already archived, made to fail): the run must still be red."""
     import s3arch.archive
-    from s3arch.errors import BadArgument
-    from s3arch.jobs import load_jobs
+    from s3arch.core.errors import BadArgument
+    from s3arch.ops.jobs import load_jobs
 
     seed_day(af.s3, af.src, TEMPLATE, BROKEN, files_per_hour=2, lines_per_file=20)
     job = load_jobs(af.env["S3ARCH_JOBS_FILE"])["seg"]
@@ -167,7 +167,7 @@ def test_one_large_days_failed_prepare_leaves_the_other_large_day_green(af, monk
     its assembly failed too. Now each day's segments read their own plan: the other day
     archives, and only the broken day's tasks fail."""
     import s3arch.archive
-    from s3arch.errors import AccessDenied
+    from s3arch.core.errors import AccessDenied
 
     good, bad = date(2026, 8, 12), date(2026, 8, 13)
     seeded = seed_day(af.s3, af.src, TEMPLATE, good, files_per_hour=2, lines_per_file=20)  # 48 objects

@@ -20,10 +20,10 @@ import pytest
 
 from faultproxy import Fault, FaultProxy, is_archive_get, is_manifest_get, is_segment_records_get
 from helpers import ROOT, engine_clients, keys_in, open_uploads, read_archive, run_cli, seed
-from s3arch.config import S3Url
-from s3arch.deletion import delete_archived_sources
-from s3arch.errors import MalformedRequest, TransientError, WrongRegion, error_for, translate
-from s3arch.manifest import layout_for
+from s3arch.core.config import S3Url
+from s3arch.protocol.deletion import delete_archived_sources
+from s3arch.core.errors import MalformedRequest, TransientError, WrongRegion, error_for, translate
+from s3arch.format.manifest import layout_for
 
 
 @pytest.fixture
@@ -99,13 +99,13 @@ def test_a_deletion_whose_manifest_reads_are_reset_deletes_every_source_and_noth
         s3, buckets, archived, proxy, minio, monkeypatch, reliability):
     """The deletion reads its manifest in windows, each one GET read whole: no connection is
     held while it deletes, and a reset costs one window. Before: exit 1 after deleting part."""
-    import s3arch.manifest
+    import s3arch.format.manifest
 
     objects, _ = archived
     src, dst = buckets
     s3.put_object(Bucket=src, Key="day/99/late.log", Body=b"written after the archive")  # not archived
     s3.put_object(Bucket=src, Key="day/00/00003.log", Body=b"rewritten after the archive")  # changed
-    monkeypatch.setattr(s3arch.manifest, "MANIFEST_WINDOW", 4 << 10, raising=False)  # many windows for 600 records
+    monkeypatch.setattr(s3arch.format.manifest, "MANIFEST_WINDOW", 4 << 10, raising=False)  # many windows for 600 records
     gets = proxy.add(Fault("status", rate=0.0, match=is_manifest_get))  # counts them, never fires
     first = proxy.add(Fault("reset", count=1, match=is_manifest_get))
     later = proxy.add(Fault("reset", count=2, match=lambda r: is_manifest_get(r) and
@@ -189,7 +189,7 @@ def test_a_body_fault_is_typed_and_anything_else_stays_a_bug():
     import urllib3.exceptions
     from botocore.exceptions import IncompleteReadError, ResponseStreamingError
 
-    from s3arch.s3 import body_fault
+    from s3arch.io.s3 import body_fault
 
     for exc in (ResponseStreamingError(error="reset"), IncompleteReadError(actual_bytes=5, expected_bytes=9),
                 urllib3.exceptions.ProtocolError("Connection broken"), ConnectionResetError(104, "reset")):
@@ -202,7 +202,7 @@ def test_a_body_fault_is_typed_and_anything_else_stays_a_bug():
 def test_small_reads_and_ranged_streams_resume_byte_for_byte_through_resets(s3, buckets, proxy, minio):
     """The two helpers every body read goes through (the lease, the index, segment temporaries;
     the manifest, the archive): resets are resumed and the bytes joined are the object's."""
-    from s3arch.s3 import read_object, stream_object
+    from s3arch.io.s3 import read_object, stream_object
 
     src, _ = buckets
     data = os.urandom(300 << 10)

@@ -29,7 +29,7 @@ def test_a_listing_goes_through_the_fast_path_and_botocore_checks_only_what_is_l
     and botocore's 200-error check sees the page without its entries (its wrapped handler
     runs, the original is unregistered: else it would parse every page whole again)."""
     import botocore.handlers
-    from s3arch.listed import PAGE_KEY, _listed
+    from s3arch.io.listed import PAGE_KEY, _listed
 
     src, _ = buckets
     seed(s3, src, {f"day/{i:04d}.log": b"z" * i for i in range(1500)})  # two pages
@@ -55,8 +55,8 @@ def test_a_listing_goes_through_the_fast_path_and_botocore_checks_only_what_is_l
 
 def test_a_moved_hook_is_a_warning_not_a_silent_slowdown(minio, s3, buckets, monkeypatch, caplog):
     import botocore.handlers
-    from s3arch.listing import iter_pages
-    from s3arch.s3 import _keep_timestamps_as_text
+    from s3arch.io.listing import iter_pages
+    from s3arch.io.s3 import _keep_timestamps_as_text
 
     src, _ = buckets
     seed(s3, src, {f"day/{i}.log": b"x" for i in range(3)})

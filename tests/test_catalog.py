@@ -11,13 +11,13 @@ import pytest
 from helpers import engine_clients, seed
 
 from s3arch.archive import archive_prefix
-from s3arch.catalog import (ARCHIVED, BEFORE_START, EMPTY, INCOMPLETE, LOST, MISSING, PENDING, RUNNING,
+from s3arch.ops.catalog import (ARCHIVED, BEFORE_START, EMPTY, INCOMPLETE, LOST, MISSING, PENDING, RUNNING,
                             SOURCES_DELETED, Catalog, apply_runs, archive_prefix as job_archive_prefix,
                             read_scrub_result)
-from s3arch.jobs import job_from_dict
-from s3arch.manifest import layout_for
-from s3arch.config import S3Url
-from s3arch.scrub import scrub
+from s3arch.ops.jobs import job_from_dict
+from s3arch.format.manifest import layout_for
+from s3arch.core.config import S3Url
+from s3arch.ops.scrub import scrub
 
 TODAY = date(2026, 3, 20)
 
@@ -223,7 +223,7 @@ def test_scrub_reports_a_day_whose_archive_manifest_and_index_all_vanished(s3, b
 
 def test_a_damaged_scrub_result_is_replaced_by_the_next_scrub(s3, buckets, clients):
     job, days = _archived_days(s3, clients, buckets, 1, objects=2)
-    from s3arch.catalog import scrub_result_key
+    from s3arch.ops.catalog import scrub_result_key
 
     s3.put_object(Bucket=buckets[1], Key=scrub_result_key(job), Body=b'{"days": ["not", "a", "dict"]}')
     assert Catalog(job, clients.control).view(days[0], days[0], today=TODAY).days[0].scrub is None

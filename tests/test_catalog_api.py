@@ -131,7 +131,7 @@ def test_scrub_dag_passes_then_fails_on_drift(api, minio):
 
     from helpers import ROOT, engine_clients
     from s3arch.archive import archive_prefix
-    from s3arch.jobs import load_jobs
+    from s3arch.ops.jobs import load_jobs
 
     job = load_jobs(api.airflow.env["S3ARCH_JOBS_FILE"])[JOB]
     clients = engine_clients(minio)
@@ -225,7 +225,7 @@ def test_days_show_the_last_task_failed_queued_and_running_with_a_link_to_it(api
 def test_a_restore_run_marks_its_days_as_restored_lately(api):
     """A real restore run (dag.test) of a day makes that day one the catalog asks S3 about for
     a restored copy's expiry (GLACIER jobs; tests/test_catalog.py shows the expiry on moto)."""
-    from s3arch.jobs import load_jobs
+    from s3arch.ops.jobs import load_jobs
     from s3arch_airflow.catalog_app import airflow_runs
 
     job = load_jobs(api.airflow.env["S3ARCH_JOBS_FILE"])[JOB]

@@ -52,7 +52,7 @@ def stack(minio, tmp_path_factory):
                         # no scheduled scrub competing for this loaded machine's two cores
                         "S3ARCH_SCRUB_SCHEDULE": "none"})
     from s3arch.archive import archive_prefix
-    from s3arch.jobs import load_jobs
+    from s3arch.ops.jobs import load_jobs
 
     job = load_jobs(airflow.env["S3ARCH_JOBS_FILE"])[JOB]
     clients = engine_clients(minio)

@@ -130,7 +130,7 @@ def test_one_name_per_setting_across_cli_job_yaml_and_operators():
                                           S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
     from s3arch_airflow.restore import S3RestoreArchiveOperator
 
-    from s3arch.jobs import ArchiveJob
+    from s3arch.ops.jobs import ArchiveJob
 
     job_keys = {f.name for f in fields(ArchiveJob)} | set(ARCHIVE_PARAMS)
     archive = _parameters(S3ArchivePrefixOperator, S3PrepareSegmentsOperator, S3ArchiveSegmentOperator,
@@ -194,7 +194,7 @@ def test_the_readmes_exceptions_to_one_name_per_flag_are_exactly_the_codes():
     from s3arch_airflow.factory import ARCHIVE_PARAMS
     from s3arch_airflow.operators import S3ArchivePrefixOperator
 
-    from s3arch.jobs import ArchiveJob
+    from s3arch.ops.jobs import ArchiveJob
 
     flags = _flags("archive")
     cli_only = {"json", "quiet", "endpoint_url", "profile"}

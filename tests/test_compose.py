@@ -91,7 +91,7 @@ def test_init_script_creates_connection_pool_buckets_ui_passwords_and_sample_day
     import sys
     from datetime import datetime, timedelta, timezone
 
-    from s3arch.jobs import load_jobs
+    from s3arch.ops.jobs import load_jobs
 
     env = _compose()["services"]["airflow-init"]["environment"]
     calls = tmp_path / "calls.jsonl"
@@ -155,7 +155,7 @@ def test_init_script_creates_connection_pool_buckets_ui_passwords_and_sample_day
 
 
 def test_shipped_jobs_file_uses_the_connection_pool_and_buckets_compose_creates():
-    from s3arch.jobs import load_jobs
+    from s3arch.ops.jobs import load_jobs
 
     compose = _compose()
     env = compose["services"]["airflow-init"]["environment"]

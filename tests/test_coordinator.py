@@ -1,4 +1,4 @@
-"""The stream coordinator (tasks/coordinator.py): one status, one exception (the first real
+"""The stream coordinator (tasks/core/coordinator.py): one status, one exception (the first real
 one), cancel one-way from above with the cleanups each resource registered, and one table of
 requests in flight that the stall watchdog reads. The last tests drive it through a real
 stream: a lost lease cancels it with its own reason, and the fetch budget holds tiny objects
@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from s3arch.coordinator import Stopped, StreamCoordinator
-from s3arch.errors import Cancelled, ConcurrentRun, SourceChanged, TransientError
+from s3arch.core.coordinator import Stopped, StreamCoordinator
+from s3arch.core.errors import Cancelled, ConcurrentRun, SourceChanged, TransientError
 
 
 def test_the_first_real_failure_wins_and_a_stop_signal_is_never_one():
@@ -102,8 +102,8 @@ def test_tiny_objects_behind_a_stalled_get_are_held_within_the_fetch_budget():
     GET were all fetched, each holding its piece and its response headers, without limit
     (100,000 here). Each piece now costs a fixed amount on top of its bytes, and its headers
     are dropped once its attributes are read."""
-    from s3arch.fetching import PIECE_COST, ByteBudget, Fetcher
-    from s3arch.listed import ListedObject
+    from s3arch.io.fetching import PIECE_COST, ByteBudget, Fetcher
+    from s3arch.io.listed import ListedObject
 
     plane = _StalledFirstGet()
     coordinator = StreamCoordinator("x", stall_timeout=3600)
@@ -128,10 +128,10 @@ def test_a_lost_lease_cancels_a_running_stream_with_its_own_reason_and_nothing_i
     lease's error)``. The stream stops promptly, raises that error (not 'stopped', not a
     failure of some stage), and its uploads are aborted."""
     from helpers import keys_in, open_uploads, seed
-    from s3arch.compression import codec_for
-    from s3arch.config import ArchiveSpec, S3Url
-    from s3arch.manifest import layout_for
-    from s3arch.pipeline import WholeArchive, stream_archive
+    from s3arch.format.compression import codec_for
+    from s3arch.core.config import ArchiveSpec, S3Url
+    from s3arch.format.manifest import layout_for
+    from s3arch.produce.pipeline import WholeArchive, stream_archive
 
     src, dst = buckets
     # Incompressible, and zstd -19 on one thread: about a second a block, so the stream is

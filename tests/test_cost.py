@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from helpers import run_json, seed
-from s3arch.cost import GiB, KiB, PRICES, estimate, prices_with
-from s3arch.errors import BadArgument
+from s3arch.core.cost import GiB, KiB, PRICES, estimate, prices_with
+from s3arch.core.errors import BadArgument
 
 ROOT = Path(__file__).resolve().parent.parent
 

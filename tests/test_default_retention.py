@@ -56,7 +56,7 @@ def test_only_archive_manifest_and_index_are_left_locked(minio, s3, cli_env):
 def test_lease_renewals_leave_no_version_behind(minio, s3, clients):
     """Each renewal (every ttl/6, 30 s by default) is a new version of the lease: the previous
     one is deleted as soon as the new one is written, the last at release."""
-    from s3arch.lease import PrefixLease
+    from s3arch.protocol.lease import PrefixLease
 
     dst = f"locked-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=dst, ObjectLockEnabledForBucket=True)

@@ -19,9 +19,9 @@ from devtools.servers import free_loopback_port
 from helpers import ROOT, read_archive, run_cli, run_json, seed
 from logging_proxy import LoggingProxy
 from s3arch.archive import archive_prefix
-from s3arch.config import ArchiveSpec, S3Url
-from s3arch.errors import BadArgument
-from s3arch.s3 import S3Clients
+from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.core.errors import BadArgument
+from s3arch.io.s3 import S3Clients
 
 from test_tls import minio_tls  # noqa: F401 - the session's HTTPS MinIO with its own CA
 
@@ -145,7 +145,7 @@ def test_the_crt_get_path_with_a_proxy_is_exit_2_before_the_first_get(behind_htt
 
 
 def test_proxies_are_found_as_botocore_finds_them(monkeypatch):
-    from s3arch.connections import proxy_for
+    from s3arch.io.connections import proxy_for
 
     for name in _PROXY_VARS:
         monkeypatch.delenv(name, raising=False)

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-import s3arch.pipeline
+import s3arch.produce.pipeline
 from s3arch.archive import archive_prefix
-from s3arch.config import ArchiveSpec, S3Url
-from s3arch.errors import Cancelled, ConcurrentRun, SourceChanged
-from s3arch.manifest import ManifestWriter, layout_for, read_index
+from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.core.errors import Cancelled, ConcurrentRun, SourceChanged
+from s3arch.format.manifest import ManifestWriter, layout_for, read_index
 
 from helpers import keys_in, open_uploads, read_archive, seed
 
@@ -28,7 +28,7 @@ def test_a_bug_in_the_pipeline_propagates_as_itself_not_as_a_retryable_error(s3,
     def broken(*args, **kwargs):
         return {}["no such key"]  # a KeyError in our own code
 
-    monkeypatch.setattr(s3arch.pipeline, "member_name", broken)
+    monkeypatch.setattr(s3arch.produce.pipeline, "member_name", broken)
     with pytest.raises(KeyError):
         archive_prefix(_spec(src, dst, processes=1), clients)
     assert open_uploads(s3, dst) == []  # and the uploads were still cleaned up
@@ -55,7 +55,7 @@ def test_a_dry_run_sample_of_an_object_changed_since_listing_is_a_typed_error(s3
 def test_an_upload_cannot_be_created_after_it_was_aborted(s3, buckets, clients):
     """The collector may still be inside write -> submit when the pipeline aborts: the
     upload it would create lazily must be refused, not created unseen and left to bill."""
-    from s3arch.upload import PartSizer, PartUploader
+    from s3arch.io.upload import PartSizer, PartUploader
 
     _, dst = buckets
     uploader = PartUploader(clients.control, dst, "late.tar.gz", sizer=PartSizer(5 << 20))
@@ -67,7 +67,7 @@ def test_an_upload_cannot_be_created_after_it_was_aborted(s3, buckets, clients):
 
 def test_compression_refuses_a_block_after_abort_instead_of_dropping_it():
     """A dropped block made a cancelled run end in a retryable 'corrupt' IntegrityError."""
-    from s3arch.compression import ParallelCompressor, codec_for
+    from s3arch.format.compression import ParallelCompressor, codec_for
 
     release = threading.Event()
     delivered = []
@@ -91,21 +91,21 @@ def test_a_cancelled_segment_says_cancelled(s3, buckets, clients, monkeypatch):
     """A segment task killed mid-stream (on_kill sets its cancel event) reports Cancelled, not a
     retryable integrity error."""
     from s3arch.archive import archive_segment, prepare_segments
-    import s3arch.compression
+    import s3arch.format.compression
 
     src, dst = buckets
     seed(s3, src, {f"day/{i:03d}.bin": bytes([i]) * (1 << 20) for i in range(12)})  # 12 blocks
     spec = _spec(src, dst, segments=2, segment_min_objects=1, compress_threads=1)
     assert prepare_segments(spec, 2, clients).status == "planned"
     cancel = threading.Event()
-    real = s3arch.compression.ParallelCompressor._compress
+    real = s3arch.format.compression.ParallelCompressor._compress
 
     def cancel_at_first_block(self, *args):
         cancel.set()
         time.sleep(0.5)  # the tar writer runs into a full queue with the cancel set
         return real(self, *args)
 
-    monkeypatch.setattr(s3arch.compression.ParallelCompressor, "_compress", cancel_at_first_block)
+    monkeypatch.setattr(s3arch.format.compression.ParallelCompressor, "_compress", cancel_at_first_block)
     with pytest.raises(Cancelled):
         archive_segment(spec, 0, clients, cancel=cancel)
 
@@ -113,7 +113,7 @@ def test_a_cancelled_segment_says_cancelled(s3, buckets, clients, monkeypatch):
 def test_a_slow_lease_renewal_counts_as_time_and_stops_the_holder_before_the_ttl():
     """Renewals that each take longer than the TTL's margin must not look like success: the
     holder is told it lost the lease once 5/6 of the TTL passed, on the clock."""
-    from s3arch.lease import PrefixLease
+    from s3arch.protocol.lease import PrefixLease
 
     class SlowS3:
         def get_object_lock_configuration(self, **kwargs):
@@ -157,7 +157,7 @@ def test_step_4_aborts_the_records_upload_a_killed_large_segment_left(s3, bucket
     """A segmented run died while a large segment streamed its records (a multipart upload of
     its own): the next run's step 4 aborts it with the run's archive upload."""
     from s3arch.archive import prepare_segments
-    from s3arch.segments import read_plan
+    from s3arch.produce.segments import read_plan
 
     src, dst = buckets
     seed(s3, src, {f"day/{i:03d}.log": b"x" * 100 for i in range(20)})
@@ -204,12 +204,12 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
     """The pipeline starts on the first page while the prefix is still being sized; when the
     sizing shows it is large, the pipeline stops and the run goes on as segments. Stopping the
     pipeline must not abort the segments: the run commits, byte for byte."""
-    import s3arch.segments.plan
+    import s3arch.produce.segments.plan
 
     src, dst = buckets
     objects = {f"day/{i:05d}.log": f"line {i}\n".encode() * (i % 7 + 1) for i in range(1_500)}  # two pages
     seed(s3, src, objects)
-    real_pages = s3arch.segments.plan.iter_pages
+    real_pages = s3arch.produce.segments.plan.iter_pages
 
     def sizing_slow_after_the_first_page(*args, **kwargs):
         for n, page in enumerate(real_pages(*args, **kwargs)):
@@ -217,9 +217,9 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
                 time.sleep(2)  # the pipeline is streaming the first page meanwhile
             yield page
 
-    monkeypatch.setattr(s3arch.segments.plan, "iter_pages", sizing_slow_after_the_first_page)
+    monkeypatch.setattr(s3arch.produce.segments.plan, "iter_pages", sizing_slow_after_the_first_page)
     stopped = []  # what the pipeline raised when it stopped
-    real_stop = s3arch.pipeline._Stream._stop
+    real_stop = s3arch.produce.pipeline._Stream._stop
 
     def recording_stop(self, exc):
         try:
@@ -228,7 +228,7 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
             stopped.append(type(raised))
             raise
 
-    monkeypatch.setattr(s3arch.pipeline._Stream, "_stop", recording_stop)
+    monkeypatch.setattr(s3arch.produce.pipeline._Stream, "_stop", recording_stop)
     result = archive_prefix(_spec(src, dst, processes=2, segment_min_objects=1_200), clients)
     assert stopped and stopped[0].__name__ == "PrefixIsLarge", "the pipeline never started before the sizing"
     assert (result.status, result.segments, result.objects) == ("archived", 2, len(objects))
@@ -246,11 +246,11 @@ def test_a_prefix_that_proves_large_while_compression_is_the_bottleneck_stops_th
     raises the listing's ``PrefixIsLarge`` every time, its uploads aborted. Five runs."""
     import random
 
-    from s3arch.compression import codec_for
-    from s3arch.listing import iter_pages
-    from s3arch.manifest import layout_for
-    from s3arch.pipeline import WholeArchive, stream_archive
-    from s3arch.segments import PrefixIsLarge
+    from s3arch.format.compression import codec_for
+    from s3arch.io.listing import iter_pages
+    from s3arch.format.manifest import layout_for
+    from s3arch.produce.pipeline import WholeArchive, stream_archive
+    from s3arch.produce.segments import PrefixIsLarge
 
     src, dst = buckets
     rng = random.Random(2)

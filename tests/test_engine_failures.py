@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-import s3arch.commit
-import s3arch.listing
-import s3arch.segments.plan
+import s3arch.protocol.commit
+import s3arch.io.listing
+import s3arch.produce.segments.plan
 from s3arch.archive import archive_prefix
-from s3arch.config import ArchiveSpec, S3Url
-from s3arch.errors import SourceChanged
+from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.core.errors import SourceChanged
 
 from helpers import keys_in, open_uploads, seed
 
@@ -20,7 +20,7 @@ def _spec(src, dst, **kw):
 
 def _after_listing(monkeypatch, action):
     """Run ``action`` once the first page is listed, before any object of it is fetched."""
-    real = s3arch.listing.iter_pages
+    real = s3arch.io.listing.iter_pages
 
     def pages(*args, **kwargs):
         for i, page in enumerate(real(*args, **kwargs)):
@@ -28,8 +28,8 @@ def _after_listing(monkeypatch, action):
                 action()
             yield page
 
-    monkeypatch.setattr(s3arch.listing, "iter_pages", pages)
-    monkeypatch.setattr(s3arch.segments.plan, "iter_pages", pages)  # the listing that decides on segments
+    monkeypatch.setattr(s3arch.io.listing, "iter_pages", pages)
+    monkeypatch.setattr(s3arch.produce.segments.plan, "iter_pages", pages)  # the listing that decides on segments
 
 
 @pytest.mark.parametrize("change", ["rewritten", "deleted"])
@@ -72,21 +72,21 @@ def test_half_done_prefix_without_manifest_starts_clean(s3, buckets, clients):
 def test_delete_source_deletes_only_unchanged_archived_objects(s3, buckets, clients, monkeypatch):
     src, dst = buckets
     seed(s3, src, {f"day/{i:03d}.log": b"z" * 50 for i in range(1200)})
-    real = s3arch.commit.delete_archived_sources
+    real = s3arch.protocol.commit.delete_archived_sources
 
     def writers_still_busy(control, source, layout, **kwargs):
         s3.put_object(Bucket=src, Key="day/007.log", Body=b"rewritten after archiving")
         s3.put_object(Bucket=src, Key="day/late.log", Body=b"arrived after listing")
         return real(control, source, layout, **kwargs)
 
-    monkeypatch.setattr(s3arch.commit, "delete_archived_sources", writers_still_busy)
+    monkeypatch.setattr(s3arch.protocol.commit, "delete_archived_sources", writers_still_busy)
     result = archive_prefix(_spec(src, dst, delete_source=True), clients)
     assert result.deleted == 1199
     assert sorted(keys_in(s3, src)) == ["day/007.log", "day/late.log"]
 
 
 def test_overwrite_refuses_to_replace_an_archive_with_fewer_objects(s3, buckets, clients):
-    from s3arch.errors import DestinationConflict
+    from s3arch.core.errors import DestinationConflict
 
     src, dst = buckets
     seed(s3, src, {f"day/{i}.log": b"y" for i in range(10)})

@@ -17,8 +17,8 @@ class Head:
 
 
 def test_restore_wait_timing_out_is_retryable_and_says_to_run_again():
-    from s3arch.errors import ArchivedObjectNotReadable, RestoreNotFinished
-    from s3arch.restore import wait_restored
+    from s3arch.core.errors import ArchivedObjectNotReadable, RestoreNotFinished
+    from s3arch.restore.glacier import wait_restored
 
     ongoing = Head(StorageClass="GLACIER", Restore='ongoing-request="true"')
     with pytest.raises(RestoreNotFinished) as raised:
@@ -35,8 +35,8 @@ def test_restore_wait_timing_out_is_retryable_and_says_to_run_again():
 def test_an_endpoint_that_ignores_object_lock_is_a_permanent_error():
     from datetime import datetime, timezone
 
-    from s3arch.errors import LockNotApplied
-    from s3arch.retention import check_applied
+    from s3arch.core.errors import LockNotApplied
+    from s3arch.io.retention import check_applied
 
     wanted = {"ObjectLockMode": "COMPLIANCE", "ObjectLockRetainUntilDate": datetime(2030, 1, 1, tzinfo=timezone.utc)}
     with pytest.raises(LockNotApplied) as raised:

@@ -152,10 +152,10 @@ def test_a_stalled_put_is_cancelled_and_sent_again_and_slowdown_is_waited_out(mi
     """The PUTs go on plain connections (no botocore timeouts or retries around them): a PUT
     with no answer is cancelled by the writer's watchdog and sent again, and SlowDown, which
     the connections leave to the writer, is waited out within the throttle budget. Everything comes back byte for byte, and the stalled PUT did not hold the run."""
-    import s3arch.extract as extract
+    import s3arch.restore.extract as extract
     from helpers import engine_clients
-    from s3arch.config import S3Url
-    from s3arch.manifest import layout_for
+    from s3arch.core.config import S3Url
+    from s3arch.format.manifest import layout_for
 
     src, dst = buckets
     objects = _bodies(120)
@@ -190,10 +190,10 @@ def test_a_bug_while_sending_a_put_surfaces_as_itself_and_nothing_waits_for_it(m
 
     import pytest
 
-    import s3arch.extract as extract
+    import s3arch.restore.extract as extract
     from helpers import engine_clients
-    from s3arch.config import S3Url
-    from s3arch.manifest import layout_for
+    from s3arch.core.config import S3Url
+    from s3arch.format.manifest import layout_for
 
     src, dst = buckets
     seed(s3, src, _bodies(40))

@@ -16,15 +16,15 @@ from xml.etree import ElementTree
 
 import pytest
 
-import s3arch.attributes
-import s3arch.connections
-import s3arch.fetching
+import s3arch.io.attributes
+import s3arch.io.connections
+import s3arch.io.fetching
 from faultproxy import Fault, FaultProxy, is_get
 from helpers import engine_clients, keys_in, open_uploads, read_archive, seed
 from s3arch.archive import archive_prefix
-from s3arch.config import ArchiveSpec, S3Url
-from s3arch.errors import AccessDenied, ArchiverError, SourceChanged, TransientError
-from s3arch.manifest import iter_manifest, layout_for
+from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.core.errors import AccessDenied, ArchiverError, SourceChanged, TransientError
+from s3arch.format.manifest import iter_manifest, layout_for
 
 
 def is_object_get(r) -> bool:
@@ -161,14 +161,14 @@ def test_a_tagging_body_that_does_not_parse_fails_the_run_instead_of_hanging_it(
     (ours to look at: exit 1), and leaves nothing behind."""
     src, dst = buckets
     _tagged_day(s3, src, count=10)
-    real = s3arch.attributes.parse_tagging
+    real = s3arch.io.attributes.parse_tagging
     calls = []
 
     def cut_short(body: bytes) -> dict:
         calls.append(threading.current_thread().name)
         return real(body[: len(body) // 2] if len(calls) == 4 else body)
 
-    monkeypatch.setattr(s3arch.attributes, "parse_tagging", cut_short)
+    monkeypatch.setattr(s3arch.io.attributes, "parse_tagging", cut_short)
     outcome: list[BaseException | None] = []
 
     def run():
@@ -297,7 +297,7 @@ def test_a_checksum_read_failing_past_the_retries_fails_the_run_as_retryable_nam
     error, message = caught.value, str(caught.value)
     assert type(error) is TransientError and error.exit_code == 3, (type(error).__name__, message)
     assert f"HeadObject s3://{src}/{failing}" in message and "500" in message, message
-    assert fault.injected == s3arch.fetching._ATTEMPTS * (s3arch.connections.RETRIES + 1), fault.injected
+    assert fault.injected == s3arch.io.fetching._ATTEMPTS * (s3arch.io.connections.RETRIES + 1), fault.injected
     _assert_nothing_left(s3, dst)
     reliability.record("one object's checksum HEAD answers 500 every time", f"{fault.injected} answers",
                        f"exit 3 naming the HEAD and the key after {took:.0f} s; nothing committed, no upload open")

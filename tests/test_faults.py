@@ -12,9 +12,9 @@ import pytest
 from faultproxy import Fault, FaultProxy, is_complete_upload, is_get, is_upload_part
 from helpers import engine_clients, keys_in, open_uploads, read_archive, seed
 from s3arch.archive import archive_prefix
-from s3arch.config import ArchiveSpec, S3Url
-from s3arch.errors import TransientError
-from s3arch.s3 import S3Clients
+from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.core.errors import TransientError
+from s3arch.io.s3 import S3Clients
 
 
 @pytest.fixture

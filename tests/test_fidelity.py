@@ -272,7 +272,7 @@ def test_extract_to_dir_writes_a_metadata_file_beside_the_data(fidelity, cli_env
 
 
 def test_records_of_plain_objects_carry_no_attribute_defaults():
-    from s3arch.attributes import from_headers
+    from s3arch.io.attributes import from_headers
 
     captured = from_headers([("Content-Type", "binary/octet-stream"), ("x-amz-storage-class", "STANDARD"),
                              ("x-amz-server-side-encryption", "AES256"), ("x-amz-version-id", "null"),
@@ -285,7 +285,7 @@ def test_records_of_plain_objects_carry_no_attribute_defaults():
 
 
 def test_lock_reason_and_restore_arguments_follow_the_record():
-    from s3arch.attributes import lock_reason, put_checksum, write_args
+    from s3arch.io.attributes import lock_reason, put_checksum, write_args
 
     now = datetime(2026, 11, 23, tzinfo=timezone.utc)
     assert lock_reason({"object_lock": {"legal_hold": "ON"}}, now) == "under legal hold"

@@ -8,8 +8,8 @@ import boto3
 import pytest
 
 from s3arch.archive import archive_prefix
-from s3arch.config import ArchiveSpec, S3Url
-from s3arch.s3 import S3Clients
+from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.io.s3 import S3Clients
 
 from helpers import seed
 

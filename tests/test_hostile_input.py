@@ -17,8 +17,8 @@ from faultproxy import FaultProxy
 from helpers import (ROOT, engine_clients, keys_in, minio_user, open_uploads, put_exact_key, read_archive, run_json,
                      seed)
 from s3arch.archive import archive_prefix
-from s3arch.config import ArchiveSpec, S3Url
-from s3arch.manifest import iter_manifest, layout_for
+from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.format.manifest import iter_manifest, layout_for
 
 LONG_KEY = "p/" + "/".join(["seg-" + "é" * 60] * 8)  # non-ASCII, segments under NAME_MAX
 LONG_KEY = LONG_KEY + "x" * (1024 - len(LONG_KEY.encode()))
@@ -110,8 +110,8 @@ def _listing_peak_rss(proxy, minio, count) -> tuple[int, int, float]:
     proxy.synthesize_listing(bucket, "big/", count)
     script = textwrap.dedent(f"""
         import json, time, boto3
-        from s3arch.listing import ListingFeed
-        from s3arch.s3 import S3Clients
+        from s3arch.io.listing import ListingFeed
+        from s3arch.io.s3 import S3Clients
         session = boto3.Session(aws_access_key_id={minio.access_key!r}, aws_secret_access_key={minio.secret_key!r},
                                 region_name="us-east-1")
         clients = S3Clients.from_session(session, {proxy.endpoint_url!r})

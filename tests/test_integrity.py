@@ -17,8 +17,8 @@ from faultproxy import Fault, FaultProxy, is_get, is_list, is_upload_part, wait_
 from helpers import (ROOT, engine_clients, keys_in, minio_user, open_uploads, read_archive, run_cli, run_json,
                      seed)
 from s3arch.archive import archive_prefix
-from s3arch.config import ArchiveSpec, S3Url
-from s3arch.errors import ArchiverError, UploadLost
+from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.core.errors import ArchiverError, UploadLost
 
 
 def spec(src, dst, **kw) -> ArchiveSpec:
@@ -133,8 +133,8 @@ def test_object_rewritten_right_before_its_delete_batch_survives(s3, buckets, da
 
 
 def test_minio_ignores_etags_in_delete_objects_so_the_probe_chooses_the_recheck(s3, buckets):
-    from s3arch.deletion import _endpoint_honours_etag
-    from s3arch.manifest import layout_for
+    from s3arch.protocol.deletion import _endpoint_honours_etag
+    from s3arch.format.manifest import layout_for
 
     src, dst = buckets
     assert _endpoint_honours_etag(s3, layout_for(S3Url(src, "day/"), S3Url(dst, "a/"))) is False
@@ -331,7 +331,7 @@ def test_every_command_a_message_names_exists():
 
     commands = set(_parser()._subparsers._group_actions[0].choices)
     named = set()
-    for path in Path(ROOT, "tasks").glob("*.py"):
+    for path in Path(ROOT, "tasks").rglob("*.py"):
         named |= set(re.findall(r"s3arch ([a-z][a-z-]+)", path.read_text()))
     named -= {"archive"} if "archive" in commands else set()
     assert named <= commands | {"manifest"}, f"messages name commands that do not exist: {named - commands}"
@@ -344,8 +344,8 @@ def test_every_command_a_message_names_exists():
 _PEAK = """
 import json, re, sys, boto3
 from s3arch.archive import archive_prefix
-from s3arch.config import ArchiveSpec, S3Url
-from s3arch.s3 import S3Clients
+from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.io.s3 import S3Clients
 args = json.loads(sys.argv[1])
 session = boto3.Session(aws_access_key_id=args["key"], aws_secret_access_key=args["secret"], region_name="us-east-1")
 clients = S3Clients.from_session(session, args["endpoint"])
@@ -420,7 +420,7 @@ def test_a_prefix_too_large_for_ten_thousand_parts_fails_before_any_get(proxy, m
 
 
 def test_compression_threads_default_to_the_cpus_the_process_may_use(tmp_path):
-    from s3arch.config import _cgroup_cpu_quota, available_cpus
+    from s3arch.core.config import _cgroup_cpu_quota, available_cpus
 
     (tmp_path / "cpu.max").write_text("200000 100000\n")
     assert _cgroup_cpu_quota(str(tmp_path)) == 2.0
@@ -429,7 +429,7 @@ def test_compression_threads_default_to_the_cpus_the_process_may_use(tmp_path):
     import os
 
     assert available_cpus() <= len(os.sched_getaffinity(0))
-    script = "from s3arch.config import available_cpus; print(available_cpus())"
+    script = "from s3arch.core.config import available_cpus; print(available_cpus())"
     pinned = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", script], cwd=ROOT,
                             capture_output=True, env={"PYTHONPATH": str(ROOT)}, check=True)
     assert pinned.stdout.strip() == b"1"
@@ -442,7 +442,7 @@ def test_gets_go_where_the_control_plane_resolved_the_bucket(minio, buckets, s3)
     for GETs too; here botocore resolves it, and the data plane must copy its host and style."""
     import boto3
 
-    from s3arch.s3 import S3Clients
+    from s3arch.io.s3 import S3Clients
 
     session = boto3.Session(aws_access_key_id="k", aws_secret_access_key="s", region_name="cn-north-1")
     clients = S3Clients.from_session(session)
@@ -498,7 +498,7 @@ def test_a_read_only_caller_is_told_a_committed_prefix_is_skipped(minio, s3, buc
 
 
 def test_rerun_of_a_committed_prefix_reads_the_small_index_not_the_manifest(s3, buckets, day, clients):
-    from s3arch.manifest import iter_manifest, layout_for
+    from s3arch.format.manifest import iter_manifest, layout_for
 
     src, dst = buckets
     archive_prefix(spec(src, dst), clients)
@@ -518,7 +518,7 @@ def test_rerun_of_a_committed_prefix_reads_the_small_index_not_the_manifest(s3, 
 def test_a_damaged_index_is_reported_as_damage_not_as_a_bug(s3, buckets, day, clients, cli_env, damage):
     """``cat`` and a re-run read the index first: a cut or reshaped index is the archive's
     damage (exit 2, the index named), never a traceback (exit 1)."""
-    from s3arch.manifest import layout_for
+    from s3arch.format.manifest import layout_for
 
     src, dst = buckets
     archive_prefix(spec(src, dst), clients)

@@ -6,8 +6,8 @@ from datetime import date, timedelta
 
 import pytest
 
-from s3arch.errors import BadArgument
-from s3arch.jobs import batches, job_from_dict, load_jobs, plan
+from s3arch.core.errors import BadArgument
+from s3arch.ops.jobs import batches, job_from_dict, load_jobs, plan
 
 JOB = {"source": "s3://app-logs/", "prefix_template": "logs/{date:%Y/%m/%d}/",
        "destination": "s3://vault/archive/", "min_age_days": 2}
@@ -119,7 +119,7 @@ def test_a_job_is_one_process_per_task_unless_it_asks():
 
 def test_concurrency_and_threads_are_job_settings_with_the_cli_defaults():
     from s3arch.cli import _parser
-    from s3arch.config import ArchiveSpec, available_cpus
+    from s3arch.core.config import ArchiveSpec, available_cpus
 
     cli = _parser().parse_args(["archive", "s3://a-b/p/", "s3://c-d/"])
     spec = job().spec_for("logs/2026/11/01/")

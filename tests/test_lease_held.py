@@ -1,5 +1,5 @@
 """Every path that writes or deletes holds the prefix's lease through ``with lease.held(...)``
-(tasks/lease.py): renewed every sixth of the TTL for as long as the path runs, released on
+(tasks/protocol/lease.py): renewed every sixth of the TTL for as long as the path runs, released on
 every exit. Each writing path is slowed past its TTL at a point of its own (deterministically:
 the engine function it calls sleeps); a second run started after the TTL must still find the
 prefix taken (ConcurrentRun, exit 3), and the lease must be gone once the path is over.
@@ -21,7 +21,7 @@ PREFIX = "day/"
 
 
 def spec(src, dst, **kw):
-    from s3arch.config import ArchiveSpec, S3Url
+    from s3arch.core.config import ArchiveSpec, S3Url
 
     return ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, "a/"), storage_class="STANDARD", processes=1,
                        lease_ttl=TTL, **kw)
@@ -55,7 +55,7 @@ def slowed(monkeypatch, owner, name: str, seconds: float) -> threading.Event:
 def outlasts_its_ttl(first, second, reached: threading.Event) -> tuple[object, BaseException]:
     """Run ``first`` (slowed past the TTL) in a thread; once it has run 1.5 TTLs, ``second``
     must fail. Returns first's result and second's error."""
-    from s3arch.errors import ConcurrentRun
+    from s3arch.core.errors import ConcurrentRun
 
     out: dict = {}
 
@@ -81,7 +81,7 @@ def outlasts_its_ttl(first, second, reached: threading.Event) -> tuple[object, B
 def test_a_run_outlasting_its_ttl_before_it_streams_keeps_the_prefix(s3, buckets, day, clients, monkeypatch):
     """The clean-up of dead runs' uploads before the stream (step 4) ran without renewal."""
     from s3arch.archive import archive_prefix
-    from s3arch.commit import CommitProtocol
+    from s3arch.protocol.commit import CommitProtocol
 
     src, dst = buckets
     reached = slowed(monkeypatch, CommitProtocol, "_clean_stale", 2.5 * TTL)
@@ -94,11 +94,11 @@ def test_a_run_outlasting_its_ttl_before_it_streams_keeps_the_prefix(s3, buckets
 def test_a_prepare_outlasting_its_ttl_keeps_the_prefix_and_one_upload(s3, buckets, day, clients, monkeypatch):
     """A 10M-key plan took 440 s against the 180 s TTL: a second prepare took the prefix and
     opened a second upload, the first one orphaned."""
-    import s3arch.commit
+    import s3arch.protocol.commit
     from s3arch.archive import prepare_segments
 
     src, dst = buckets
-    reached = slowed(monkeypatch, s3arch.commit, "plan_segments", 2.5 * TTL)
+    reached = slowed(monkeypatch, s3arch.protocol.commit, "plan_segments", 2.5 * TTL)
     result, _ = outlasts_its_ttl(lambda: prepare_segments(spec(src, dst), 2, clients),
                                  lambda: prepare_segments(spec(src, dst), 2, clients), reached)
     assert result.status == "planned" and result.segments == 2
@@ -108,7 +108,7 @@ def test_a_prepare_outlasting_its_ttl_keeps_the_prefix_and_one_upload(s3, bucket
 
 def test_an_assembly_outlasting_its_ttl_keeps_the_prefix(s3, buckets, day, clients, monkeypatch):
     from s3arch.archive import archive_segment, assemble_segments, prepare_segments
-    from s3arch.commit import CommitProtocol
+    from s3arch.protocol.commit import CommitProtocol
 
     src, dst = buckets
     assert prepare_segments(spec(src, dst), 2, clients).status == "planned"
@@ -125,12 +125,12 @@ def test_an_assembly_outlasting_its_ttl_keeps_the_prefix(s3, buckets, day, clien
 def test_a_deletion_outlasting_its_ttl_keeps_the_prefix(s3, buckets, day, clients, monkeypatch, path):
     """delete_sources_only and a re-run with --delete-source of a committed prefix held the
     lease without renewing it (a 1,000,000-object deletion takes about 8 minutes)."""
-    import s3arch.commit
+    import s3arch.protocol.commit
     from s3arch.archive import archive_prefix, delete_sources
 
     src, dst = buckets
     assert archive_prefix(spec(src, dst), clients).status == "archived"
-    reached = slowed(monkeypatch, s3arch.commit, "delete_archived_sources", 2.5 * TTL)
+    reached = slowed(monkeypatch, s3arch.protocol.commit, "delete_archived_sources", 2.5 * TTL)
     if path == "delete-sources":
         first = lambda: delete_sources(spec(src, dst, delete_source=True), clients)  # noqa: E731
     else:
@@ -145,25 +145,25 @@ def test_a_deletion_that_loses_its_lease_deletes_nothing_more(s3, buckets, day, 
     """The deletion ran on after its lease was lost (renewals stopped nothing but the commit):
     another run could hold the prefix meanwhile. Now a lost lease ends it before the next
     batch, as a retryable error that says so."""
-    import s3arch.deletion
-    import s3arch.lease
+    import s3arch.protocol.deletion
+    import s3arch.protocol.lease
     from s3arch.archive import archive_prefix, delete_sources
-    from s3arch.errors import ConcurrentRun, SourceDeletionFailed
+    from s3arch.core.errors import ConcurrentRun, SourceDeletionFailed
 
     src, dst = buckets
     if path == "delete-sources":
         assert archive_prefix(spec(src, dst), clients).status == "archived"
-    monkeypatch.setattr(s3arch.deletion, "BATCH", 10)
-    monkeypatch.setattr(s3arch.deletion, "RECHECK_BATCH", 10)
+    monkeypatch.setattr(s3arch.protocol.deletion, "BATCH", 10)
+    monkeypatch.setattr(s3arch.protocol.deletion, "RECHECK_BATCH", 10)
     lost = threading.Event()
-    lose = s3arch.lease.Held.lose
+    lose = s3arch.protocol.lease.Held.lose
 
     def noted(self, error):
         lose(self, error)
         lost.set()
 
-    monkeypatch.setattr(s3arch.lease.Held, "lose", noted)
-    send = s3arch.deletion._send
+    monkeypatch.setattr(s3arch.protocol.lease.Held, "lose", noted)
+    send = s3arch.protocol.deletion._send
     taker = b'{"owner": "another run"}'
 
     def first_batch_then_taken_over(*args, **kwargs):
@@ -173,7 +173,7 @@ def test_a_deletion_that_loses_its_lease_deletes_nothing_more(s3, buckets, day, 
             s3.put_object(Bucket=dst, Key=lease, Body=taker)
             assert lost.wait(10 * TTL)
 
-    monkeypatch.setattr(s3arch.deletion, "_send", first_batch_then_taken_over)
+    monkeypatch.setattr(s3arch.protocol.deletion, "_send", first_batch_then_taken_over)
     run = delete_sources if path == "delete-sources" else archive_prefix
     with pytest.raises(SourceDeletionFailed) as failed:
         run(spec(src, dst, delete_source=True), clients)
@@ -189,7 +189,7 @@ def test_the_lease_is_released_when_the_first_state_read_fails(minio, s3, bucket
     """The lease is taken beside the first read of the prefix's state; that read failing left
     it behind, and the next run waited out the TTL (ConcurrentRun)."""
     from s3arch.archive import archive_prefix
-    from s3arch.errors import AccessDenied
+    from s3arch.core.errors import AccessDenied
 
     src, dst = buckets
     proxy = FaultProxy(minio.endpoint_url)
@@ -213,7 +213,7 @@ def test_a_failed_overwrite_keeps_the_old_archive_committed(minio, s3, buckets, 
     archive left the old archive without a manifest (unguarded: a plain re-run archived
     afresh, readers found nothing). The old manifest goes only once the new archive is in."""
     from s3arch.archive import archive_prefix
-    from s3arch.errors import AccessDenied
+    from s3arch.core.errors import AccessDenied
 
     src, dst = buckets
     assert archive_prefix(spec(src, dst), clients).status == "archived"
@@ -237,7 +237,7 @@ def test_a_prepare_can_be_cancelled_and_writes_no_upload_or_plan(s3, buckets, da
     """prepare_segments could not be stopped (a killed Airflow task's plan ran on). Now its
     cancel event stops the plan between pages, before it opens an upload or writes plan.json."""
     from s3arch.archive import prepare_segments
-    from s3arch.errors import Cancelled
+    from s3arch.core.errors import Cancelled
 
     src, dst = buckets
     cancel = threading.Event()

@@ -7,7 +7,7 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from s3arch.jobs import job_from_dict, split_by_size
+from s3arch.ops.jobs import job_from_dict, split_by_size
 
 JOB = {"source": "s3://app-logs/", "prefix_template": "logs/{date:%Y/%m/%d}/", "destination": "s3://vault/archive/",
        "segments": 3, "segment_min_objects": 1000}
@@ -33,7 +33,7 @@ class SlowLists:
         with self._lock:
             self.at_once -= 1
         when = datetime(2026, 11, 21, tzinfo=timezone.utc)
-        yield {"S3archListed": [__import__("s3arch.listed", fromlist=["ListedObject"]).ListedObject(
+        yield {"S3archListed": [__import__("s3arch.io.listed", fromlist=["ListedObject"]).ListedObject(
             f"{Prefix}{i:05d}", 10, '"e"', when) for i in range(self.sizes[Prefix])]}
 
 

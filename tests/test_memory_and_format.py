@@ -14,8 +14,8 @@ import tarfile
 import pytest
 
 from helpers import ROOT, seed
-from s3arch.tarwriter import member_header, member_name
-from s3arch.upload import MAX_PARTS, PartSizer
+from s3arch.format.tarwriter import member_header, member_name
+from s3arch.io.upload import MAX_PARTS, PartSizer
 
 # VmHWM belongs to the address space, so unlike ru_maxrss it does not carry over the peak of
 # the (large) pytest process this child was forked from.
@@ -87,7 +87,7 @@ def test_ten_thousand_parts_always_cover_five_tib():
 def test_quote_key_fast_path_agrees_with_full_percent_encoding():
     import urllib.parse
 
-    from s3arch.dataplane import quote_key
+    from s3arch.io.dataplane import quote_key
 
     def full(key):
         return "/".join(urllib.parse.quote(s, safe="~").replace(".", "%2E") if s in (".", "..")
@@ -107,8 +107,8 @@ def _build_archive(s3, bucket: str, source: tuple[str, str], members: int, block
     import hashlib
     import zlib
 
-    from s3arch.manifest import FORMAT_NAME, FORMAT_VERSION, ArchiveLayout
-    from s3arch.tarwriter import BLOCK
+    from s3arch.format.manifest import FORMAT_NAME, FORMAT_VERSION, ArchiveLayout
+    from s3arch.format.tarwriter import BLOCK
 
     src_bucket, prefix = source
     stem = f"a/{src_bucket}/{prefix.rstrip('/')}"

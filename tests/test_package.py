@@ -123,7 +123,7 @@ def test_wheel_ships_every_module_its_dependencies_and_entry_points(wheel):
     # Every tracked file of the two source folders (data files too, should one appear).
     expected = {("s3arch/" + p.removeprefix("tasks/")) if p.startswith("tasks/")
                 else p.removeprefix("plugins/") for p in tracked if (ROOT / p).exists()}
-    assert {"s3arch/segments/workers.py", "s3arch_airflow/factory.py", "s3arch_airflow/plugin.py"} <= expected
+    assert {"s3arch/produce/segments/workers.py", "s3arch_airflow/factory.py", "s3arch_airflow/plugin.py"} <= expected
     assert expected <= names, f"missing from the wheel: {sorted(expected - names)}"
     assert not [n for n in names if n.startswith(("tasks/", "tests/", "dags/", "devtools/", "bench/"))]
 
@@ -157,7 +157,7 @@ def test_installed_cli_archives_verifies_and_extracts_without_the_repo_or_airflo
     s3arch = venv / "bin" / "s3arch"
 
     where = _run([venv / "bin" / "python", "-c", textwrap.dedent("""\
-        import importlib.util, json, sys, s3arch, s3arch.segments.workers
+        import importlib.util, json, sys, s3arch, s3arch.produce.segments.workers
         print(json.dumps({"s3arch": s3arch.__file__, "path": sys.path,
                           "airflow": importlib.util.find_spec("airflow") is not None}))""")],
                  env=env, cwd=tmp_path)

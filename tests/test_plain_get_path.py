@@ -1,4 +1,4 @@
-"""The plain GET path (tasks/connections.py: a pool of awscrt.http connections, awscrt's SigV4
+"""The plain GET path (tasks/io/connections.py: a pool of awscrt.http connections, awscrt's SigV4
 signer) against real MinIO and moto: odd keys reach the right object, S3's refusals become
 the same typed errors and exit codes as on the CRT S3 client's path, 5xx and broken
 connections are sent again on a fresh connection, a stalled answer is cancelled at once, the
@@ -17,8 +17,8 @@ import pytest
 from faultproxy import Fault, FaultProxy, is_get
 from helpers import engine_clients, minio_user, put_exact_key, read_archive, run_cli, seed
 from s3arch.archive import archive_prefix
-from s3arch.config import ArchiveSpec, S3Url
-from s3arch.errors import AccessDenied, CertificateUntrusted, SourceChanged, TransientError
+from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.core.errors import AccessDenied, CertificateUntrusted, SourceChanged, TransientError
 
 from test_tls import minio_tls  # noqa: F401 - the session's HTTPS MinIO with its own CA
 
@@ -95,7 +95,7 @@ def test_refusals_are_typed_as_on_the_crt_path_412_404_403(minio, s3, buckets, c
                 m.setenv(name, value)
             import boto3
 
-            from s3arch.s3 import S3Clients
+            from s3arch.io.s3 import S3Clients
 
             denied_clients = S3Clients.from_session(boto3.Session(region_name=minio.region), minio.endpoint_url)
             denied, _, _, _ = fetch(denied_clients.data_for(src, 4), "day/a.log")
@@ -120,7 +120,7 @@ def test_5xx_and_a_reset_before_the_answer_are_sent_again_on_a_new_connection(mi
 
 def test_slowdown_is_left_to_the_fetchers_throttle_handling(minio, s3, buckets, proxy):
     """503 SlowDown is not retried on the connection: the fetcher waits it out with fewer GETs
-    in flight (tasks/fetching.py), and counts it."""
+    in flight (tasks/io/fetching.py), and counts it."""
     src, _ = buckets
     seed(s3, src, {"day/a.log": b"a"})
     fault = proxy.add(Fault("status", status=503, count=1, match=is_get))
@@ -130,9 +130,9 @@ def test_slowdown_is_left_to_the_fetchers_throttle_handling(minio, s3, buckets, 
 
 def test_a_fault_that_outlasts_the_retries_is_exit_3_and_resets_mid_body_are_refetched(minio, s3, buckets, proxy,
                                                                                      monkeypatch):
-    import s3arch.connections
+    import s3arch.io.connections
 
-    monkeypatch.setattr(s3arch.connections, "RETRY_BASE", 0.01)
+    monkeypatch.setattr(s3arch.io.connections, "RETRY_BASE", 0.01)
     src, dst = buckets
     objects = {f"day/{i:03d}.log": os.urandom(20_000 + i) for i in range(60)}
     seed(s3, src, objects)
@@ -140,7 +140,7 @@ def test_a_fault_that_outlasts_the_retries_is_exit_3_and_resets_mid_body_are_ref
     always = proxy.add(Fault("status", status=500, match=lambda r: r.key.endswith("day/007.log")))
     error, _, _, _ = fetch(clients.data_for(src, 8), "day/007.log")
     assert isinstance(error, TransientError) and error.exit_code == 3
-    assert always.injected == 1 + s3arch.connections.RETRIES
+    assert always.injected == 1 + s3arch.io.connections.RETRIES
     proxy.clear()
     resets = proxy.add(Fault("reset", rate=0.3, count=10, match=is_get))  # half the body sent, then RST
     archive_prefix(ArchiveSpec(S3Url(src, "day/"), S3Url(dst, "a/"), storage_class="STANDARD"), clients)
@@ -207,14 +207,14 @@ def test_https_gets_trust_the_ca_bundle_and_an_untrusted_certificate_is_exit_2_n
     CRT S3 client retries it on its own first, as it retries everything; then it is exit 2 too)."""
     import boto3
 
-    from s3arch.s3 import S3Clients
+    from s3arch.io.s3 import S3Clients
 
     server, ca_file = minio_tls
     monkeypatch.setenv("S3ARCH_GET_PATH", path)
     if path == "crt":  # its own retries would take minutes: what is tested is what it ends in
-        import s3arch.s3
+        import s3arch.io.s3
 
-        monkeypatch.setattr(s3arch.s3, "crt_retry_config",
+        monkeypatch.setattr(s3arch.io.s3, "crt_retry_config",
                             lambda s3, io: s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
     monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
     control = boto3.client("s3", endpoint_url=server.endpoint_url, aws_access_key_id=server.access_key,

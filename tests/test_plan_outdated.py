@@ -16,7 +16,7 @@ PREFIX = "events/2026/11/21/"
 
 
 def spec(src, dst, **kw):
-    from s3arch.config import ArchiveSpec, S3Url
+    from s3arch.core.config import ArchiveSpec, S3Url
 
     return ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, "v/"), storage_class="STANDARD", processes=1, **kw)
 
@@ -29,9 +29,9 @@ def test_a_key_added_and_one_removed_during_planning(monkeypatch, s3, buckets, c
     Now the plan is the recording: the added key is left for the next run; the segment that
     lost a key fails once with PlanOutdated (exit 2 for the segment task, a new plan needed);
     the other segments are produced; the next prepare plans again and the day archives."""
-    import s3arch.segments.plan as plan_module
+    import s3arch.produce.segments.plan as plan_module
     from s3arch.archive import archive_segment, assemble_segments, prepare_segments
-    from s3arch.segments import PlanOutdated
+    from s3arch.produce.segments import PlanOutdated
 
     src, dst = buckets
     objects = {f"{PREFIX}{h:02d}/event-{i:03d}.log": b"id=%d\n" % i * (i % 30 + 1) for h in range(3) for i in range(200)}
@@ -80,7 +80,7 @@ def test_an_object_rewritten_after_the_plan_fails_its_segment_once_and_the_next_
 
     from helpers import engine_clients
     from s3arch.archive import archive_segment, assemble_segments, prepare_segments
-    from s3arch.segments import PlanOutdated
+    from s3arch.produce.segments import PlanOutdated
 
     src, dst = buckets
     objects = {f"{PREFIX}{h:02d}/event-{i:03d}.log": b"id=%d\n" % i * (i % 30 + 1) for h in range(3) for i in range(200)}
@@ -159,8 +159,8 @@ def test_a_plan_outdated_segment_is_not_run_again_by_the_cli_workers(monkeypatch
     """The CLI's workers run a failed segment again up to three times; a plan that no longer
     matches the source fails the same way each time, so PlanOutdated ends the run at once,
     retryable for the run (its next run plans again)."""
-    import s3arch.segments.workers as workers
-    from s3arch.segments import PlanOutdated, SegmentPlan, SegmentRange
+    import s3arch.produce.segments.workers as workers
+    from s3arch.produce.segments import PlanOutdated, SegmentPlan, SegmentRange
 
     attempts = []
 
@@ -180,8 +180,8 @@ def test_a_plan_outdated_segment_is_not_run_again_by_the_cli_workers(monkeypatch
 
 def test_a_plan_outdated_segment_tells_the_cli_user_what_to_do_once(monkeypatch):
     """What the user reads after a worker's PlanOutdated: the cause and the hint, the hint once."""
-    import s3arch.segments.workers as workers
-    from s3arch.segments import PlanOutdated, SegmentPlan, SegmentRange
+    import s3arch.produce.segments.workers as workers
+    from s3arch.produce.segments import PlanOutdated, SegmentPlan, SegmentRange
 
     hint = "run the prefix again: a new plan is made"
 
@@ -203,9 +203,9 @@ def test_a_cli_segmented_run_aborts_the_records_uploads_its_killed_workers_left(
     """A worker killed mid-segment leaves its records upload open (a large segment's records
     are a multipart upload); the CLI path writes no plan.json, so no later cleanup could find
     it. The run aborts them itself once its workers are over."""
-    import s3arch.segments.workers as workers
-    from s3arch.errors import TransientError
-    from s3arch.manifest import MANIFEST_SUFFIX, layout_for
+    import s3arch.produce.segments.workers as workers
+    from s3arch.core.errors import TransientError
+    from s3arch.format.manifest import MANIFEST_SUFFIX, layout_for
 
     src, dst = buckets
     seed(s3, src, {f"{PREFIX}{i:02d}.log": b"x" * i for i in range(30)})
@@ -226,8 +226,8 @@ def test_a_cli_segmented_run_aborts_the_records_uploads_its_killed_workers_left(
 def test_a_cli_segmented_plan_stops_when_its_run_is_stopped(s3, buckets, clients):
     """The CLI's plan runs inside the archive run, under its lease: a lost lease or a cancel
     (the abort event) stops the plan between pages, before the archive's upload is opened."""
-    import s3arch.segments.workers as workers
-    from s3arch.manifest import layout_for
+    import s3arch.produce.segments.workers as workers
+    from s3arch.format.manifest import layout_for
 
     src, dst = buckets
     seed(s3, src, {f"{PREFIX}{i:02d}.log": b"x" * i for i in range(30)})

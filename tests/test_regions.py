@@ -110,7 +110,7 @@ def test_the_archive_path_routes_each_bucket_to_its_own_region(eu_archive, tmp_p
     narrowed to the prefix) and the listing that proves the bucket usable names no region."""
     import boto3
 
-    from s3arch.s3 import S3Clients
+    from s3arch.io.s3 import S3Clients
 
     proxy, _, (src, dst, _), _ = eu_archive
     proxy.deny_head_bucket = head_bucket == "denied"

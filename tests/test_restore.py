@@ -203,7 +203,7 @@ def test_hostile_member_names_and_planted_symlinks_cannot_escape_the_target(moto
 
 
 def test_manifest_index_answers_like_a_full_scan_with_two_gets_per_key(s3, buckets, clients):
-    from s3arch.manifest import (RECORDS_PER_CHUNK, ArchiveLayout, ManifestWriter, chunk_of, find_records,
+    from s3arch.format.manifest import (RECORDS_PER_CHUNK, ArchiveLayout, ManifestWriter, chunk_of, find_records,
                                 iter_manifest, read_chunk, read_index)
 
     _, dst = buckets

@@ -151,7 +151,7 @@ def test_object_lock_on_a_bucket_without_it_is_refused_before_any_get(minio, cli
 
 def test_expected_owner_goes_out_on_every_request_of_both_planes(minio, buckets, s3):
     from s3arch.archive import archive_prefix
-    from s3arch.config import ArchiveSpec, S3Url
+    from s3arch.core.config import ArchiveSpec, S3Url
 
     src, dst = buckets
     seed(s3, src, {f"{PREFIX}{i}.log": b"x" * (i + 1) for i in range(20)})
@@ -180,9 +180,9 @@ def test_clients_built_without_the_specs_owner_are_refused_before_any_request(bu
     names one and whose clients name none (or another) stops, rather than send requests
     without the header."""
     from s3arch.archive import archive_prefix, archive_segment
-    from s3arch.config import ArchiveSpec, S3Url
-    from s3arch.errors import BadArgument
-    from s3arch.s3 import S3Clients
+    from s3arch.core.config import ArchiveSpec, S3Url
+    from s3arch.core.errors import BadArgument
+    from s3arch.io.s3 import S3Clients
 
     # Nothing listens on port 9: a request sent would fail as a connection error, not BadArgument.
     session = boto3.Session(aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1")

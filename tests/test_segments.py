@@ -210,9 +210,9 @@ def test_processes_beyond_the_memory_budget_run_fewer_at_once_and_say_so(cli_env
 
 
 def test_plan_balances_segments_by_bytes_and_objects_and_covers_every_key(minio, s3, buckets, clients):
-    from s3arch.config import ArchiveSpec, S3Url
-    from s3arch.segments import plan_segments
-    from s3arch.tarwriter import member_size
+    from s3arch.core.config import ArchiveSpec, S3Url
+    from s3arch.produce.segments import plan_segments
+    from s3arch.format.tarwriter import member_size
 
     src, dst = buckets
     objects = {f"{PREFIX}{i:04d}": b"x" * (i % 7) * 1000 for i in range(2500)}
@@ -238,8 +238,8 @@ def test_segments_as_separate_tasks_plan_produce_in_any_order_retry_one_and_asse
     """The Airflow shape without Airflow: a prepare step, segment steps that could run on any
     worker (here out of order, one failing once and retried alone), an assemble step."""
     from s3arch.archive import archive_segment, assemble_segments, prepare_segments
-    from s3arch.config import ArchiveSpec, S3Url
-    from s3arch.errors import AccessDenied, SegmentMissing
+    from s3arch.core.config import ArchiveSpec, S3Url
+    from s3arch.core.errors import AccessDenied, SegmentMissing
 
     src, dst = buckets
     objects = segmented_prefix()
@@ -281,8 +281,8 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
     not counted as one of its three attempts (here it ends three starts in a row)."""
     import threading
 
-    import s3arch.segments.workers as workers
-    from s3arch.segments import SegmentPlan, SegmentRange
+    import s3arch.produce.segments.workers as workers
+    from s3arch.produce.segments import SegmentPlan, SegmentRange
 
     issued = iter(range(1, 10))
     monkeypatch.setattr(workers, "_connection_of", lambda clients, server: {"token": f"token-{next(issued)}"})
@@ -309,7 +309,7 @@ def test_segments_read_the_plans_listing_and_archive_exactly_what_it_planned(min
     from faultproxy import is_list
 
     from s3arch.archive import archive_segment, assemble_segments, prepare_segments
-    from s3arch.config import ArchiveSpec, S3Url
+    from s3arch.core.config import ArchiveSpec, S3Url
 
     src, dst = buckets
     objects = segmented_prefix()

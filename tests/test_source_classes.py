@@ -13,11 +13,11 @@ import pytest
 from faultproxy import Fault, FaultProxy, is_get, is_list, is_upload_part
 from helpers import keys_in, open_uploads, run_cli, seed
 from s3arch.archive import archive_prefix
-from s3arch.config import ArchiveSpec, S3Url
-from s3arch.cost import GiB, estimate
-from s3arch.errors import ArchivedObjectNotReadable
-from s3arch.listed import parse_listing_page
-from s3arch.s3 import S3Clients
+from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.core.cost import GiB, estimate
+from s3arch.core.errors import ArchivedObjectNotReadable
+from s3arch.io.listed import parse_listing_page
+from s3arch.io.s3 import S3Clients
 
 
 def _entry(key: str, storage_class: str | None, rest: str = "") -> bytes:

@@ -59,7 +59,7 @@ def test_a_prefix_throttled_for_30_seconds_archives_slower_instead_of_failing(s3
 
 
 def test_the_in_flight_limit_halves_on_a_throttle_and_grows_back_slowly():
-    from s3arch.fetching import InFlightLimit
+    from s3arch.io.fetching import InFlightLimit
 
     now = [100.0]
     limit = InFlightLimit(64, clock=lambda: now[0])
@@ -84,7 +84,7 @@ def test_the_in_flight_limit_halves_on_a_throttle_and_grows_back_slowly():
 
 
 def test_the_in_flight_limit_holds_requests_to_it_and_lets_retries_go_first():
-    from s3arch.fetching import InFlightLimit
+    from s3arch.io.fetching import InFlightLimit
 
     limit = InFlightLimit(2, clock=lambda: 0.0)
     assert limit.acquire(timeout=0.01) and limit.acquire(timeout=0.01)
@@ -137,8 +137,8 @@ def test_listing_pages_and_uploads_throttled_past_botocores_retries_are_waited_o
     from faultproxy import is_list
     from helpers import engine_clients
     from s3arch.archive import archive_prefix
-    from s3arch.config import ArchiveSpec, S3Url
-    from s3arch.throttling import throttled
+    from s3arch.core.config import ArchiveSpec, S3Url
+    from s3arch.io.throttling import throttled
 
     src, dst = buckets
     objects = {f"day/{i:03d}.log": b"line %d\n" % i for i in range(50)}
@@ -205,9 +205,9 @@ class SimpleCancel:
 def _fetch(plane, keys, monkeypatch, budget=60.0, concurrency=8, cooldown=1.0, failed=None):
     from datetime import datetime, timezone
 
-    import s3arch.fetching as fetching
-    from s3arch.coordinator import StreamCoordinator
-    from s3arch.listed import ListedObject
+    import s3arch.io.fetching as fetching
+    from s3arch.core.coordinator import StreamCoordinator
+    from s3arch.io.listed import ListedObject
 
     monkeypatch.setattr(fetching, "THROTTLE_BASE", 0.01)  # the same growth, in milliseconds
     monkeypatch.setattr(fetching, "THROTTLE_CAP", 0.2)
@@ -224,8 +224,8 @@ def _fetch(plane, keys, monkeypatch, budget=60.0, concurrency=8, cooldown=1.0, f
 
 
 def test_a_throttled_get_is_retried_past_the_fault_attempts_and_other_errors_keep_theirs(monkeypatch):
-    from s3arch.errors import AccessDenied, Throttled, TransientError
-    from s3arch.coordinator import Stopped
+    from s3arch.core.errors import AccessDenied, Throttled, TransientError
+    from s3arch.core.coordinator import Stopped
 
     slow = Throttled("GET s3://src/a: SlowDown")
     plane = _ScriptedPlane({"a": [slow] * 12, "b": [TransientError("reset")] * 2})
@@ -245,8 +245,8 @@ def test_a_throttled_get_is_retried_past_the_fault_attempts_and_other_errors_kee
 
 
 def test_throttling_that_outlasts_the_budget_fails_naming_it(monkeypatch):
-    from s3arch.coordinator import Stopped
-    from s3arch.errors import Throttled
+    from s3arch.core.coordinator import Stopped
+    from s3arch.core.errors import Throttled
 
     plane = _ScriptedPlane({"a": [Throttled("GET s3://src/a: SlowDown")] * 10_000})
     started = time.monotonic()
@@ -262,7 +262,7 @@ def test_throttling_that_outlasts_the_budget_fails_naming_it(monkeypatch):
 
 
 def test_gets_in_flight_shrink_while_s3_throttles(monkeypatch):
-    from s3arch.errors import Throttled
+    from s3arch.core.errors import Throttled
 
     keys = [f"k{i:03d}" for i in range(200)]
     slow = Throttled("SlowDown")
@@ -277,18 +277,18 @@ def test_gets_in_flight_shrink_while_s3_throttles(monkeypatch):
 def test_a_segmented_archive_counts_what_its_segments_waited_out(minio, s3, buckets, clients, proxy, monkeypatch):
     """Each segment's throttled GETs travel in its result to the assembled archive's summary.
     The CRT client's own retries are turned off here so that a 3 s throttle reaches the engine."""
-    import s3arch.fetching
-    import s3arch.s3
+    import s3arch.io.fetching
+    import s3arch.io.s3
     from helpers import engine_clients
     from s3arch.archive import archive_segment, assemble_segments, prepare_segments
-    from s3arch.config import ArchiveSpec, S3Url
+    from s3arch.core.config import ArchiveSpec, S3Url
 
     src, dst = buckets
     prefix = "events/"
     objects = {f"{prefix}{i:04d}.log": b"id=%d ok\n" % i for i in range(300)}
     seed(s3, src, objects)
-    monkeypatch.setattr(s3arch.s3, "crt_retry_config", lambda s3, io: s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
-    monkeypatch.setattr(s3arch.fetching, "THROTTLE_CAP", 2.0)  # pauses up to 2 s, not 20: a short test
+    monkeypatch.setattr(s3arch.io.s3, "crt_retry_config", lambda s3, io: s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
+    monkeypatch.setattr(s3arch.io.fetching, "THROTTLE_CAP", 2.0)  # pauses up to 2 s, not 20: a short test
     spec = ArchiveSpec(S3Url(src, prefix), S3Url(dst, "v/"), storage_class="STANDARD", processes=1)
     assert prepare_segments(spec, 2, clients).segments == 2
     fault = proxy.add(Fault("status", status=503, window=3.0,
@@ -342,8 +342,8 @@ def test_a_throttle_budget_that_is_not_a_positive_number_exits_2_naming_it(cli_e
 
 
 def test_a_jobs_or_operators_throttle_budget_is_the_specs_and_a_bad_one_names_the_job():
-    from s3arch.errors import BadArgument
-    from s3arch.jobs import job_from_dict
+    from s3arch.core.errors import BadArgument
+    from s3arch.ops.jobs import job_from_dict
 
     body = {"source": "s3://src-x", "prefix_template": "logs/{date:%Y/%m/%d}/", "destination": "s3://dst-x/"}
     from s3arch_airflow.operators import S3ArchivePrefixOperator

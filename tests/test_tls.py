@@ -103,7 +103,7 @@ def test_untrusted_certificate_is_exit_2_at_once_naming_aws_ca_bundle(tls_day, t
 def test_ca_bundle_reaches_the_crt_plane(minio_tls, monkeypatch, tmp_path, where):
     """AWS_CA_BUNDLE, or the profile's ca_bundle, becomes the clients' ``verify``, from which
     the CRT data plane's TLS options are built (before: only botocore read them)."""
-    from s3arch.s3 import S3Clients
+    from s3arch.io.s3 import S3Clients
 
     server, ca_file = minio_tls
     monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)

@@ -53,7 +53,7 @@ def test_segment_workers_send_through_the_callers_proxy_with_its_user_agent(mini
     from botocore.config import Config
 
     from s3arch.archive import archive_prefix
-    from s3arch.config import ArchiveSpec, S3Url
+    from s3arch.core.config import ArchiveSpec, S3Url
 
     src, dst = buckets
     objects = seeded(s3, src)

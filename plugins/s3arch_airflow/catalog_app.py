@@ -50,7 +50,7 @@ def jobs_path() -> Path:
 
 def jobs() -> dict:
     """The jobs file, read again when it changes."""
-    from s3arch.jobs import load_jobs
+    from s3arch.ops.jobs import load_jobs
 
     path = jobs_path()
     try:
@@ -148,8 +148,8 @@ def job_days(dag_id: str, user: GetUserDep,
              date_to: date | None = Query(None, description="last day (default: today)"),
              refresh: bool = Query(False, description="read S3 again instead of the cached view")) -> dict:
     """One job's days over a range, with their states, figures and Airflow's last run."""
-    from s3arch.catalog import apply_runs, catalog_for
-    from s3arch.restore import NEEDS_RESTORE
+    from s3arch.ops.catalog import apply_runs, catalog_for
+    from s3arch.restore.glacier import NEEDS_RESTORE
 
     job = job_of(dag_id)
     today = date.today()
@@ -204,8 +204,8 @@ def airflow_runs(job, first: date, last: date) -> tuple[dict[str, dict], set[dat
 def _days_of(job, label: str | None, first: date, last: date) -> list[date]:
     if not label:
         return []
-    from s3arch.errors import BadArgument
-    from s3arch.jobs import days_between
+    from s3arch.core.errors import BadArgument
+    from s3arch.ops.jobs import days_between
 
     try:
         if " .. " in label:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, AssetAlias, Param, TaskGroup, TriggerRule, task
 
-from s3arch.jobs import ArchiveJob, load_jobs
+from s3arch.ops.jobs import ArchiveJob, load_jobs
 from s3arch_airflow.operators import (ROWS_XCOM_KEY, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
                                       S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
 from s3arch_airflow.report import job_task_args
@@ -106,8 +106,8 @@ def archive_dag(job: ArchiveJob) -> DAG:
             from airflow.sdk import conf
             from airflow.sdk.exceptions import AirflowFailException
 
-            from s3arch.errors import ArchiverError
-            from s3arch.jobs import batches, plan
+            from s3arch.core.errors import ArchiverError
+            from s3arch.ops.jobs import batches, plan
 
             reference = logical_date or dag_run.run_after
             try:
@@ -133,7 +133,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
                 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
                 from s3arch_airflow.operators import engine_clients
 
-                from s3arch.jobs import split_by_size
+                from s3arch.ops.jobs import split_by_size
 
                 control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner,
                                          job.throttle_budget).control if job.segment_tasks else None
@@ -249,8 +249,8 @@ def restore_dag(job: ArchiveJob) -> DAG:
             from airflow.sdk import conf
             from airflow.sdk.exceptions import AirflowFailException
 
-            from s3arch.errors import ArchiverError, BadArgument
-            from s3arch.jobs import plan
+            from s3arch.core.errors import ArchiverError, BadArgument
+            from s3arch.ops.jobs import plan
 
             try:
                 if not (params.get("prefixes") or params.get("date_from") or params.get("date_to")):

@@ -143,7 +143,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
 
     def _spec(self, prefix: str, *, delete_source: bool = False, delete_versions: bool = False):
         """The one engine spec of this step for ``prefix``: a dry run deletes nothing."""
-        from s3arch.config import ArchiveSpec, S3Url, parse_size
+        from s3arch.core.config import ArchiveSpec, S3Url, parse_size
 
         given: dict[str, Any] = {"concurrency": self.concurrency, "compress_threads": self.threads, "lease_ttl": self.lease_ttl,
                  "throttle_budget": self.throttle_budget,
@@ -158,14 +158,14 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         return spec.previewed() if as_bool(self.dry_run) else spec
 
     def _progress(self, label: str):
-        from s3arch.progress import Progress
+        from s3arch.core.progress import Progress
 
         return Progress(lambda snap: self.log.info("%s: %s", label, snap.line()), interval=self.progress_interval)
 
     def _run_each(self, context: Context, prefixes: list[str], run: Callable[[Any, str], dict]) -> list[dict]:
         """``run(clients, prefix)`` for each prefix, one row each; fails the task (retryable
         or not, as the errors are) if any prefix failed."""
-        from s3arch.errors import ArchiverError
+        from s3arch.core.errors import ArchiverError
 
         self._cancel = threading.Event()  # a fresh one per try
         orphan_watch = cancel_if_orphaned(self._cancel, self.log)
@@ -294,7 +294,7 @@ class S3ArchivePrefixOperator(S3ArchiveBaseOperator):
 
     def _archive(self, clients, prefix: str, context: Context) -> dict:
         from s3arch.archive import archive_prefix
-        from s3arch.errors import EmptyPrefix
+        from s3arch.core.errors import EmptyPrefix
 
         spec = self._spec(prefix, delete_source=self.delete_source, delete_versions=self.delete_versions)
         self.log.info("archiving %s -> %s (%s, %s)", spec.source, spec.destination, spec.storage_class, spec.codec)
@@ -313,8 +313,8 @@ class S3ArchivePrefixOperator(S3ArchiveBaseOperator):
         from airflow.providers.common.compat.openlineage.facet import Dataset
         from airflow.providers.openlineage.extractors import OperatorLineage
 
-        from s3arch.config import S3Url
-        from s3arch.manifest import layout_for
+        from s3arch.core.config import S3Url
+        from s3arch.format.manifest import layout_for
 
         inputs, outputs = [], []
         for prefix in self.prefixes:
@@ -449,9 +449,9 @@ def engine_clients(hook: S3Hook, expected_owner: str | None = None, throttle_bud
     region), the connection's endpoint_url, ``verify`` and ``botocore_config``; with
     ``expected_owner``, every request names the account that must own the bucket; calls stay
     throttled at most ``throttle_budget`` seconds (default S3ARCH_THROTTLE_BUDGET, else 900)."""
-    from s3arch.config import resolve_throttle_budget
-    from s3arch.errors import BadArgument
-    from s3arch.s3 import S3Clients
+    from s3arch.core.config import resolve_throttle_budget
+    from s3arch.core.errors import BadArgument
+    from s3arch.io.s3 import S3Clients
 
     if hook.aws_conn_id:
         # The provider would quietly fall back to the default credential chain and AWS

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from s3arch_airflow.operators import result_row
-from s3arch.cost import CostEstimate, usd
-from s3arch.progress import human_bytes
+from s3arch.core.cost import CostEstimate, usd
+from s3arch.core.progress import human_bytes
 
 COLUMNS = ("prefix", "status", "objects", "bytes_in", "bytes_out", "ratio", "seconds", "$/month archive",
            "$/month separate", "archive")

@@ -68,15 +68,15 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
         return self.prefix
 
     def _layout(self):
-        from s3arch.config import S3Url
-        from s3arch.manifest import layout_for
+        from s3arch.core.config import S3Url
+        from s3arch.format.manifest import layout_for
 
         return layout_for(S3Url(self.source_bucket, self.prefix), S3Url.parse(self.destination))
 
     def execute(self, context: Context) -> dict:
-        from s3arch.manifest import read_committed
-        from s3arch.errors import BadArgument
-        from s3arch.restore import POLL_SECONDS, request_restore, wait_restored
+        from s3arch.format.manifest import read_committed
+        from s3arch.core.errors import BadArgument
+        from s3arch.restore.glacier import POLL_SECONDS, request_restore, wait_restored
 
         def restore():
             layout = self._layout()
@@ -118,8 +118,8 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
         return self._extract(context, engine_clients(self.hook, self.expected_owner), self._layout())
 
     def _extract(self, context: Context, clients, layout) -> dict:
-        from s3arch.config import S3Url, parse_size
-        from s3arch.extract import Selection, extract_archive
+        from s3arch.core.config import S3Url, parse_size
+        from s3arch.restore.extract import Selection, extract_archive
 
         target = S3Url.parse(self.target) if self.target else S3Url(self.source_bucket, "")
         keys = None
@@ -145,7 +145,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
     def _guard(self, context: Context, step):
         """Run an engine step; a failure pushes the prefix's row and fails the task, without
         retries when the engine says another try cannot help."""
-        from s3arch.errors import ArchiverError
+        from s3arch.core.errors import ArchiverError
 
         try:
             return step()

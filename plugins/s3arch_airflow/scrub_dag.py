@@ -20,7 +20,7 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, Param, task
 
-from s3arch.jobs import ArchiveJob
+from s3arch.ops.jobs import ArchiveJob
 
 SCHEDULE_ENV = "S3ARCH_SCRUB_SCHEDULE"
 
@@ -68,8 +68,8 @@ def scrub_dag(job: ArchiveJob) -> DAG:
             from airflow.providers.amazon.aws.hooks.s3 import S3Hook
             from airflow.sdk.exceptions import AirflowFailException
 
-            from s3arch.errors import ArchiverError
-            from s3arch.scrub import parse_range, scrub
+            from s3arch.core.errors import ArchiverError
+            from s3arch.ops.scrub import parse_range, scrub
             from s3arch_airflow.operators import engine_clients
 
             try:

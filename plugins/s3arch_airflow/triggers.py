@@ -46,8 +46,8 @@ class ArchiveRestoredTrigger(BaseTrigger):
                                      verify=self.verify, config=self.botocore_config), self.expected_owner).control
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from s3arch.errors import ArchiverError
-        from s3arch.restore import archive_state
+        from s3arch.core.errors import ArchiverError
+        from s3arch.restore.glacier import archive_state
 
         url = f"s3://{self.bucket}/{self.key}"
         try:

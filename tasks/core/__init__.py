@@ -1,0 +1,1 @@
+"""Shared ground: errors and outcomes, the typed config, the stream coordinator, cost, time."""

@@ -1,0 +1,1 @@
+"""The archive's format: the pax tar writer, the codecs, the manifest."""

@@ -1,0 +1,401 @@
+"""The plain GET path: source GETs, HEADs and tag reads on a pool of ``awscrt.http``
+connections, each signed with awscrt's SigV4 signer; an extract's PUTs of small objects go
+the same way (``PlainDataPlane.put``, tasks/restore/extract.py).
+
+awscrt's S3 client wraps every request in a meta-request (part splitting, its own queues and
+retries); for an object smaller than a part that machinery buys nothing and costs client CPU
+(issue 33: about 0.20 ms per GET at 64 in flight against 0.13 ms here). It also has no proxy
+option, and these connections take one: tunnelled (CONNECT) to an HTTPS endpoint, forwarded
+to a plain-HTTP one, found as botocore finds it (the client config's ``proxies``, else
+HTTPS_PROXY / HTTP_PROXY / NO_PROXY).
+
+One request per connection at a time, kept alive and handed to the next request; a closed
+or broken connection is dropped and a new one opened when a request needs it. A connection
+failure before the first byte of the answer, and a 5xx other than throttling, are sent
+again here (full-jitter backoff, ``RETRIES`` times): the fetcher never sees them. An answer
+of up to ``HOLD_LIMIT`` bytes (tag sets, small objects) is held until it is complete, so a
+reset in its body is sent again here too, as the CRT client did with a whole part. Throttling
+is the fetcher's (tasks/io/fetching.py: it waits it out and sends fewer requests), and a fault
+after body bytes of a larger answer were handed on is too, since only it can throw those
+bytes away.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import threading
+import time
+import urllib.parse
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from s3arch.core.errors import THROTTLE_CODES, ArchiverError, BadArgument, Subject, error_for, tls_failure
+from s3arch.io.dataplane import BucketRoute, SourceRequests, parse_error_body
+
+RETRIES = 5  # as many as the CRT S3 client made on its own
+RETRY_BASE = 0.1  # seconds: the n-th retry waits uniform(0, min(RETRY_CAP, RETRY_BASE * 2**n))
+RETRY_CAP = 20.0
+HOLD_LIMIT = 64 << 10  # bytes: at 64 in flight, 4 MiB held at most
+CONNECT_TIMEOUT_MS = 10_000  # botocore's connect_timeout in S3Clients
+
+
+def get_path() -> str:
+    """``S3ARCH_GET_PATH``: ``plain`` (the default) or ``crt`` (awscrt's S3 client, to fall back to)."""
+    value = os.environ.get("S3ARCH_GET_PATH", "plain").strip().lower() or "plain"
+    if value not in ("plain", "crt"):
+        raise BadArgument(f"S3ARCH_GET_PATH={value!r} is not a GET path", hint="set it to plain or crt, or unset it")
+    return value
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """An HTTP proxy for one endpoint, as botocore would use it."""
+
+    url: str  # as configured, password removed
+    host: str
+    port: int
+    username: str | None = None
+    password: str | None = None
+
+    def options(self, tunnel: bool):
+        from awscrt import http
+
+        auth = http.HttpProxyAuthenticationType.Basic if self.username is not None else \
+            http.HttpProxyAuthenticationType.Nothing
+        kind = http.HttpProxyConnectionType.Tunneling if tunnel else http.HttpProxyConnectionType.Forwarding
+        return http.HttpProxyOptions(self.host, self.port, auth_type=auth, auth_username=self.username,
+                                     auth_password=self.password, connection_type=kind)
+
+
+def proxy_for(tls: bool, host: str, botocore_config=None) -> Proxy | None:
+    """The proxy botocore sends requests to ``host`` through: the config's ``proxies`` if it has
+    any (an Airflow connection's), else the environment's (HTTPS_PROXY for an HTTPS endpoint,
+    HTTP_PROXY for a plain one, NO_PROXY honoured). A proxy this path cannot use is refused."""
+    from botocore.httpsession import ProxyConfiguration
+    from botocore.utils import get_environ_proxies
+
+    url = f"{'https' if tls else 'http'}://{host}/"
+    proxies = getattr(botocore_config, "proxies", None)
+    if proxies is None:
+        proxies = get_environ_proxies(url)
+    proxy_url = ProxyConfiguration(proxies).proxy_url_for(url)
+    if not proxy_url:
+        return None
+    parsed = urllib.parse.urlsplit(proxy_url)
+    shown = parsed._replace(netloc=parsed.netloc.rsplit("@", 1)[-1]).geturl()
+    if parsed.scheme != "http" or not parsed.hostname:
+        # TLS to the proxy itself would need its own trust settings (proxies_config); none of
+        # it is wired to the data plane, and a GET that cannot reach S3 would only stall.
+        raise BadArgument(f"the proxy {shown} for {url} is not an http:// proxy; s3arch's GETs go through "
+                          "http:// proxies only (HTTPS endpoints are tunnelled through them with CONNECT)",
+                          hint="give the proxy as http://HOST:PORT in HTTPS_PROXY / HTTP_PROXY or the "
+                               "connection's proxies, or exempt the endpoint with NO_PROXY")
+    user = urllib.parse.unquote(parsed.username) if parsed.username is not None else None
+    password = urllib.parse.unquote(parsed.password or "") if user is not None else None
+    return Proxy(shown, parsed.hostname, parsed.port or 80, user, password)
+
+
+class ConnectionPool:
+    """Up to ``size`` keep-alive connections to one endpoint (host, port, TLS, proxy). A
+    request waits for a free connection; one found closed is replaced by a new one."""
+
+    def __init__(self, bootstrap, host: str, port: int, tls_context, proxy: Proxy | None, size: int):
+        from awscrt import http, io
+
+        self._http = http
+        self.host, self.port = host, port
+        self._bootstrap = bootstrap
+        self._tls = tls_context
+        self._proxy = proxy.options(tunnel=tls_context is not None) if proxy else None
+        self._socket = io.SocketOptions()
+        self._socket.connect_timeout_ms = CONNECT_TIMEOUT_MS
+        self._socket.keep_alive = True
+        self.size = max(1, size)
+        self.opened = 0  # connections open or opening
+        self._idle: list = []
+        self._waiting: deque[Callable] = deque()
+        self._lock = threading.Lock()
+
+    def acquire(self, ready: Callable[[object, BaseException | None], None]) -> None:
+        """Call ``ready(connection, None)`` with a connection for one request, now or once one is
+        free, or ``ready(None, error)`` if opening one failed."""
+        with self._lock:
+            while self._idle:
+                connection = self._idle.pop()
+                if connection.is_open():
+                    break
+                self.opened -= 1
+            else:
+                connection = None
+                if self.opened >= self.size:
+                    self._waiting.append(ready)
+                    return
+                self.opened += 1
+        if connection is not None:
+            ready(connection, None)
+        else:
+            self._open(ready)
+
+    def release(self, connection) -> None:
+        """Give ``connection`` back after its request ended (closed ones are dropped)."""
+        with self._lock:
+            if not connection.is_open():
+                self.opened -= 1
+                if not self._waiting:
+                    return
+                self.opened += 1
+                connection = None
+            elif not self._waiting:
+                self._idle.append(connection)
+                return
+            ready = self._waiting.popleft()
+        if connection is not None:
+            ready(connection, None)
+        else:
+            self._open(ready)
+
+    def _open(self, ready) -> None:
+        tls = None
+        if self._tls is not None:
+            tls = self._tls.new_connection_options()
+            tls.set_server_name(self.host)  # SNI, and the name the certificate must carry
+        future = self._http.HttpClientConnection.new(self.host, self.port, self._bootstrap, self._socket, tls,
+                                                     self._proxy)
+
+        def opened(future) -> None:
+            error = future.exception()
+            if error is not None:
+                with self._lock:  # a request waiting for a connection gets this one's place
+                    waiter = self._waiting.popleft() if self._waiting else None
+                    if waiter is None:
+                        self.opened -= 1
+                if waiter is not None:
+                    self._open(waiter)
+                ready(None, error)
+            else:
+                ready(future.result(), None)
+
+        future.add_done_callback(opened)
+
+
+class Signer:
+    """SigV4 for S3 with awscrt's signer, from the credential provider the CRT S3 client used
+    (refreshing credentials keep working). A signing config carries its own date: one per
+    second is built and shared."""
+
+    def __init__(self, provider, region: str):
+        from awscrt import auth
+
+        self._auth = auth
+        self._provider = provider
+        self.region = region
+        self._config = None
+        self._second = -1
+
+    def sign(self, request, done: Callable) -> None:
+        auth = self._auth
+        second = int(time.time())
+        config = self._config
+        if second != self._second or config is None:
+            config = self._config = auth.AwsSigningConfig(
+                algorithm=auth.AwsSigningAlgorithm.V4, signature_type=auth.AwsSignatureType.HTTP_REQUEST_HEADERS,
+                credentials_provider=self._provider, region=self.region, service="s3",
+                use_double_uri_encode=False, should_normalize_uri_path=False,
+                signed_body_value=auth.AwsSignedBodyValue.UNSIGNED_PAYLOAD,
+                signed_body_header_type=auth.AwsSignedBodyHeaderType.X_AMZ_CONTENT_SHA_256)
+            self._second = second
+        auth.aws_sign_request(request, config).add_done_callback(done)
+
+
+class Call:
+    """One request through the pool, retried here as the module says; ``cancel()`` ends it at
+    once with a retryable error (the stall watchdog's and the stream's cancel)."""
+
+    __slots__ = ("_plane", "_build", "_what", "_subject", "_on_headers", "_on_body", "_on_done", "_attempt",
+                 "_connection", "_status", "_error_body", "_held", "_delivered", "_cancelled", "_finished", "_lock")
+
+    def __init__(self, plane, build, what, on_headers, on_body, on_done, subject: Subject = "source"):
+        self._plane = plane
+        self._build = build
+        self._what = what
+        self._subject = subject
+        self._on_headers = on_headers
+        self._on_body = on_body
+        self._on_done = on_done
+        self._attempt = 0
+        self._connection = None
+        self._status = 0
+        self._error_body: list[bytes] = []
+        self._held: tuple | None = None  # (headers, body chunks) of a small answer, until it is complete
+        self._delivered = False
+        self._cancelled = False
+        self._finished = False
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self._plane.signer.sign(self._build(), self._signed)
+
+    def cancel(self) -> None:
+        with self._lock:  # held while closing: the connection cannot go back to the pool meanwhile
+            if self._finished or self._cancelled:
+                return
+            self._cancelled = True
+            connection = self._connection
+            if connection is not None:
+                connection.close()  # asynchronous: the stream ends in error, and _complete finishes
+        if connection is None:  # signing, waiting for a connection or for a retry: nothing to interrupt
+            self._finish(self._cancelled_error())
+
+    def _cancelled_error(self) -> ArchiverError:
+        return error_for("", None, "cancelled (no progress, or the stream stopped)", what=self._what,
+                         subject=self._subject)
+
+    def _signed(self, future) -> None:
+        error = future.exception()
+        if error is not None:
+            self._finish(error_for("", None, f"signing failed: {error}", what=self._what, subject=self._subject))
+        elif not self._cancelled:
+            self._plane.pool.acquire(lambda connection, error: self._connected(future.result(), connection, error))
+
+    def _connected(self, request, connection, error) -> None:
+        if error is not None:
+            self._failed(error)
+            return
+        with self._lock:
+            cancelled = self._cancelled
+            if not cancelled:
+                self._connection = connection
+        if cancelled:  # cancel() has finished the call
+            self._plane.pool.release(connection)
+            return
+        self._status = 0
+        self._error_body = []
+        self._held = None
+        try:
+            stream = connection.request(request, self._response, self._body)
+            stream.activate()
+        except Exception as exc:  # noqa: BLE001 - the connection closed under us: like a reset
+            self._connection = None
+            self._plane.pool.release(connection)
+            self._failed(exc)
+            return
+        stream.completion_future.add_done_callback(self._complete)
+
+    def _response(self, http_stream, status_code, headers, **_) -> None:
+        self._status = status_code
+        if 200 <= status_code < 300:
+            length = next((v for k, v in headers if k.lower() == "content-length"), None)
+            if length is not None and length.isdigit() and int(length) <= HOLD_LIMIT:
+                self._held = (headers, [])
+                return
+            self._delivered = True  # headers handed on are not handed on twice: no retry here after this
+            if self._on_headers is not None:
+                self._on_headers(headers)
+
+    def _body(self, http_stream, chunk, **_) -> None:
+        if self._held is not None:
+            self._held[1].append(bytes(chunk))
+        elif 200 <= self._status < 300:
+            if self._on_body is not None:
+                self._on_body(chunk)
+        else:
+            self._error_body.append(bytes(chunk))
+
+    def _complete(self, future) -> None:
+        with self._lock:
+            connection, self._connection = self._connection, None
+        if connection is not None:
+            self._plane.pool.release(connection)
+        error = future.exception()
+        if error is not None:
+            self._failed(error)
+            return
+        status = self._status
+        if status < 300:
+            if self._held is not None:  # complete: handed on now, once
+                headers, chunks = self._held
+                self._held, self._delivered = None, True
+                if self._on_headers is not None:
+                    self._on_headers(headers)
+                if self._on_body is not None and chunks:
+                    self._on_body(b"".join(chunks) if len(chunks) > 1 else chunks[0])
+            self._finish(None)
+            return
+        code, message = parse_error_body(b"".join(self._error_body))
+        if status >= 500 and code not in THROTTLE_CODES and (code or status != 503) and self._retry():
+            return
+        self._finish(error_for(code, status, message or f"HTTP {status}", what=self._what, subject=self._subject))
+
+    def _failed(self, error: BaseException) -> None:
+        """A connection that could not be opened, or broke before the answer was complete."""
+        if self._cancelled:
+            self._finish(self._cancelled_error())
+            return
+        name = getattr(error, "name", type(error).__name__)
+        untrusted = tls_failure(name, self._what, self._plane.endpoint)
+        if untrusted is not None:
+            self._finish(untrusted)
+        elif self._delivered or not self._retry():  # bytes handed on: only the fetcher can drop them
+            self._finish(error_for("", None, f"{name}: {error}", what=self._what, subject=self._subject))
+
+    def _retry(self) -> bool:
+        if self._cancelled or self._attempt >= RETRIES:
+            return False
+        self._attempt += 1
+        timer = threading.Timer(random.uniform(0.0, min(RETRY_CAP, RETRY_BASE * 2 ** self._attempt)), self._again)
+        timer.daemon = True
+        timer.start()
+        return True
+
+    def _again(self) -> None:
+        if not self._cancelled:  # else cancel() has finished the call
+            self.start()
+
+    def _finish(self, error: ArchiverError | None) -> None:
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+        self._on_done(error)
+
+
+class PlainDataPlane(SourceRequests):
+    """The data plane's requests of one bucket on a ``ConnectionPool``, signed by ``signer``:
+    the source GETs, HEADs and tag reads, and the PUTs of small objects an extract writes."""
+
+    def __init__(self, pool: ConnectionPool, signer: Signer, route: BucketRoute, expected_owner: str | None = None):
+        from awscrt import http
+
+        self._http = http
+        self.pool = pool
+        self.signer = signer
+        self.route = route
+        self._owner = [("x-amz-expected-bucket-owner", expected_owner)] if expected_owner else []
+
+    def put(self, key: str, body: bytes, headers: list[tuple[str, str]],
+            on_done: Callable[[ArchiverError | None], None]) -> Call:
+        """PutObject of ``body`` (whole, in one request) with ``headers`` (its attributes, its
+        checksum, a condition); ``on_done`` receives None or the typed error, whose ``status``
+        says a 412. Connection faults and 5xx are sent again here, as for a GET; throttling and
+        a 400 for a cut body are the caller's, which knows how long it may wait."""
+        return self._send("PUT", "PutObject", key, "", headers, on_done, body=body, subject="object")
+
+    def _send(self, method: str, operation: str, key: str, query: str, headers: list[tuple[str, str]],
+              on_done: Callable[[ArchiverError | None], None], *, on_body=None, on_headers=None,
+              body: bytes | None = None, subject: Subject = "source") -> Call:
+        http = self._http
+        path = self._path(key, query)
+        headers = [("Host", self.route.host)] + self._owner + headers
+        if body is not None:
+            headers.append(("Content-Length", str(len(body))))
+
+        def build():  # each attempt is signed anew (the signer adds its headers), its body read from the start
+            return http.HttpRequest(method, path, http.HttpHeaders(headers),
+                                    io.BytesIO(body) if body is not None else None)
+
+        call = Call(self, build, self._what(operation, key), on_headers, on_body, on_done, subject)
+        call.start()
+        return call

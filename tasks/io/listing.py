@@ -1,0 +1,537 @@
+"""List a prefix page by page; pages stream to the fetch stage as they arrive."""
+
+from __future__ import annotations
+
+import bisect
+import queue
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from s3arch.core.coordinator import Stopped, StreamCoordinator
+from s3arch.core.errors import IO_ERRORS, ArchivedObjectNotReadable, translate
+from s3arch.io.listed import ListedObject, _listed
+
+
+# Source classes whose objects a GET cannot read until S3 restores them (RestoreObject).
+# INTELLIGENT_TIERING's archive tiers are not in any listing (it says INTELLIGENT_TIERING
+# whatever the tier): such an object fails at its GET (InvalidObjectState).
+NEEDS_RESTORE = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+
+
+class SourceClasses:
+    """What the listing says of the sources' storage classes, page by page: the objects no
+    GET can read without a restore (counted, the first few named), and the bytes per class
+    that S3 bills a retrieval fee for reading (tasks/core/cost.py)."""
+
+    FIRST = 5
+
+    def __init__(self) -> None:
+        self.unreadable = 0
+        self.first_unreadable: list[str] = []
+        self.unreadable_classes: set[str] = set()
+        self.bytes_by_class: dict[str, int] = {}
+
+    def add(self, page: list[ListedObject]) -> None:
+        for o in page:
+            c = o.storage_class
+            if c == "STANDARD":
+                continue
+            if c in NEEDS_RESTORE:
+                self.unreadable += 1
+                self.unreadable_classes.add(c)
+                if len(self.first_unreadable) < self.FIRST:
+                    self.first_unreadable.append(o.key)
+            else:
+                self.bytes_by_class[c] = self.bytes_by_class.get(c, 0) + o.size
+
+    def refusal(self, source: str, listed: int, complete: bool) -> ArchivedObjectNotReadable:
+        """The exit-2 error for a listing that showed objects needing a restore."""
+        first = ", ".join(self.first_unreadable) + (", ..." if self.unreadable > len(self.first_unreadable) else "")
+        where = "" if complete else f" (in the first {listed:,} listed; `--dry-run` counts them all)"
+        return ArchivedObjectNotReadable(
+            f"{source}: {self.unreadable:,} source objects{where} are in "
+            f"{'/'.join(sorted(self.unreadable_classes))} and cannot be read without a restore; first: {first}. "
+            "Nothing was read from them and nothing was written",
+            hint="restore the sources first with S3's RestoreObject (aws s3api restore-object --bucket BUCKET "
+                 "--key KEY --restore-request '{\"Days\":7,\"GlacierJobParameters\":{\"Tier\":\"Bulk\"}}', "
+                 "or S3 Batch Operations for many), wait until they are restored, and run again; or change the "
+                 "lifecycle rule that moved them. `s3arch restore` restores archives, not sources "
+                 "(docs/RESTORE.md)")
+
+    def note(self, source: str) -> str:
+        first = ", ".join(self.first_unreadable) + (", ..." if self.unreadable > len(self.first_unreadable) else "")
+        return (f"{self.unreadable:,} source objects are in {'/'.join(sorted(self.unreadable_classes))} and "
+                f"must be restored (S3 RestoreObject, aws s3api restore-object) before {source} can be "
+                f"archived; a run refuses it with exit 2; first: {first}")
+
+
+def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None,
+               last_key: str | None = None, page_size: int = 1000, workers: int = 1,
+               ordered: bool = True) -> Iterator[list[ListedObject]]:
+    """Pages of up to ``page_size`` objects in S3's (UTF-8 binary) key order; with
+    ``start_after``/``last_key``, only the keys after the one and up to the other (a segment).
+    With ``workers`` > 1, key ranges are listed in parallel (``RangeListing``), in the same order
+    unless ``ordered`` is False."""
+    if workers > 1:
+        listing = RangeListing(control, bucket, prefix, start_after, last_key, workers,
+                               ordered=ordered, page_size=page_size)
+        try:
+            yield from listing
+        finally:
+            listing.close()
+        return
+    paginator = control.get_paginator("list_objects_v2")
+    extra: dict[str, object] = {"StartAfter": start_after} if start_after else {}
+    extra.update(_OPTIONAL)
+    end = key_order(last_key) if last_key is not None else None
+    try:
+        for page in paginator.paginate(Bucket=bucket, Prefix=prefix, **extra,
+                                       PaginationConfig={"PageSize": page_size}):
+            listed = _listed(page)
+            if listed:
+                if end is not None and key_order(listed[-1].key) > end:
+                    listed = [o for o in listed if key_order(o.key) <= end]
+                    if listed:
+                        yield listed
+                    return
+                yield listed
+    except IO_ERRORS as exc:
+        raise translate(exc, f"list s3://{bucket}/{prefix}") from exc
+
+
+# Asks S3 to say, per entry, whether an object in a Glacier class is restored (readable).
+# MinIO and moto ignore it.
+_OPTIONAL = {"OptionalObjectAttributes": ["RestoreStatus"]}
+
+
+def key_order(key: str) -> bytes:
+    """S3 lists keys in the binary order of their UTF-8 bytes, not Python's str order."""
+    return key.encode("utf-8", "surrogateescape")
+
+
+class ListingFeed:
+    """Runs the listing in a thread, a bounded number of pages ahead of the consumer.
+
+    Memory stays bounded (``pages_ahead`` x 1,000 entries) whatever the prefix size, and the
+    totals listed so far are visible to the stages that size things from them.
+
+    A failure of the listing goes to the stream's coordinator (``set_exception``), each page
+    request is in its table of requests in flight, and the consumer stops (``Stopped``) once
+    the stream stopped. A feed without a coordinator has one of its own, and then its
+    consumer gets the listing's failure itself.
+    """
+
+    _END = object()
+
+    def __init__(self, control, bucket: str, prefix: str, pages_ahead: int = 8,
+                 start_after: str | None = None, last_key: str | None = None, pages=None,
+                 coordinator: StreamCoordinator | None = None):
+        """``pages``: a listing made already (iterated instead of listing again)."""
+        self._own = coordinator is None
+        self._coordinator = coordinator or StreamCoordinator(f"the listing of s3://{bucket}/{prefix}")
+        self._what = f"LIST s3://{bucket}/{prefix}"
+        self.objects_listed = 0
+        self.bytes_listed = 0
+        self.tar_bytes_bound = 0
+        self.short_of_min_billable = 0  # for the cost figures (tasks/core/cost.py)
+        self.classes = SourceClasses()  # objects that need a restore are refused before their GET
+        self._source = f"s3://{bucket}/{prefix}"
+        self.finished = False
+        self._queue: queue.Queue = queue.Queue(pages_ahead)
+        self._stop = threading.Event()
+        self._pages = 0
+        if pages is None:
+            pages = iter_pages(control, bucket, prefix, start_after, last_key)
+        self._thread = threading.Thread(target=self._run, args=(pages,),
+                                        name="s3arch-list", daemon=True)
+        self._thread.start()
+
+    def _run(self, pages):
+        from s3arch.core.cost import short_of_minimum
+        from s3arch.format.tarwriter import member_size_bound
+
+        coordinator = self._coordinator
+        pages = iter(pages)
+        try:
+            while True:
+                request = coordinator.track(f"{self._what} (page {self._pages + 1})")
+                try:
+                    page = next(pages, self._END)
+                finally:
+                    coordinator.untrack(request)
+                if page is self._END:
+                    break
+                self._pages += 1
+                self.classes.add(page)
+                if self.classes.unreadable:  # before any GET of them: the page never reaches the fetcher
+                    raise self.classes.refusal(self._source, self.objects_listed + len(page), complete=False)
+                for o in page:
+                    self.tar_bytes_bound += member_size_bound(o.key, o.size)
+                    self.short_of_min_billable += short_of_minimum(o.size)
+                self.objects_listed += len(page)
+                self.bytes_listed += sum(o.size for o in page)
+                if not self._put(page):
+                    return
+            self.finished = True
+            self._put(self._END)
+        except BaseException as exc:  # noqa: BLE001 - the stream's failure (Stopped is no cause)
+            coordinator.set_exception(exc)
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set() and not self._coordinator.is_set():
+            try:
+                self._queue.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[ListedObject]:
+        coordinator = self._coordinator
+        while True:
+            if coordinator.is_set():
+                self._stopped()
+            try:
+                item = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if item is self._END:
+                return
+            yield from item
+
+    def _stopped(self):
+        exc = self._coordinator.exception
+        if self._own and exc is not None:
+            raise exc
+        raise Stopped("listing stopped")
+
+    def close(self):
+        self._stop.set()
+
+
+LISTING_WORKERS = 8  # key ranges listed at once where a whole prefix is listed (plan, dry run)
+
+
+class KeySpace:
+    """The keys under a prefix as numbers, to cut a key range about in half.
+
+    The digits are the characters a sample of the keys uses (a first page), so that halving
+    lands among real keys after a few cuts instead of in the empty expanse of Unicode. A key
+    with other characters maps onto a neighbour: its cuts are less even, never wrong, since a
+    cut is only used when it falls strictly inside its range.
+    """
+
+    def __init__(self, prefix: str, sample: list[str]):
+        suffixes = [k[len(prefix):] for k in sample if k.startswith(prefix)]
+        self.prefix = prefix
+        # Never NUL or a lone surrogate (a key read with surrogateescape): no name holds them.
+        self.alphabet = sorted(c for c in set("".join(suffixes)) if c != "\0" and not "\ud800" <= c <= "\udfff") \
+            or [chr(c) for c in range(0x21, 0x7F)]
+        self.base = len(self.alphabet) + 1  # digit 0: the key has ended
+        self.digits = min(64, max(map(len, suffixes), default=16) + 4)
+        self.top = self.base ** self.digits  # above every key
+
+    def number(self, key: str) -> int:
+        suffix, n = key[len(self.prefix):], 0
+        for i in range(self.digits):
+            n = n * self.base + (bisect.bisect_right(self.alphabet, suffix[i]) if i < len(suffix) else 0)
+        return n
+
+    def key(self, number: int) -> str:
+        digits = []
+        for _ in range(self.digits):
+            number, d = divmod(number, self.base)
+            digits.append(d)
+        while digits and digits[0] == 0:  # trailing zeros: a shorter key
+            digits.pop(0)
+        return self.prefix + "".join(self.alphabet[max(d, 1) - 1] for d in reversed(digits))
+
+    def cut(self, after: str, upto: str | None) -> str | None:
+        """A key strictly between ``after`` and ``upto`` (None: the end of the prefix), about
+        halfway, or None where there is none to be found."""
+        if not after.startswith(self.prefix) or (upto is not None and not upto.startswith(self.prefix)):
+            return None
+        high = self.top if upto is None else self.number(upto)
+        middle = self.key((self.number(after) + high) // 2)
+        for candidate in valid_names_near(middle, self.prefix):
+            if key_order(after) < key_order(candidate) and (upto is None or key_order(candidate) < key_order(upto)):
+                return candidate
+        return None
+
+    def remaining(self, first: str, last: str, listed: int, upto: str | None) -> float:
+        """Keys still to come in a range that listed ``listed`` keys from ``first`` to ``last``,
+        if the rest of it is as dense."""
+        if upto is None or listed < 2:
+            return float("inf")
+        done = self.number(last) - self.number(first)
+        return (listed - 1) * (self.number(upto) - self.number(last)) / max(1, done)
+
+
+# What MinIO trims from a path segment before it refuses "." and ".." (Go's unicode.IsSpace
+# applied to each byte), and what it splits a name at.
+_SEGMENT_SPACE = b" \t\n\v\f\r\x85\xa0"
+_SEPARATORS = frozenset(b"/\\")
+MAX_KEY_BYTES = 1024
+
+
+def bad_segment(key: str, skip: int = 0) -> tuple[int, int] | None:
+    """(start, end), in characters, of the first path segment of ``key`` after its first
+    ``skip`` characters that an object name may not have: empty (``//``, a trailing ``/``),
+    ``.`` or ``..`` (whitespace around them ignored), ``\\`` separating as ``/`` does. MinIO
+    refuses such a name (``XMinioInvalidResourceName``), even as a ``StartAfter``; S3 takes any
+    string. None if there is none."""
+    start = 0
+    for i in range(len(key) + 1):
+        if i < len(key) and ord(key[i]) not in _SEPARATORS:
+            continue
+        if i >= skip and key[start:i].encode("utf-8", "surrogatepass").strip(_SEGMENT_SPACE) in (b"", b".", b".."):
+            return start, i
+        start = i + 1
+    return None
+
+
+def valid_name(key: str, prefix: str = "") -> bool:
+    """Whether ``key`` (which starts with ``prefix``, the caller's, taken as it is) is an
+    object name S3 and MinIO both accept, ``StartAfter`` included."""
+    try:
+        raw = key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return 0 < len(raw) <= MAX_KEY_BYTES and b"\0" not in raw and bad_segment(key, _prefix_end(prefix)) is None
+
+
+def _prefix_end(prefix: str) -> int:
+    """Where the checked part of a key under ``prefix`` starts: the prefix's last segment
+    goes on into the key, so it is checked with it; the segments before are the caller's."""
+    return max(prefix.rfind("/"), prefix.rfind("\\")) + 1
+
+
+def valid_names_near(key: str, prefix: str) -> list[str]:
+    """Valid names (``valid_name``) about where ``key`` lies in key order, nearest first:
+    ``key`` itself if it is one, else the key cut at its first bad segment, made valid both
+    upwards (the segment with a ``0`` after it: above ``key`` when ``/`` separated it) and
+    downwards (the key up to that segment's separator: below ``key``). Every one starts with
+    ``prefix``."""
+    if valid_name(key, prefix):
+        return [key]
+    bad = bad_segment(key, _prefix_end(prefix))
+    if bad is None:
+        return []  # too long, or a character no name holds
+    start, end = bad
+    near = [key[:end] + "0", key[:start].rstrip("/\\")]
+    return [k for k in near if k.startswith(prefix) and len(k) > len(prefix) and valid_name(k, prefix)]
+
+
+@dataclass(eq=False)
+class _Range:
+    """Keys (``after``, ``upto``] of a prefix; ``upto`` None: to its end. ``upto`` shrinks when
+    the range is cut; a page already under way is then trimmed to it."""
+
+    after: str | None
+    upto: str | None
+    next: "_Range | None" = None
+    first: str | None = None
+    last: str | None = None
+    listed: int = 0
+    more: bool = True
+    uncuttable_at: str | None = None
+    pages: deque = field(default_factory=deque)
+
+
+class RangeListing:
+    """A prefix listed as contiguous key ranges in parallel, its pages handed on in key order
+    or, with ``ordered=False``, as they arrive.
+
+    One worker lists from the start. A worker with nothing to do cuts the range with the most
+    keys still to come in two, at a key between the last one listed and the range's end, and
+    lists the upper half from there (``StartAfter``); a half with no keys costs one LIST.
+    At most ``workers`` x ``pages_ahead`` pages wait for the consumer, whatever the prefix's
+    size. In order, each range holds up to ``pages_ahead`` of them; and since every range has
+    its own worker, the consumer, taking ranges in order, never waits on one nobody lists.
+    In key order the ranges ahead of the consumer soon wait for it, so a consumer that can
+    take pages in any order (one that counts, or sorts small page records) lists faster.
+
+    A worker's failure goes to the coordinator (``set_exception``, the first one wins) and
+    stops the other workers; every LIST is in its table of requests in flight. Without a
+    coordinator the listing has one of its own and its consumer gets the failure itself;
+    with a stream's, the consumer stops (``Stopped``) and the stream raises the cause.
+    """
+
+    def __init__(self, control, bucket: str, prefix: str, start_after: str | None = None,
+                 last_key: str | None = None, workers: int = 8, pages_ahead: int = 4, ordered: bool = True,
+                 page_size: int = 1000, coordinator: StreamCoordinator | None = None):
+        self._control, self._bucket, self._prefix = control, bucket, prefix
+        self._page_size = page_size
+        self._min_cut = 2 * page_size  # keys: cutting off less than two pages is not worth a LIST
+        self._ahead = pages_ahead
+        self._ready: deque | None = None if ordered else deque()  # unordered: pages from any range
+        self._waiting = pages_ahead * workers
+        self._first = _Range(start_after, last_key)
+        self._ranges = [self._first]
+        self._space: KeySpace | None = None
+        self._own = coordinator is None
+        self._coordinator = coordinator or StreamCoordinator(f"the listing of s3://{bucket}/{prefix}")
+        self._stopped = False  # closed by the consumer, or a worker failed
+        self._cond = threading.Condition()
+        self.requests = 0
+        for i in range(workers):
+            threading.Thread(target=self._work, args=(self._first if i == 0 else None,),
+                             name=f"s3arch-list-{i}", daemon=True).start()
+
+    @property
+    def ranges(self) -> int:
+        return len(self._ranges)
+
+    def __iter__(self) -> Iterator[list[ListedObject]]:
+        if self._ready is not None:
+            yield from (page for _, page in self.by_range() if page is not None)
+            return
+        r: _Range | None = self._first
+        while r is not None:
+            with self._cond:
+                while not r.pages and r.more and not self._coordinator.is_set():
+                    self._cond.wait(0.2)
+                self._raise_if_failed()
+                page = r.pages.popleft() if r.pages else None
+                self._cond.notify_all()
+            if page is None:
+                r = r.next
+            else:
+                yield page
+
+    def by_range(self) -> Iterator[tuple[object, list[ListedObject] | None]]:
+        """Unordered: (its key range, page) as they come, and (key range, None) once a range
+        is listed. A range's pages come in key order, one range's after another's in any."""
+        while True:
+            with self._cond:
+                while not self._ready and not self._coordinator.is_set() and any(r.more for r in self._ranges):
+                    self._cond.wait(0.2)
+                self._raise_if_failed()
+                if not self._ready:
+                    return
+                item = self._ready.popleft()
+                self._cond.notify_all()
+            yield item
+
+    def _raise_if_failed(self) -> None:
+        if self._coordinator.is_set():
+            exc = self._coordinator.exception
+            if self._own and exc is not None:
+                raise exc
+            raise Stopped("listing stopped")
+
+    def _halted(self) -> bool:
+        return self._stopped or self._coordinator.is_set()
+
+    def _full(self, r: _Range) -> bool:
+        return len(r.pages) >= self._ahead if self._ready is None else len(self._ready) >= self._waiting
+
+    def close(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def _work(self, r: _Range | None) -> None:
+        try:
+            while True:
+                if r is None:
+                    r = self._cut()
+                    if r is None:
+                        return
+                self._list(r)
+                r = None
+        except BaseException as exc:  # noqa: BLE001 - the coordinator's; the first one wins
+            self._coordinator.set_exception(exc)
+            with self._cond:
+                self._stopped = True
+                self._cond.notify_all()
+
+    def _list(self, r: _Range) -> None:
+        token, after, probe = None, r.after, False
+        while True:
+            with self._cond:
+                while self._full(r) and not self._halted():
+                    self._cond.wait(0.2)
+                if self._halted():
+                    return
+                args = {"ContinuationToken": token} if token else {"StartAfter": after} if after else {}
+            request = self._coordinator.track(f"LIST s3://{self._bucket}/{self._prefix} after {after or '(start)'}")
+            try:
+                page = self._control.list_objects_v2(Bucket=self._bucket, Prefix=self._prefix,
+                                                     MaxKeys=1 if probe else self._page_size, **args, **_OPTIONAL)
+            except IO_ERRORS as exc:
+                raise translate(exc, f"list s3://{self._bucket}/{self._prefix}") from exc
+            finally:
+                self._coordinator.untrack(request)
+            listed = _listed(page)
+            with self._cond:
+                self.requests += 1
+                upto = r.upto
+                trimmed = upto is not None and bool(listed) and key_order(listed[-1].key) > key_order(upto)
+                if upto is not None and trimmed:
+                    end = key_order(upto)
+                    listed = [o for o in listed if key_order(o.key) <= end]
+                if listed and after and not token and key_order(listed[0].key) <= key_order(after):
+                    # MinIO's order of such trees is not S3's: a StartAfter LIST can answer
+                    # keys before it, which another range lists (and a probe would go back).
+                    start = key_order(after)
+                    listed = [o for o in listed if key_order(o.key) > start]
+                if listed:
+                    if self._space is None:
+                        self._space = KeySpace(self._prefix, [o.key for o in listed])
+                    if self._ready is None:
+                        r.pages.append(listed)
+                    else:
+                        self._ready.append((r, listed))
+                    r.first = r.first or listed[0].key
+                    r.last = listed[-1].key
+                    r.listed += len(listed)
+                token = page.get("NextContinuationToken")
+                truncated = bool(page.get("IsTruncated")) and bool(token)
+                # MinIO answers some StartAfter LISTs of deep trees whose names hold '.' or '-'
+                # short, IsTruncated false (see tests/test_listing.py). A range that began at a
+                # StartAfter or has a range after it does not take such a last page on trust:
+                # one more LIST of one key from its last key must find none before its end. If
+                # it finds one, a page from there follows (and another probe if that one ends
+                # short too): every probe that finds a key lists it, so this ends.
+                asked_one, probe = probe, False
+                r.more = truncated and not trimmed
+                if not (truncated or trimmed or (asked_one and not listed)) and (upto is not None or bool(r.after)):
+                    probe = not asked_one
+                    r.more, after, token = True, r.last or after, None
+                if not r.more and self._ready is not None:
+                    self._ready.append((r, None))
+                self._cond.notify_all()
+                if not r.more:
+                    return
+
+    def _cut(self) -> _Range | None:
+        """Wait until some range can be cut, cut it, and return its upper half; None when
+        every range is listed (or the listing stopped)."""
+        with self._cond:
+            while True:
+                if self._stopped or not any(r.more for r in self._ranges):
+                    return None
+                space = self._space
+                best: _Range | None = None
+                most: float = self._min_cut
+                for r in self._ranges:
+                    # A range is cut once it has shown two full pages: a prefix of a page or two
+                    # (most days) costs no LIST more than one after another would.
+                    if (space is not None and r.more and r.first and r.last and r.uncuttable_at != r.last
+                            and r.listed >= self._min_cut):
+                        keys = space.remaining(r.first, r.last, r.listed, r.upto)
+                        if keys >= most:
+                            best, most = r, keys
+                if space is not None and best is not None and best.last is not None:
+                    at = space.cut(best.last, best.upto)
+                    if at is None:
+                        best.uncuttable_at = best.last
+                        continue
+                    upper = _Range(at, best.upto, next=best.next)
+                    best.upto, best.next = at, upper
+                    self._ranges.append(upper)
+                    return upper
+                self._cond.wait()

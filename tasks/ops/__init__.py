@@ -1,0 +1,1 @@
+"""Operations over many prefixes: the jobs file, the catalog, the scrub."""

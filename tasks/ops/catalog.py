@@ -1,0 +1,455 @@
+"""The archive catalog: what state each day of a job is in, read cheaply (docs/CATALOG.md).
+
+For a job and a date range it makes:
+
+- **one listing of the job's archive prefix** (archives, manifests, indexes, leases of every
+  day at once; a few pages for three years of days),
+- **one small GET per committed day** (its manifest index, which carries the manifest's header
+  and summary), remembered by the manifest's ETag, so a refresh GETs only what changed,
+- **the source's day prefixes by delimiter listing** (one listing per parent of a day prefix:
+  ``logs/2026/11/`` for ``logs/{date:%Y/%m/%d}/``, one for ``events/`` for
+  ``events/dt={date:%Y-%m-%d}/``),
+- **one GET of the last scrub's result** (tasks/ops/scrub.py),
+
+and never a HEAD per day. Airflow's view of a day (a failed or running run) is not S3's to tell:
+the Airflow layer fills ``DayState.airflow`` and may override ``state`` with "failed" or
+"running" (``apply_runs``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import string
+import threading
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from datetime import date, datetime, timedelta, timezone
+
+from s3arch.core.config import S3Url
+from s3arch.core.cost import estimate, prices_with
+from s3arch.core.errors import IO_ERRORS, ArchiverError, IntegrityError, translate
+from s3arch.ops.jobs import ArchiveJob, days_between
+from s3arch.io.listed import ListedObject, _listed
+from s3arch.format.manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, iter_manifest, layout_for
+from s3arch.io.s3 import read_object
+from s3arch.core.timestamps import parse_s3_time
+
+# Day states, in the order the page's legend shows them.
+ARCHIVED = "archived"            # manifest present: complete and verified when it was written
+SEGMENTS = "segments"            # archived, produced as segments (the summary says so)
+SOURCES_DELETED = "sources_deleted"  # archived, and the source prefix holds nothing any more
+MISSING = "missing"              # the source has data, no archive
+INCOMPLETE = "incomplete"        # an archive object without its manifest (a run died before committing)
+LOST = "lost"                    # a scrub saw it archived; archive, manifest and index are gone now
+RUNNING = "running"              # Airflow: a run is at work on it (or its lease is held)
+FAILED = "failed"                # Airflow: the last run of it failed
+EMPTY = "empty"                  # nothing in the source, nothing archived
+PENDING = "pending"              # too recent for the job (min_age_days)
+BEFORE_START = "before_start"    # before the job's start_date, nothing there
+STATES = (ARCHIVED, SEGMENTS, SOURCES_DELETED, MISSING, INCOMPLETE, LOST, RUNNING, FAILED, EMPTY, PENDING,
+          BEFORE_START)
+ARCHIVED_STATES = (ARCHIVED, SEGMENTS, SOURCES_DELETED)
+
+SCRUB_DIR = "_s3arch-scrub/"  # under the job's archive prefix: <job>/latest.json and one object per scrub
+
+
+@dataclass
+class DayState:
+    day: str
+    prefix: str
+    state: str
+    source_present: bool = False
+    objects: int | None = None
+    bytes_in: int | None = None
+    bytes_out: int | None = None
+    ratio: float | None = None
+    storage_class: str | None = None
+    archive_url: str | None = None
+    manifest_url: str | None = None
+    archived_at: str | None = None
+    segments: int | None = None
+    archive_monthly_usd: float | None = None
+    separate_monthly_usd: float | None = None
+    locked_until: str | None = None   # the job's retention from when the archive was written
+    restored_until: str | None = None  # a restored copy of a GLACIER-class archive (restore_hint)
+    scrub: dict | None = None         # the last scrub's verdict on this day
+    airflow: dict | None = None       # filled by the Airflow layer: last run, state, link
+    problem: str | None = None        # a manifest or index that could not be read
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class CatalogView:
+    job: str
+    first: str
+    last: str
+    as_of: str
+    days: list[DayState]
+    requests: dict = field(default_factory=dict)  # what this read cost: lists, gets, heads
+    seconds: float = 0.0
+
+    @property
+    def totals(self) -> dict:
+        archived = [d for d in self.days if d.state in ARCHIVED_STATES]
+        gaps = [d.day for d in self.days if d.state in (MISSING, FAILED, INCOMPLETE, LOST)]
+        return {
+            "days": len(self.days),
+            "archived": len(archived),
+            "by_state": {s: n for s in STATES if (n := sum(d.state == s for d in self.days))},
+            "objects": sum(d.objects or 0 for d in archived),
+            "bytes_in": sum(d.bytes_in or 0 for d in archived),
+            "bytes_out": sum(d.bytes_out or 0 for d in archived),
+            "archive_monthly_usd": round(sum(d.archive_monthly_usd or 0 for d in archived), 6),
+            "separate_monthly_usd": round(sum(d.separate_monthly_usd or 0 for d in archived), 6),
+            "monthly_saving_usd": round(sum((d.separate_monthly_usd or 0) - (d.archive_monthly_usd or 0)
+                                            for d in archived), 6),
+            "oldest": archived[0].day if archived else None,
+            "newest": archived[-1].day if archived else None,
+            "gaps": gaps,
+            "drift": [d.day for d in self.days if d.scrub and d.scrub.get("drift")],
+        }
+
+    def to_dict(self) -> dict:
+        return {"job": self.job, "first": self.first, "last": self.last, "as_of": self.as_of,
+                "seconds": round(self.seconds, 3), "requests": self.requests, "totals": self.totals,
+                "days": [d.to_dict() for d in self.days]}
+
+
+def archive_prefix(job: ArchiveJob) -> str:
+    """The destination prefix every archive of the job is under: the stem of its day prefixes
+    up to the first date field of the template (``archive/app-logs/logs/``)."""
+    literal = next(iter(string.Formatter().parse(job.prefix_template)))[0]
+    dest = job.destination.key
+    if dest and not dest.endswith("/"):
+        dest += "/"
+    return f"{dest}{job.source.bucket}/{job.source.key}{literal}"
+
+
+def scrub_result_key(job: ArchiveJob) -> str:
+    return f"{archive_prefix(job)}{SCRUB_DIR}{job.name}/latest.json"
+
+
+def day_parents(job: ArchiveJob, days: list[date]) -> list[str]:
+    """The prefixes to list with Delimiter='/' to see the days' prefixes: each day prefix's
+    parent (its path up to its last '/' but one)."""
+    parents = []
+    for day in days:
+        prefix = job.prefix_for(day)
+        cut = prefix.rstrip("/").rfind("/")
+        parents.append(prefix[:cut + 1] if cut >= 0 else "")
+    return list(dict.fromkeys(parents))
+
+
+class _Counter:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.counts = {"LIST": 0, "GET": 0, "HEAD": 0}
+
+    def add(self, kind: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[kind] += n
+
+
+def parse_index(body: bytes) -> tuple[dict | None, str | None]:
+    """A manifest index's content, or why it is damaged: (index, None) or (None, problem).
+
+    Whatever a damaged object raises is caught here (a truncated gzip raises EOFError, which
+    is neither OSError nor ValueError; JSON of another shape raises nothing until used), so
+    no reader of a day crashes on one; it reads the manifest instead."""
+    try:
+        index = json.loads(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
+        return None, f"does not parse ({type(exc).__name__}: {exc})"
+    if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT:
+        return None, "is not a manifest index"
+    header, summary = index.get("header"), index.get("summary", {})
+    if not (isinstance(header, dict) and isinstance(header.get("archive"), dict) and "key" in header["archive"]
+            and isinstance(summary, dict) and isinstance(index.get("chunks", []), list)
+            and isinstance(index.get("manifest_size", 0), int)):
+        return None, "lacks the header, summary or chunks a manifest index has"
+    return index, None
+
+
+def read_through(control, layout, sample: int = 0, rng=None) -> tuple[dict, dict, list[dict]]:
+    """The manifest's header and summary read from the manifest itself (a day without an index,
+    or with a damaged one), and a uniform random sample of ``sample`` of its object records
+    (reservoir sampling: one pass, whatever the manifest's size). IntegrityError if it is
+    damaged or truncated."""
+    header = summary = None
+    picked: list[dict] = []
+    seen = 0
+    for record in iter_manifest(control, layout):
+        kind = record.get("type")
+        if kind == "header":
+            header = record
+        elif kind == "summary":
+            summary = record
+        elif kind == "object" and sample:
+            seen += 1
+            if len(picked) < sample:
+                picked.append(record)
+            elif (j := rng.randrange(seen)) < sample:
+                picked[j] = record
+    if header is None or summary is None:
+        raise IntegrityError(f"{layout.manifest_url} has no header or no summary record")
+    return header, summary, picked
+
+
+def was_committed(verdict: dict | None) -> bool:
+    """Whether a scrub's verdict on a day (latest.json) saw a committed archive there: verified,
+    or drift of a committed day (anything but an archive no manifest committed)."""
+    if not verdict:
+        return False
+    return bool(verdict.get("verified") or verdict.get("last_verified")
+                or any(d.get("kind") != "archive without manifest" for d in verdict.get("drift") or ()))
+
+
+class Catalog:
+    """A job's days, cached: ``view`` answers from memory while its last read is younger than
+    ``max_age`` seconds; a refresh lists again and GETs only the indexes whose manifest changed."""
+
+    def __init__(self, job: ArchiveJob, control, *, max_age: float = 300.0, workers: int = 16):
+        self.job = job
+        self.control = control
+        self.max_age = max_age
+        self.workers = workers
+        self.prices = prices_with(job.prices)
+        self._summaries: dict[str, tuple[str, tuple[dict, dict] | None, str | None]] = {}  # manifest key -> (etag, (header, summary), problem)
+        self._cached: dict[tuple[str, str, frozenset[date]], tuple[float, CatalogView]] = {}
+        self._lock = threading.Lock()
+
+    def view(self, first: date, last: date, *, refresh: bool = False, today: date | None = None,
+             restore_hint: set[date] | None = None) -> CatalogView:
+        # The days restored lately are part of the key: a restore that ends or a new one reads
+        # again, and the same set (a GLACIER job with any restore in 30 days) is served cached.
+        cache_key = (first.isoformat(), last.isoformat(), frozenset(restore_hint or ()))
+        with self._lock:
+            cached = self._cached.get(cache_key)
+            if cached and not refresh and time.monotonic() - cached[0] < self.max_age:
+                return cached[1]
+            view = self._read(first, last, today or date.today(), restore_hint or set())
+            self._cached[cache_key] = (time.monotonic(), view)
+            return view
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _read(self, first: date, last: date, today: date, restore_hint: set[date]) -> CatalogView:
+        started = time.monotonic()
+        counter = _Counter()
+        job = self.job
+        days = days_between(first, last)
+        bucket = job.destination.bucket
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="s3arch-catalog") as pool:
+            sources = [pool.submit(self._list_days, parent, counter) for parent in day_parents(job, days)]
+            scrub = pool.submit(self._scrub_results, counter)
+            listed = self._list_archives(counter)
+            layouts = {day: layout_for(S3Url(job.source.bucket, job.prefix_for(day)), job.destination)
+                       for day in days}
+            # Manifest summaries: one GET of the index per committed day, only for manifests
+            # not seen before with this ETag.
+            wanted = {}
+            for day, layout in layouts.items():
+                manifest = listed.get(layout.manifest_key)
+                if manifest is None:
+                    continue
+                known = self._summaries.get(layout.manifest_key)
+                if known is None or known[0] != manifest.etag:
+                    wanted[day] = pool.submit(self._read_summary, layout, layout.index_key in listed, counter)
+            for day, future in wanted.items():
+                layout = layouts[day]
+                found, problem = future.result()
+                self._summaries[layout.manifest_key] = (listed[layout.manifest_key].etag, found, problem)
+            restored = {day: pool.submit(self._restored_until, layouts[day], listed, counter)
+                        for day in restore_hint if day in layouts}
+            present: set[str] = set()
+            for future in sources:
+                present |= future.result()
+            scrub_days = scrub.result()
+            restored_until = {day: f.result() for day, f in restored.items()}
+        out = [self._day(day, layouts[day], listed, present, scrub_days.get(day.isoformat()),
+                         restored_until.get(day), today) for day in days]
+        return CatalogView(job.name, first.isoformat(), last.isoformat(),
+                           datetime.now(timezone.utc).isoformat(timespec="seconds"), out,
+                           requests=dict(counter.counts), seconds=time.monotonic() - started)
+
+    def _list_archives(self, counter: _Counter) -> dict[str, ListedObject]:
+        bucket, prefix = self.job.destination.bucket, archive_prefix(self.job)
+        out: dict[str, ListedObject] = {}
+        try:
+            for page in self.control.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                counter.add("LIST")
+                for obj in _listed(page):
+                    out[obj.key] = obj
+        except IO_ERRORS as exc:
+            raise translate(exc, f"list the archives s3://{bucket}/{prefix}") from exc
+        return out
+
+    def _list_days(self, parent: str, counter: _Counter) -> set[str]:
+        """Day prefixes under ``parent`` that hold at least one object."""
+        bucket = self.job.source.bucket
+        found: set[str] = set()
+        try:
+            for page in self.control.get_paginator("list_objects_v2").paginate(
+                    Bucket=bucket, Prefix=parent, Delimiter="/"):
+                counter.add("LIST")
+                found |= {p["Prefix"] for p in page.get("CommonPrefixes") or ()}
+        except IO_ERRORS as exc:
+            raise translate(exc, f"list the day prefixes of s3://{bucket}/{parent}") from exc
+        return found
+
+    def _read_summary(self, layout, indexed: bool, counter: _Counter):
+        """((header, summary), problem): from the index, else from the manifest read through; a
+        damaged index is the day's problem, its figures still shown from the manifest."""
+        problem = None
+        try:
+            if indexed:
+                counter.add("GET")
+                got = read_object(self.control, layout.bucket, layout.index_key,
+                                  f"read s3://{layout.bucket}/{layout.index_key}", missing_ok=True)
+                if got is not None:
+                    index, damage = parse_index(got["Body"])
+                    if index is not None and "summary" in index:
+                        return (index["header"], index["summary"]), None
+                    if damage:
+                        problem = f"index s3://{layout.bucket}/{layout.index_key} {damage}; read from the manifest"
+            # No index (a run died between manifest and index, or an old manifest): read it through.
+            counter.add("GET")
+            header, summary, _ = read_through(self.control, layout)
+            return (header, summary), problem
+        except ArchiverError as exc:
+            return None, f"{problem}; {exc}" if problem else str(exc)
+
+    def _scrub_results(self, counter: _Counter) -> dict:
+        counter.add("GET")
+        result = read_scrub_result(self.control, self.job)
+        return (result or {}).get("days", {})
+
+    def _restored_until(self, layout, listed: dict, counter: _Counter) -> str | None:
+        from s3arch.restore.glacier import NEEDS_RESTORE, archive_state
+
+        key = next((layout.archive_key(s) for s in ARCHIVE_SUFFIXES if layout.archive_key(s) in listed), None)
+        if key is None:
+            return None
+        counter.add("HEAD")
+        try:
+            state = archive_state(self.control, layout.bucket, key)
+        except ArchiverError:
+            return None
+        if state.storage_class in NEEDS_RESTORE and state.state == "restored":
+            return state.expiry
+        return None
+
+    def _day(self, day: date, layout, listed: dict, present: set[str], scrub: dict | None,
+             restored_until: str | None, today: date) -> DayState:
+        job = self.job
+        prefix = job.prefix_for(day)
+        d = DayState(day.isoformat(), prefix, EMPTY, source_present=prefix in present, scrub=scrub,
+                     restored_until=restored_until)
+        archive_key = next((layout.archive_key(s) for s in ARCHIVE_SUFFIXES if layout.archive_key(s) in listed), None)
+        manifest = listed.get(layout.manifest_key)
+        if manifest is not None:
+            _, found, problem = self._summaries.get(layout.manifest_key, (None, None, None))
+            d.manifest_url = layout.manifest_url
+            d.state = SOURCES_DELETED if not d.source_present else ARCHIVED
+            if found is None:
+                d.problem = problem or "manifest unreadable"
+            else:
+                d.problem = problem
+                self._fill(d, *found)
+            return d
+        if layout.lease_key in listed:
+            d.state = RUNNING
+        elif archive_key is not None:
+            d.state = INCOMPLETE
+            d.archive_url = f"s3://{layout.bucket}/{archive_key}"
+        elif was_committed(scrub):
+            # A scrub saw it archived and nothing of it is left: not "empty", whatever the source holds.
+            d.state = LOST
+        elif d.source_present:
+            d.state = PENDING if day > today - timedelta(days=job.min_age_days) else MISSING
+        elif day < job.start_date:
+            d.state = BEFORE_START
+        elif day > today - timedelta(days=job.min_age_days):
+            d.state = PENDING
+        return d
+
+    def _fill(self, d: DayState, header: dict, summary: dict) -> None:
+        d.objects, d.bytes_in, d.bytes_out = summary.get("objects"), summary.get("bytes"), summary.get("archive_size")
+        d.ratio = round(d.bytes_in / d.bytes_out, 3) if d.bytes_in and d.bytes_out else None
+        d.storage_class = summary.get("storage_class")
+        archive = header.get("archive") or {}
+        d.archive_url = f"s3://{archive.get('bucket')}/{archive.get('key')}" if archive else None
+        d.archived_at = summary.get("ended")
+        if (summary.get("segments") or 1) > 1:
+            d.segments = summary["segments"]
+            if d.state == ARCHIVED:
+                d.state = SEGMENTS
+        if self.job.retain_days and (self.job.object_lock or self.job.legal_hold):
+            started = header.get("started")
+            if started:
+                d.locked_until = (parse_s3_time(started) + timedelta(days=self.job.retain_days)).date().isoformat()
+        storage_class = d.storage_class or self.job.storage_class
+        if storage_class in self.prices and d.objects is not None and d.bytes_in is not None:
+            # The objects' shortfall below 128 KiB is not in the summary: an upper bound of
+            # zero keeps the one-by-one figure a floor, never an exaggeration.
+            cost = estimate(storage_class, objects=d.objects, bytes_in=d.bytes_in, short_of_minimum=0,
+                            archive_bytes=d.bytes_out or 0, prices=self.prices)
+            d.archive_monthly_usd = round(cost.archive_monthly, 8)
+            d.separate_monthly_usd = round(cost.separate_monthly, 8)
+
+
+def apply_runs(view: CatalogView, runs: dict[str, dict]) -> CatalogView:
+    """Airflow's last word on each day (``{"2026-03-14": {"state": "failed", "run_id": ..., "url": ...}}``):
+    a day not archived whose last run failed is "failed", one being worked on "running"; an
+    archived day whose last task was the segments' ``assemble`` is "segments". A new view: the
+    one given is the catalog's cached one, which the next request's runs must find unchanged."""
+    days = []
+    for d in view.days:
+        run = runs.get(d.day)
+        if not run:
+            days.append(d)
+            continue
+        d = replace(d, airflow=run)
+        days.append(d)
+        if d.state == ARCHIVED and run.get("task_id") == "assemble" and run.get("state") == "success":
+            d.state = SEGMENTS  # made by the archive DAG's segment tasks and their assembly
+        if d.state in ARCHIVED_STATES:
+            continue
+        if run.get("state") == "failed":
+            d.state = FAILED
+        elif run.get("state") in ("running", "queued"):
+            d.state = RUNNING
+    return replace(view, days=days)
+
+
+def read_scrub_result(control, job: ArchiveJob) -> dict | None:
+    bucket, key = job.destination.bucket, scrub_result_key(job)
+    got = read_object(control, bucket, key, f"read the scrub result s3://{bucket}/{key}", missing_ok=True)
+    if got is None:
+        return None
+    try:
+        result = json.loads(got["Body"])
+    except ValueError:
+        return None
+    # Another shape (edited by hand, damaged) is no result: the next scrub writes a whole one.
+    if not isinstance(result, dict) or not isinstance(result.get("days", {}), dict):
+        return None
+    return result
+
+
+_CATALOGS: dict[tuple, Catalog] = {}
+_CATALOGS_LOCK = threading.Lock()
+
+
+def catalog_for(job: ArchiveJob, control, **kwargs) -> Catalog:
+    """One cached catalog per job (and settings) per process."""
+    key = (job.name, id(control))
+    with _CATALOGS_LOCK:
+        if key not in _CATALOGS:
+            _CATALOGS[key] = Catalog(job, control, **kwargs)
+        return _CATALOGS[key]

@@ -1,0 +1,360 @@
+"""Archive jobs: what to archive each day, read from a YAML file rather than code.
+
+A job names a source bucket, a prefix template with the date in it, a destination and how to
+archive. ``plan`` turns a job and a date range (or a list of prefixes from on-call) into the
+prefixes to archive; the Airflow DAG and any cron script call the same function. The file's
+format is documented in docs/JOBS.md.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import warnings
+from dataclasses import dataclass, fields
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from s3arch.core.config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_BYTES,
+                     DEFAULT_SEGMENT_MIN_OBJECTS, STORAGE_CLASSES, ArchiveSpec, S3Url, check_lease_ttl,
+                     check_throttle_budget, parse_size)
+from s3arch.core.errors import BadArgument
+
+_JOB_NAME = re.compile(r"[A-Za-z0-9_\-]{1,200}")
+
+
+@dataclass(frozen=True)
+class ArchiveJob:
+    name: str
+    source: S3Url  # bucket, and the key part before the template (usually empty)
+    prefix_template: str  # e.g. "logs/{date:%Y/%m/%d}/"
+    destination: S3Url
+    storage_class: str = "GLACIER"
+    codec: str = "gzip"
+    level: int | None = None
+    min_age_days: int = 1
+    aws_conn_id: str = "aws_default"
+    schedule: str = "@daily"
+    start_date: date = date(2026, 1, 1)
+    # Whether the scheduler creates the runs it missed (scheduler down for two nights: two
+    # runs, each archiving its own day). Off by default: turning it on for a job whose
+    # start_date is far back creates one run per day since then.
+    catchup: bool = False
+    pool: str = "s3_archive"
+    memory_budget: int = parse_size("256MiB")
+    concurrency: int = DEFAULT_CONCURRENCY  # GETs in flight per task (--concurrency)
+    threads: int | None = None  # compression threads per task (--threads; default: its CPUs)
+    execution_timeout_minutes: int = 360
+    retries: int = 3
+    retry_delay_seconds: int = 60
+    delete_source: bool = False
+    delete_versions: bool = False
+    # Passed to the engine and the operators as they are (SPEC_OPTIONS; docs/JOBS.md,
+    # docs/SECURITY.md): tags that may not be read, encryption, Object Lock, the buckets' owner.
+    without_tags: bool = False
+    sse: str | None = None
+    sse_kms_key_id: str | None = None
+    sse_bucket_key: bool = False
+    object_lock: str | None = None
+    retain_days: int | None = None
+    legal_hold: bool = False
+    expected_owner: str | None = None
+    poll_interval: float | None = None  # restore DAG: seconds between HEADs (default by tier)
+    prices: dict | None = None  # overrides of the cost table (docs/COST.md)
+    allow_empty: bool = False
+    # Seconds a lease outlives its last renewal: how long a retry on another host waits for
+    # the prefix of a worker that died mid-run (tasks/protocol/lease.py).
+    lease_ttl: float = DEFAULT_LEASE_TTL
+    # Seconds a request may stay throttled before the prefix fails (retryable); None: the
+    # worker's S3ARCH_THROTTLE_BUDGET, else 900.
+    throttle_budget: float | None = None
+    # Large prefixes (docs/JOBS.md, "Large prefixes"): a prefix with at least
+    # segment_min_objects objects or segment_min_bytes bytes is cut into segments.
+    # segments N >= 2: N segment tasks (any workers) plus an assemble task; 1: never cut;
+    # None (the default): one segment per local process of its archive task, and with
+    # processes 1 (the default) that is no cut: one task is one process.
+    segments: int | None = None
+    processes: int = 1  # local worker processes per archive task (--processes)
+    segment_min_objects: int = DEFAULT_SEGMENT_MIN_OBJECTS
+    segment_min_bytes: int = DEFAULT_SEGMENT_MIN_BYTES
+    description: str = ""
+
+    def prefix_for(self, day: date) -> str:
+        return self.source.key + self.prefix_template.format(date=day)
+
+    def date_of(self, prefix: str) -> date:
+        """The date a prefix of this job stands for; rejects prefixes the job cannot produce."""
+        pattern = self.source.key.replace("%", "%%") + _strptime_pattern(self.prefix_template)
+        try:
+            day = datetime.strptime(prefix, pattern).date()
+        except ValueError:
+            day = None
+        # strptime also accepts unpadded numbers; only the job's exact spelling is its prefix.
+        if day is not None and self.prefix_for(day) == prefix:
+            return day
+        raise BadArgument(f"prefix {prefix!r} is not one that job {self.name!r} archives "
+                          f"(template {self.source.key + self.prefix_template!r})",
+                          hint=f"pass it exactly as the job makes it, e.g. {self.prefix_for(date(2026, 1, 31))!r}")
+
+    def spec_for(self, prefix: str, *, overwrite: bool = False, dry_run: bool = False) -> ArchiveSpec:
+        """The spec one archive task of this job runs (what the operators build from
+        ``operator_args``)."""
+        spec = ArchiveSpec(source=S3Url(self.source.bucket, prefix), destination=self.destination,
+                           storage_class=self.storage_class, codec=self.codec, level=self.level,
+                           memory_budget=self.memory_budget, overwrite=overwrite,
+                           delete_source=self.delete_source,
+                           delete_versions=self.delete_versions and self.delete_source,
+                           lease_ttl=self.lease_ttl, prices=self.prices, concurrency=self.concurrency,
+                           processes=self.processes, segments=1 if self.segments == 1 else 0,
+                           segment_min_objects=self.segment_min_objects, segment_min_bytes=self.segment_min_bytes,
+                           **self._threads, **self._throttle_budget, **self.spec_options)
+        return spec.previewed() if dry_run else spec
+
+    @property
+    def _threads(self) -> dict[str, Any]:
+        return {"compress_threads": self.threads} if self.threads else {}
+
+    @property
+    def _throttle_budget(self) -> dict[str, Any]:
+        return {} if self.throttle_budget is None else {"throttle_budget": self.throttle_budget}
+
+    @property
+    def spec_options(self) -> dict[str, Any]:
+        """The job's encryption, Object Lock, owner and tag settings, as ArchiveSpec and the
+        operators take them (same names)."""
+        return {name: getattr(self, name) for name in SPEC_OPTIONS}
+
+    @property
+    def operator_args(self) -> dict:
+        """What every archive step of this job takes, by the operators' parameter names
+        (which are the job's keys and the CLI's flags): the DAG hands these to each operator."""
+        return {"storage_class": self.storage_class, "codec": self.codec, "level": self.level,
+                "memory_budget": self.memory_budget, "concurrency": self.concurrency, "threads": self.threads,
+                "lease_ttl": self.lease_ttl, "throttle_budget": self.throttle_budget, "prices": self.prices,
+                "processes": 1 if self.segments == 1 else self.processes,
+                "segment_min_objects": self.segment_min_objects, "segment_min_bytes": self.segment_min_bytes,
+                **self.spec_options}
+
+    @property
+    def segment_tasks(self) -> int:
+        """Segment tasks per large prefix: 0 when the job archives every prefix in one task."""
+        return self.segments if self.segments and self.segments >= 2 else 0
+
+    # The spellings of round 3, for code that read them (one release, like the YAML keys).
+    @property
+    def lease_ttl_seconds(self) -> float:
+        return self.lease_ttl
+
+    @property
+    def restore_poll_seconds(self) -> float | None:
+        return self.poll_interval
+
+    @property
+    def newest_allowed(self) -> date:
+        """Dates younger than this may still be receiving objects."""
+        return date.today() - timedelta(days=self.min_age_days)
+
+
+def _strptime_pattern(template: str) -> str:
+    """'logs/{date:%Y/%m/%d}/' -> 'logs/%Y/%m/%d/' (literal % escaped)."""
+    out = []
+    for literal, field_name, spec, _ in string.Formatter().parse(template):
+        out.append(literal.replace("%", "%%"))
+        if field_name is not None:
+            out.append(spec or "")
+    return "".join(out)
+
+
+def _check_template(name: str, template: str) -> None:
+    names = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    if names != ["date"]:
+        raise BadArgument(f"job {name!r}: prefix_template {template!r} must contain {{date:...}} exactly once",
+                          hint="write it like logs/{date:%Y/%m/%d}/")
+    sample = template.format(date=date(2026, 1, 31))
+    if sample == template.format(date=date(2026, 1, 30)):
+        raise BadArgument(f"job {name!r}: prefix_template {template!r} gives the same prefix for "
+                          "different days", hint="include the day, e.g. {date:%Y/%m/%d}")
+    if not template.endswith("/"):
+        raise BadArgument(f"job {name!r}: prefix_template {template!r} must end with '/'",
+                          hint="without it, logs/2026/01/1 would also match logs/2026/01/10..19")
+
+
+def load_jobs(path: str | Path) -> dict[str, ArchiveJob]:
+    """Read and validate the jobs file; every mistake names the job and the field."""
+    import yaml
+
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise BadArgument(f"jobs file {path} does not exist",
+                          hint="create it (see docs/JOBS.md) or point S3ARCH_JOBS_FILE at it") from None
+    except yaml.YAMLError as exc:
+        raise BadArgument(f"jobs file {path} is not valid YAML: {exc}") from None
+    raw_jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(raw_jobs, dict):
+        raise BadArgument(f"jobs file {path} has no 'jobs:' mapping", hint="see docs/JOBS.md")
+    return {name: job_from_dict(name, body or {}) for name, body in raw_jobs.items()}
+
+
+SPEC_OPTIONS = ("without_tags", "sse", "sse_kms_key_id", "sse_bucket_key", "object_lock", "retain_days",
+                "legal_hold", "expected_owner")
+
+# Keys of round 3 renamed so that a job, the CLI and the operators use one name per setting:
+# still read for one release, with a warning that names the new key.
+DEPRECATED_KEYS = {"lease_ttl_seconds": "lease_ttl", "restore_poll_seconds": "poll_interval"}
+
+
+def job_from_dict(name: str, body: dict) -> ArchiveJob:
+    if not _JOB_NAME.fullmatch(str(name)):
+        raise BadArgument(f"job name {name!r} may only use letters, digits, '_' and '-'")
+    body = _renamed(name, body)
+    known = {f.name for f in fields(ArchiveJob)} - {"name"}
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise BadArgument(f"job {name!r}: unknown field(s) {', '.join(unknown)}",
+                          hint=f"known fields: {', '.join(sorted(known))}")
+    for required in ("source", "prefix_template", "destination"):
+        if not body.get(required):
+            raise BadArgument(f"job {name!r}: '{required}' is required")
+    values = dict(body)
+    values["source"] = S3Url.parse(values["source"])
+    values["destination"] = S3Url.parse(values["destination"])
+    for size in ("memory_budget", "segment_min_bytes"):
+        if size in values:
+            values[size] = parse_size(values[size])
+    if isinstance(values.get("start_date"), str):
+        values["start_date"] = parse_date(values["start_date"], f"job {name!r}: start_date")
+    if values.get("storage_class", "GLACIER") not in STORAGE_CLASSES:
+        raise BadArgument(f"job {name!r}: storage_class {values['storage_class']!r} is not one of "
+                          f"{', '.join(STORAGE_CLASSES)}")
+    if values.get("codec", "gzip") not in CODECS:
+        raise BadArgument(f"job {name!r}: codec {values['codec']!r} is not gzip or zstd")
+    if values.get("segments") is not None and (not _whole(values["segments"]) or not 1 <= values["segments"] <= 1000):
+        raise BadArgument(f"job {name!r}: segments must be a whole number from 1 to 1000",
+                          hint="1 archives every prefix in one task; 2 or more cuts a large prefix into as many "
+                               "segment tasks")
+    if "processes" in values and (not _whole(values["processes"]) or not 1 <= values["processes"] <= 64):
+        raise BadArgument(f"job {name!r}: processes must be a whole number from 1 to 64",
+                          hint="1 (the default) keeps each archive task one process")
+    for number in ("concurrency", "threads"):
+        if values.get(number) is not None and (not _whole(values[number]) or values[number] < 1):
+            raise BadArgument(f"job {name!r}: {number} must be a whole number >= 1")
+    for number in ("min_age_days", "execution_timeout_minutes", "retries", "retry_delay_seconds",
+                   "segment_min_objects"):
+        if number in values and (not _whole(values[number]) or values[number] < 0):
+            raise BadArgument(f"job {name!r}: {number} must be a whole number >= 0")
+    if "expected_owner" in values:
+        values["expected_owner"] = str(values["expected_owner"])  # YAML reads 123456789012 as a number
+    if "lease_ttl" in values:
+        values["lease_ttl"] = check_lease_ttl(values["lease_ttl"], f"job {name!r}: lease_ttl")
+    if values.get("throttle_budget") is not None:
+        values["throttle_budget"] = check_throttle_budget(values["throttle_budget"], f"job {name!r}: throttle_budget")
+    if values.get("poll_interval") is not None and (not isinstance(values["poll_interval"], (int, float))
+                                                    or values["poll_interval"] <= 0):
+        raise BadArgument(f"job {name!r}: poll_interval must be a number of seconds > 0")
+    _check_template(name, values["prefix_template"])
+    job = ArchiveJob(name=name, **values)
+    job.spec_for(job.prefix_for(date(2026, 1, 31)))  # the engine's own checks, at load time
+    return job
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _renamed(name: str, body: dict) -> dict:
+    """The job's keys with round 3's spellings replaced by the current ones, each with a
+    warning (both spellings of one setting is an error)."""
+    body = dict(body)
+    for old, new in DEPRECATED_KEYS.items():
+        if old not in body:
+            continue
+        if new in body:
+            raise BadArgument(f"job {name!r}: {old} and {new} are the same setting", hint=f"keep only {new}")
+        warnings.warn(f"job {name!r}: {old} is deprecated and will stop working in the next release; "
+                      f"write {new} (the same setting)", FutureWarning, stacklevel=3)
+        body[new] = body.pop(old)
+    return body
+
+
+def parse_date(text, what: str) -> date:
+    if isinstance(text, date):
+        return text
+    try:
+        return date.fromisoformat(str(text).strip())
+    except ValueError:
+        raise BadArgument(f"{what}: {text!r} is not a date", hint="write it as YYYY-MM-DD") from None
+
+
+def days_between(first: date, last: date) -> list[date]:
+    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+def plan(job: ArchiveJob, *, date_from=None, date_to=None, prefixes=None,
+         logical_date: date | None = None) -> list[str]:
+    """The prefixes one run archives, oldest first.
+
+    Explicit ``prefixes`` (on-call) or a date range (giving both is an error), else the run's
+    logical date minus the job's ``min_age_days`` (scheduled runs and backfills). Every mistake
+    is reported before any work starts.
+    """
+    if prefixes:
+        if date_from or date_to:
+            raise BadArgument("give either prefixes or a date range, not both")
+        if isinstance(prefixes, str):
+            prefixes = [p for p in re.split(r"[\s,]+", prefixes) if p]
+        dated = sorted((job.date_of(p), p) for p in dict.fromkeys(prefixes))
+        _check_age(job, dated[-1][0])
+        return [p for _, p in dated]
+    if date_from or date_to:
+        if not (date_from and date_to):
+            raise BadArgument("date_from and date_to go together",
+                              hint="for one day set both to the same date")
+        first, last = parse_date(date_from, "date_from"), parse_date(date_to, "date_to")
+        if first > last:
+            raise BadArgument(f"empty date range: date_from {first} is after date_to {last}",
+                              hint="swap them, or set both to the same date for one day")
+        _check_age(job, last)
+        return [job.prefix_for(d) for d in days_between(first, last)]
+    if logical_date is None:
+        raise BadArgument("no date range, no prefixes and no logical date: nothing to plan")
+    return [job.prefix_for(logical_date - timedelta(days=job.min_age_days))]
+
+
+def _check_age(job: ArchiveJob, newest: date) -> None:
+    if newest > job.newest_allowed:
+        raise BadArgument(
+            f"{newest} is too recent for job {job.name!r}: it archives days at least "
+            f"{job.min_age_days} day(s) old, so the newest allowed is {job.newest_allowed}",
+            hint="pick an earlier date; data for recent days may still be arriving")
+
+
+def batches(prefixes: list[str], max_tasks: int) -> list[list[str]]:
+    """Split prefixes into at most ``max_tasks`` consecutive batches of near-equal size,
+    so a range longer than Airflow's max_map_length still maps (one batch per task)."""
+    if max_tasks < 1:
+        raise BadArgument("max_tasks must be at least 1")
+    per_task = -(-len(prefixes) // max_tasks) if prefixes else 1
+    return [prefixes[i:i + per_task] for i in range(0, len(prefixes), per_task)]
+
+
+def split_by_size(job: ArchiveJob, planned: list[list[str]], control) -> dict:
+    """The archive DAG's fan-out: with ``job.segments`` >= 2, each planned prefix is sized (a
+    listing up to the job's threshold); large ones become ``job.segments`` segment tasks and
+    an assemble task, the rest stay in their batches. Returns the batches, the large prefixes,
+    one kwargs dict per segment task, and what sizing found and cost."""
+    if not job.segment_tasks:
+        return {"batches": planned, "large": [], "segments": [], "sizes": []}
+    from s3arch.produce.segments import size_prefixes
+
+    sizes = size_prefixes(control, job.source.bucket, [prefix for batch in planned for prefix in batch],
+                          job.segment_min_objects, job.segment_min_bytes)
+    large = [s.prefix for s in sizes if s.large(job.segment_min_objects, job.segment_min_bytes)]
+    batches = [kept for batch in planned if (kept := [p for p in batch if p not in large])]
+    return {"batches": batches, "large": large,
+            "segments": [{"prefix": p, "segment": k, "segments": job.segment_tasks} for p in large
+                         for k in range(job.segment_tasks)],
+            "sizes": [{"prefix": s.prefix, "objects": s.objects, "bytes": s.bytes, "complete": s.complete,
+                       "seconds": round(s.seconds, 3), "requests": s.requests} for s in sizes]}

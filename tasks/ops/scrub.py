@@ -1,0 +1,405 @@
+"""Scrub: prove every archive of a job is still the one its manifest describes (docs/CATALOG.md).
+
+No restore is needed for the main check, so it works on GLACIER and DEEP_ARCHIVE: for each
+committed day, one HEAD of the archive, the manifest and the index, checked against what the
+index (the manifest's header and summary) records: size, ETag, CRC32C, and Object Lock
+retention no shorter than recorded. For an archive in a readable class (or with a restored
+copy), a random sample of members is read by ranged GET and its SHA-256 checked.
+
+Drift is reported as one row per day with what to do:
+
+- ``archive missing``: the manifest commits an archive that is gone; or the last scrub saw the
+  day archived and its archive, manifest and index are all gone now,
+- ``archive changed``: size, ETag or CRC32C differ from the manifest's,
+- ``manifest changed``: the manifest's size differs from the index's,
+- ``manifest damaged``: the manifest does not read through to its summary (no index to check it by),
+- ``index damaged`` / ``index missing``: the manifest's index does not parse, or is gone (the
+  manifest is read through instead, for the checks and the sample),
+- ``lock shorter``: the archive's, manifest's or index's retention ends before recorded (the job's
+  ``retain_days`` from the run's start; for archive and index also the manifest's own),
+- ``archive without manifest``: an archive object no manifest commits (a run died before it),
+- ``member differs``: a sampled member's bytes do not match its SHA-256.
+
+A small result object goes beside the archives (``<archive prefix>_s3arch-scrub/<job>/``):
+one per scrub, and ``latest.json`` merged day by day, which the catalog shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timedelta, timezone
+
+from s3arch.ops.catalog import (SCRUB_DIR, _Counter, archive_prefix, parse_index, read_scrub_result, read_through,
+                      scrub_result_key, was_committed)
+from s3arch.core.config import S3Url
+from s3arch.core.cost import usd
+from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, ArchiverError, IntegrityError, translate
+from s3arch.ops.jobs import ArchiveJob, days_between
+from s3arch.io.listed import _listed
+from s3arch.format.manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for, read_chunk
+from s3arch.restore.reading import DECODE_CHUNK, member_data
+from s3arch.restore.glacier import NEEDS_RESTORE
+from s3arch.io.s3 import none_if_missing, read_object, stream_object
+from s3arch.core.timestamps import parse_s3_time
+
+# Request prices (us-east-1 list prices, as tasks/core/cost.py dates its table): LIST per 1,000,
+# GET/HEAD per 1,000 in STANDARD, and retrieval per GB where a class bills reads.
+LIST_PER_1000 = 0.005
+GET_PER_1000 = 0.0004
+PUT_PER_1000 = 0.005
+RETRIEVAL_PER_GB = {"STANDARD_IA": 0.01, "GLACIER_IR": 0.03}
+
+ACTIONS = {
+    "archive missing": "source still there: re-run the day with overwrite (s3arch archive ... --overwrite); "
+                       "source gone: recover the archive from a bucket version or replica",
+    "archive changed": "recover the committed archive from a bucket version or replica; if the source is still "
+                       "there, re-run the day with overwrite",
+    "manifest changed": "recover the manifest from a bucket version or replica, or re-run the day with overwrite "
+                        "while the source is there",
+    "manifest damaged": "without its manifest the archive cannot be restored by key: recover the manifest from a "
+                        "bucket version or replica, or re-run the day with overwrite while the source is there",
+    "index damaged": "readers fall back to reading the whole manifest (slower): recover the index from a bucket "
+                     "version or replica, or re-run the day with overwrite while the source is there",
+    "index missing": "readers fall back to reading the whole manifest (slower): recover the index from a bucket "
+                     "version or replica, or re-run the day with overwrite while the source is there",
+    "lock shorter": "someone with s3:BypassGovernanceRetention shortened it: extend it again "
+                    "(aws s3api put-object-retention) and review who may bypass governance",
+    "archive without manifest": "a run died before committing: re-run the day (it starts clean and replaces it)",
+    "member differs": "the archive's bytes are damaged: recover it from a version or replica, or re-archive "
+                      "with overwrite while the source is there",
+    "unreadable": "read the message; check the manifest and index objects",
+}
+
+
+@dataclass
+class Drift:
+    day: str
+    prefix: str
+    kind: str
+    detail: str
+    action: str = ""
+
+    def __post_init__(self):
+        self.action = self.action or ACTIONS.get(self.kind, "")
+
+
+@dataclass
+class ScrubResult:
+    job: str
+    first: str
+    last: str
+    started: str
+    ended: str = ""
+    checked: int = 0
+    verified: list[str] = field(default_factory=list)
+    sampled: int = 0
+    sampled_bytes: int = 0
+    drift: list[Drift] = field(default_factory=list)
+    requests: dict = field(default_factory=dict)
+    cost_usd: float = 0.0
+    seconds: float = 0.0
+    result_url: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.drift
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+    def cost_line(self) -> str:
+        r = self.requests
+        return (f"scrub cost: {r.get('LIST', 0):,} LIST, {r.get('HEAD', 0):,} HEAD, {r.get('GET', 0):,} GET, "
+                f"{r.get('PUT', 0):,} PUT, {self.sampled_bytes:,} bytes sampled: {usd(self.cost_usd)} "
+                f"(us-east-1 list prices)")
+
+    def table(self) -> str:
+        if not self.drift:
+            return f"{self.checked} archive(s) of {self.job} from {self.first} to {self.last}: no drift"
+        rows = [("day", "drift", "detail", "what to do")] + [(d.day, d.kind, d.detail, d.action) for d in self.drift]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        return "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows)
+
+
+def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3, seed: int | None = None,
+          write_result: bool = True, now: datetime | None = None, workers: int = 8) -> ScrubResult:
+    started = time.monotonic()
+    now = now or datetime.now(timezone.utc)
+    counter = _Counter()
+    counter.counts["PUT"] = 0
+    result = ScrubResult(job.name, first.isoformat(), last.isoformat(), now.isoformat(timespec="seconds"))
+    rng = random.Random(seed)
+    days = days_between(first, last)
+    bucket, prefix = job.destination.bucket, archive_prefix(job)
+    listed = {}
+    try:
+        for page in control.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            counter.add("LIST")
+            listed.update({o.key: o for o in _listed(page)})
+    except IO_ERRORS as exc:
+        raise translate(exc, f"list the archives s3://{bucket}/{prefix}") from exc
+    # The last scrub's verdicts: a day it saw archived of which nothing is left now is drift,
+    # where the listing alone would take it for a day never archived.
+    counter.add("GET")
+    previous = read_scrub_result(control, job) or {}
+    before = previous.get("days") or {}
+    last_verified: dict[str, str] = {}
+    verdicts: dict[str, dict] = {}
+    with ThreadPoolExecutor(workers, thread_name_prefix="s3arch-scrub") as pool:
+        futures = {}
+        for day in days:
+            source_prefix = job.prefix_for(day)
+            layout = layout_for(S3Url(job.source.bucket, source_prefix), job.destination)
+            archive_key = next((layout.archive_key(s) for s in ARCHIVE_SUFFIXES if layout.archive_key(s) in listed),
+                               None)
+            if layout.manifest_key in listed:
+                futures[day] = pool.submit(_check_day, job, control, layout, day, listed, sample,
+                                           random.Random(rng.random()), now, counter)
+            elif layout.lease_key in listed:
+                continue  # a run is at work on it
+            elif archive_key is not None:
+                result.drift.append(Drift(day.isoformat(), source_prefix, "archive without manifest",
+                                          f"s3://{bucket}/{archive_key} is committed by no manifest"))
+            elif was_committed(seen := before.get(day.isoformat())):
+                assert seen is not None
+                when = seen.get("verified") or seen.get("last_verified")
+                last_verified[day.isoformat()] = when
+                stem = layout.manifest_key.removesuffix(MANIFEST_SUFFIX)
+                result.drift.append(Drift(
+                    day.isoformat(), source_prefix, "archive missing",
+                    f"archive, manifest and index s3://{bucket}/{stem}.* are all gone; "
+                    + (f"a scrub verified them on {when}" if when else f"the scrub of {seen.get('scrubbed')} saw them"),
+                    f"{ACTIONS['archive missing']} (with its manifest and index); deleted on purpose: remove the "
+                    f"day from s3://{bucket}/{scrub_result_key(job)} and scrubs stop reporting it"))
+        retrieval = 0.0
+        for day, future in futures.items():
+            drift, sampled, sampled_bytes, dollars = future.result()
+            retrieval += dollars
+            result.checked += 1
+            result.sampled += sampled
+            result.sampled_bytes += sampled_bytes
+            if drift:
+                result.drift.extend(drift)
+            else:
+                result.verified.append(day.isoformat())
+    result.drift.sort(key=lambda d: d.day)
+    for d in result.drift:
+        verdicts.setdefault(d.day, {"scrubbed": result.started, "drift": []})["drift"].append(
+            {"kind": d.kind, "detail": d.detail, "action": d.action})
+    for iso, when in last_verified.items():
+        if when:
+            verdicts[iso]["last_verified"] = when  # kept from scrub to scrub while the day stays gone
+    for iso in result.verified:
+        verdicts[iso] = {"scrubbed": result.started, "verified": result.started[:10], "sampled": sample}
+    result.requests = dict(counter.counts)
+    if write_result:
+        result.result_url = _write_result(job, control, result, verdicts, before, counter)
+        result.requests = dict(counter.counts)
+    result.cost_usd = _cost(result, retrieval)
+    result.ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def _cost(result: ScrubResult, retrieval: float) -> float:
+    r = result.requests
+    return (r.get("LIST", 0) + r.get("PUT", 0)) * LIST_PER_1000 / 1000 + \
+        (r.get("GET", 0) + r.get("HEAD", 0)) * GET_PER_1000 / 1000 + retrieval
+
+
+def _head(control, bucket: str, key: str, counter: _Counter, **kwargs) -> dict | None:
+    counter.add("HEAD")
+    return none_if_missing(lambda: control.head_object(Bucket=bucket, Key=key, **kwargs), f"check s3://{bucket}/{key}")
+
+
+def _until(head: dict) -> datetime | None:
+    value = head.get("ObjectLockRetainUntilDate")
+    if not value:
+        return None
+    return value if isinstance(value, datetime) else parse_s3_time(value)
+
+
+def _check_day(job: ArchiveJob, control, layout, day: date, listed: dict, sample: int, rng: random.Random,
+               now: datetime, counter: _Counter) -> tuple[list[Drift], int, int, float]:
+    iso, prefix = day.isoformat(), job.prefix_for(day)
+    drift: list[Drift] = []
+    index_url = f"s3://{layout.bucket}/{layout.index_key}"
+    try:
+        index = index_head = None
+        if layout.index_key in listed:
+            counter.add("GET")
+            # The GET answers what a HEAD of the index would (size, ETag, retention): no HEAD.
+            index_head = read_object(control, layout.bucket, layout.index_key, f"read {index_url}", missing_ok=True)
+            if index_head is not None:
+                index, damage = parse_index(index_head["Body"])
+                if damage:
+                    drift.append(Drift(iso, prefix, "index damaged", f"{index_url} {damage}; the manifest was read"))
+        picked: list[dict] = []
+        if index is not None and "summary" in index:
+            header, summary = index["header"], index["summary"]
+        else:
+            # No usable index: the manifest read through gives header, summary and the sample.
+            counter.add("GET")
+            try:
+                header, summary, picked = read_through(control, layout, sample if index is None else 0, rng)
+            except (ArchiveDamaged, IntegrityError) as exc:
+                return drift + [Drift(iso, prefix, "manifest damaged", str(exc))], 0, 0, 0.0
+        if index_head is None and not _predates_indexes(header):
+            drift.append(Drift(iso, prefix, "index missing", f"{layout.manifest_url} has no index {index_url}"))
+        archive_key = header["archive"]["key"]
+        url = f"s3://{layout.bucket}/{archive_key}"
+        with ThreadPoolExecutor(2) as heads:
+            a = heads.submit(_head, control, layout.bucket, archive_key, counter, ChecksumMode="ENABLED")
+            m = heads.submit(_head, control, layout.bucket, layout.manifest_key, counter)
+            archive, manifest = a.result(), m.result()
+        if archive is None:
+            return drift + [Drift(iso, prefix, "archive missing", f"{layout.manifest_url} commits {url}, which is gone")], \
+                0, 0, 0.0
+        expected = {"size": summary.get("archive_size"), "etag": summary.get("archive_etag"),
+                    "crc32c": summary.get("archive_crc32c") or None}
+        got = {"size": archive.get("ContentLength"), "etag": archive.get("ETag"), "crc32c": archive.get("ChecksumCRC32C")}
+        differs = [k for k in got if expected[k] is not None and got[k] is not None and got[k] != expected[k]]
+        if differs:
+            drift.append(Drift(iso, prefix, "archive changed",
+                               ", ".join(f"{k} {got[k]} (manifest: {expected[k]})" for k in differs)))
+        manifest_changed = manifest is not None and index is not None and \
+            index.get("manifest_size") not in (None, manifest.get("ContentLength"))
+        if manifest_changed:
+            assert manifest is not None and index is not None
+            drift.append(Drift(iso, prefix, "manifest changed",
+                               f"{manifest.get('ContentLength')} bytes, the index recorded {index['manifest_size']}"))
+        drift += _check_locks(job, iso, prefix, header, {"archive": archive, "manifest": manifest, "index": index_head})
+        sampled = sampled_bytes = 0
+        # Sampled only by a manifest and archive that are still what was recorded: the index's
+        # chunk offsets are of the recorded manifest.
+        if not differs and not manifest_changed and sample > 0 and _readable(archive):
+            if index is not None and index.get("chunks"):
+                try:
+                    picked = _pick_from_index(control, layout, index, sample, rng, counter)
+                except (ArchiveDamaged, IntegrityError, ValueError) as exc:  # a chunk that does not inflate or parse
+                    return drift + [Drift(iso, prefix, "manifest damaged", f"{layout.manifest_url}: {exc}")], \
+                        0, 0, 0.0
+            sampled, sampled_bytes, bad = _check_members(control, layout, header, archive_key, picked, counter)
+            drift += [Drift(iso, prefix, "member differs", problem) for problem in bad]
+        retrieval = sampled_bytes / (1 << 30) * RETRIEVAL_PER_GB.get(archive.get("StorageClass") or "STANDARD", 0.0)
+        return drift, sampled, sampled_bytes, retrieval
+    except ArchiverError as exc:
+        return drift + [Drift(iso, prefix, "unreadable", str(exc))], 0, 0, 0.0
+
+
+def _predates_indexes(header: dict) -> bool:
+    """s3arch 0.1 wrote manifests without an index (docs/FORMAT.md): none missing there."""
+    version = str(header.get("tool", "")).removeprefix("s3arch ")
+    return version == "0.1" or version.startswith("0.1.")
+
+
+def _check_locks(job: ArchiveJob, iso: str, prefix: str, header: dict, heads: dict[str, dict | None]) -> list[Drift]:
+    """Each object's retention must end no earlier than recorded: the job's ``retain_days``
+    from when the run started (archive, manifest and index were all created under it), and
+    for the archive and the index the manifest's own (made with the same lock arguments)."""
+    job_until = None
+    if job.object_lock and job.retain_days and header.get("started"):
+        job_until = (f"the job's {job.retain_days} days", parse_s3_time(header["started"]) + timedelta(days=job.retain_days))
+    manifest = heads.get("manifest")
+    manifest_until = _until(manifest) if manifest is not None else None
+    drift = []
+    for name, head in heads.items():
+        if head is None:
+            continue
+        recorded = [job_until] if job_until else []
+        if name != "manifest" and manifest_until is not None:
+            recorded.append(("the manifest's", manifest_until))
+        if not recorded:
+            continue
+        wanted_name, wanted = max(recorded, key=lambda r: r[1])
+        until = _until(head)
+        if until is None:
+            drift.append(Drift(iso, prefix, "lock shorter",
+                               f"no retention on the {name}; {wanted_name} ends {wanted:%Y-%m-%d}"))
+        # The archive's upload is created before the manifest's: a few minutes' slack.
+        elif until < wanted - timedelta(minutes=10):
+            drift.append(Drift(iso, prefix, "lock shorter", f"the {name} is retained until {until:%Y-%m-%d %H:%M}, "
+                                                            f"{wanted_name} until {wanted:%Y-%m-%d %H:%M}"))
+    return drift
+
+
+def _readable(head: dict) -> bool:
+    storage_class = head.get("StorageClass") or "STANDARD"
+    if storage_class not in NEEDS_RESTORE:
+        return True
+    restore = head.get("Restore") or ""
+    return 'ongoing-request="false"' in restore
+
+
+def _pick_from_index(control, layout, index: dict, sample: int, rng: random.Random, counter: _Counter) -> list[dict]:
+    """``sample`` random member records: one GET of a manifest chunk each (at most)."""
+    chunks = index["chunks"]
+    records: list[dict] = []
+    for i in sorted({rng.randrange(len(chunks)) for _ in range(sample)}):
+        counter.add("GET")
+        records += read_chunk(control, layout, index, i)
+    return rng.sample(records, min(sample, len(records)))
+
+
+def _check_members(control, layout, header: dict, archive_key: str, picked: list[dict],
+                   counter: _Counter) -> tuple[int, int, list[str]]:
+    """Read each picked member by ranged GET (one GET of its blocks) and check its SHA-256."""
+    bad, read = [], 0
+    for record in picked:
+        start, end = record["range"]
+        counter.add("GET")
+        read += end - start  # what the ranged GET asks for, and is billed
+        compressed = stream_object(control, layout.bucket, archive_key, f"read s3://{layout.bucket}/{archive_key}",
+                                   start=start, end=end, chunk=DECODE_CHUNK)
+        digest, size = hashlib.sha256(), 0
+        try:
+            for data in member_data(compressed, record, header):
+                digest.update(data)
+                size += len(data)
+        except ArchiverError:
+            raise  # S3 or the network, typed at the I/O: not drift
+        except Exception as exc:  # a damaged deflate stream is drift, not a crash
+            bad.append(f"{record['key']}: does not decompress ({exc})")
+            continue
+        finally:
+            compressed.close()
+        if size != record["size"] or digest.hexdigest() != record["sha256"]:
+            bad.append(f"{record['key']}: SHA-256 differs from the manifest's")
+    return len(picked), read, bad
+
+
+def _write_result(job: ArchiveJob, control, result: ScrubResult, verdicts: dict, before: dict,
+                  counter: _Counter) -> str:
+    bucket = job.destination.bucket
+    latest_key = scrub_result_key(job)
+    stamp = result.started.replace(":", "").replace("+0000", "Z")
+    run_key = f"{archive_prefix(job)}{SCRUB_DIR}{job.name}/{stamp}.json"
+    days = dict(before)
+    for day in days_between(date.fromisoformat(result.first), date.fromisoformat(result.last)):
+        days.pop(day.isoformat(), None)  # this scrub's verdict replaces the last one's
+    days.update(verdicts)
+    summary = {k: v for k, v in result.to_dict().items() if k not in ("verified",)}
+    latest = {"job": job.name, "last_scrub": summary, "days": dict(sorted(days.items()))}
+    try:
+        counter.add("PUT", 2)
+        control.put_object(Bucket=bucket, Key=run_key, Body=json.dumps(summary, default=str).encode(),
+                           ContentType="application/json")
+        control.put_object(Bucket=bucket, Key=latest_key, Body=json.dumps(latest, default=str).encode(),
+                           ContentType="application/json")
+    except IO_ERRORS as exc:
+        raise translate(exc, f"write the scrub result s3://{bucket}/{latest_key}") from exc
+    return f"s3://{bucket}/{run_key}"
+
+
+def parse_range(job: ArchiveJob, date_from, date_to, today: date | None = None) -> tuple[date, date]:
+    """A scrub's dates: both given, or by default the job's start to its newest allowed day."""
+    from s3arch.ops.jobs import parse_date
+
+    first = parse_date(date_from, "date_from") if date_from else job.start_date
+    last = parse_date(date_to, "date_to") if date_to else (today or date.today()) - timedelta(days=job.min_age_days)
+    return first, last

@@ -1,0 +1,139 @@
+"""Assembling the produced segments into the archive (docs/FORMAT.md, "Segments").
+
+The assembler writes the gzip header, joins tail ``k-1`` and head ``k`` into the part between
+their interiors, adds the gzip trailer with the combined CRC32, and streams the final manifest
+with the offsets shifted. It reads O(segments) small objects plus the records; it never reads
+the archive.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import NamedTuple
+
+from isal import isal_zlib
+
+from s3arch.format.compression import codec_for
+from s3arch.core.config import ArchiveSpec
+from s3arch.core.errors import IntegrityError, SegmentMissing
+from s3arch.format.manifest import ArchiveLayout, ManifestWriter, iter_manifest
+from s3arch.io.s3 import S3Clients
+from s3arch.produce.streamed import StreamedArchive, manifest_header, open_manifest
+from s3arch.io.upload import PartUploader, UploadedPart
+from s3arch.produce.segments.plan import SegmentPlan
+from s3arch.produce.segments.produce import segment_done
+from s3arch.produce.segments.temporaries import get_temporary
+
+
+def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
+             abort: threading.Event | None = None, keep_open: bool = False) -> StreamedArchive:
+    """Join the produced segments into the archive's upload and stream the final manifest.
+    Both uploads stay open; the commit protocol completes them. ``keep_open``: a failed commit
+    leaves the archive's upload (every segment's work) for a retry of the assembly; the next
+    run of the prefix aborts it if no retry comes."""
+    abort = abort or threading.Event()
+    started = time.monotonic()
+    results = _results(spec, clients.control, layout, plan)
+    codec = codec_for(spec.codec, spec.effective_level)
+    raw_crc = tar_total = 0
+    for r in results:
+        raw_crc = codec.combine(raw_crc, r["raw_crc32"], r["tar_bytes"])
+        tar_total += r["tar_bytes"]
+    if tar_total != plan.tar_size:
+        raise IntegrityError(f"segments hold {tar_total} tar bytes, the plan {plan.tar_size}")
+    uploader = PartUploader(clients.control, layout.bucket, plan.archive_key,
+                            extra_args=spec.write_options.encryption_args,
+                            upload_id=plan.upload_id, abort_event=abort, owns_upload=not keep_open)
+    joined = _join(clients.control, layout, plan, results, uploader, codec.header(),
+                   codec.trailer(raw_crc, tar_total))
+    parts_done = time.monotonic()
+    manifest = open_manifest(clients.control, layout, manifest_header(spec, layout, plan.archive_key),
+                             spec.write_options, abort)
+    try:
+        _merge_records(clients.control, layout, plan, results, joined.bases, manifest)
+    except BaseException:
+        manifest.abort()
+        raise
+    return StreamedArchive(uploader=uploader, manifest=manifest, objects=plan.objects,
+                           bytes_in=sum(r["bytes_in"] for r in results), bytes_out=joined.size,
+                           tar_bytes=tar_total, blocks=results[-1]["last_block"] + 1, archive_crc32=joined.crc32,
+                           gets=sum(r["gets"] for r in results),
+                           tags_unread=sum(r.get("tags_unread", 0) for r in results),
+                           throttled=sum(r.get("throttled", 0) for r in results),
+                           peak_buffered=max(r["peak_buffered"] for r in results),
+                           short_of_min_billable=plan.short_of_min_billable, raw_crc32=raw_crc,
+                           segments=plan.count, timings={
+                               "plan_s": plan.planned_in_s,
+                               "slowest_segment_s": max(r.get("seconds", 0.0) for r in results),
+                               "assemble_archive_s": parts_done - started,  # O(segments)
+                               "assemble_manifest_s": time.monotonic() - parts_done})  # O(objects)
+
+
+def _results(spec: ArchiveSpec, control, layout: ArchiveLayout, plan: SegmentPlan) -> list[dict]:
+    """Every segment's result; SegmentMissing names the first one not produced."""
+    results = []
+    for k in range(plan.count):
+        result = segment_done(control, layout, plan, k)
+        if result is None:
+            raise SegmentMissing(f"segment {k + 1}/{plan.count} of {spec.source} was not produced",
+                                 hint=f"run it again (in Airflow: clear the task '{spec.source.key} "
+                                      f"[{k + 1}/{plan.count}]' with downstream), then assemble")
+        results.append(result)
+    return results
+
+
+class _Joined(NamedTuple):
+    bases: list[int]  # where each segment's bytes start in the archive
+    size: int
+    crc32: int
+
+
+def _join(control, layout: ArchiveLayout, plan: SegmentPlan, results: list[dict], uploader: PartUploader,
+          header: bytes, trailer: bytes) -> _Joined:
+    """Upload the parts between the segments' interiors (header or previous tails, then this
+    head), the final part (the last tails and the trailer), and hand the uploader every part
+    in order. Returns where each segment's bytes start in the archive, its size and CRC32."""
+    parts: list[UploadedPart] = []
+    held = bytearray(header)
+    bases, base = [], len(header)
+    crc = isal_zlib.crc32(header)
+    for k, r in enumerate(results):
+        bases.append(base)
+        base += r["size"]
+        crc = isal_zlib.crc32_combine(crc, r["crc32"], r["size"])
+        kept = get_temporary(control, layout, plan.temp_key(layout, k, ".held")) or b""
+        if len(kept) != r["head"] + r["tail"]:
+            raise IntegrityError(f"segment {k + 1}: kept-back bytes are {len(kept)}, expected {r['head'] + r['tail']}")
+        held += kept[:r["head"]]
+        if r["parts"]:
+            parts.append(uploader.put_part(plan.ranges[k].first_part - 1, bytes(held)))
+            held.clear()
+            parts += [UploadedPart(*p) for p in r["parts"]]
+        held += kept[r["head"]:]
+    held += trailer
+    crc = isal_zlib.crc32_combine(crc, isal_zlib.crc32(trailer), len(trailer))
+    parts.append(uploader.put_part(plan.final_part, bytes(held)))
+    uploader.include(parts)
+    return _Joined(bases, base + len(trailer), crc)
+
+
+def _merge_records(control, layout: ArchiveLayout, plan: SegmentPlan, results: list[dict], bases: list[int],
+                   manifest: ManifestWriter) -> None:
+    """Every segment's records into the manifest, their compressed ranges shifted to where
+    the segment's bytes lie in the archive."""
+    block_start: dict[int, int] = {}
+    for k, r in enumerate(results):
+        first_start = block_start.setdefault(r["first_block"], bases[k])
+        if r["last_block"] != r["first_block"]:
+            block_start[r["last_block"]] = bases[k] + r["last_block_start"]
+        count = 0
+        for record in iter_manifest(control, ArchiveLayout(layout.bucket, plan.temp_key(layout, k, ""))):
+            if record.get("type") != "object":
+                continue
+            start = first_start if record["block"] == r["first_block"] else bases[k] + record["range"][0]
+            record["range"] = [start, bases[k] + record["range"][1]]
+            manifest.add_object(record)
+            count += 1
+        if count != r["objects"]:
+            raise IntegrityError(f"segment {k + 1} records {count} objects, its result {r['objects']}")

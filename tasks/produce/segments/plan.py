@@ -1,0 +1,328 @@
+"""Sizing and planning a segmented run: is a prefix large, and where its segments start.
+
+The plan lists the prefix once and cuts it into contiguous key ranges balanced by bytes and
+object count; since a tar member's length follows from its key and size alone, it also knows
+where in the tar stream each segment starts, and gives each its own range of part numbers.
+A plan made for segments produced elsewhere (Airflow tasks) is stored as ``plan.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Callable, Iterator
+
+from s3arch.core.config import ArchiveSpec, WriteOptions
+from s3arch.core.errors import ArchiverError, EmptyPrefix
+from s3arch.io.listing import LISTING_WORKERS, RangeListing, SourceClasses, iter_pages, key_order
+from s3arch.format.manifest import ArchiveLayout, layout_for
+from s3arch.format.tarwriter import END_OF_ARCHIVE, member_size
+from s3arch.io.upload import MAX_PARTS, create_upload
+from s3arch.produce.segments.keys import plan_key, segment_key
+from s3arch.produce.segments.recorded import ListingChunk, ListingRecorder, recorded_pages
+from s3arch.produce.segments.temporaries import get_temporary, put_temporary
+
+# What one object costs beyond its bytes, as bytes of the same cost: about 1,300 small
+# objects/s against 200 MB/s per process here (bench/README.md), so one object ~ 150 KB.
+OBJECT_WEIGHT = 150_000
+
+
+@dataclass(frozen=True)
+class SegmentRange:
+    """One segment of a plan: keys (``start_after``, ``last_key``], its tar range, and the
+    part numbers it may use."""
+
+    index: int
+    start_after: str | None
+    last_key: str
+    objects: int
+    bytes: int
+    tar_start: int
+    tar_end: int  # without the end of archive
+    first_part: int
+    parts: int
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    run: str  # names the temporaries
+    upload_id: str  # the archive's multipart upload, created once the plan is made
+    archive_key: str
+    objects: int
+    bytes: int
+    tar_size: int  # the whole tar stream, end of archive included
+    short_of_min_billable: int
+    ranges: tuple[SegmentRange, ...]
+    planned_in_s: float = 0.0
+    listing: tuple[ListingChunk, ...] = ()  # the prefix as the plan listed it (older plans: none)
+
+    @property
+    def count(self) -> int:
+        return len(self.ranges)
+
+    @property
+    def final_part(self) -> int:
+        return self.ranges[-1].first_part + self.ranges[-1].parts
+
+    def temp_key(self, layout: ArchiveLayout, k: int, what: str) -> str:
+        return segment_key(layout, self.run, k, what)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "ranges": [asdict(r) for r in self.ranges],
+                "listing": [[c.first, c.last, c.objects, c.key] for c in self.listing]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SegmentPlan":
+        return cls(**{**d, "ranges": tuple(SegmentRange(**r) for r in d["ranges"]),
+                      "listing": tuple(ListingChunk(*c) for c in d.get("listing", ()))})
+
+
+@dataclass(frozen=True)
+class PrefixSize:
+    """What listing a prefix up to a threshold showed: enough to decide one task or segments."""
+
+    prefix: str
+    objects: int
+    bytes: int
+    complete: bool  # the listing ended (else it stopped at the threshold: at least this much)
+    seconds: float
+    requests: int
+
+    def large(self, min_objects: int, min_bytes: int) -> bool:
+        return self.objects >= min_objects or self.bytes >= min_bytes
+
+
+def size_prefix(control, bucket: str, prefix: str, min_objects: int, min_bytes: int) -> PrefixSize:
+    """List ``prefix`` until it proves large or ends: at most ``min_objects / 1,000`` LISTs,
+    so sizing a small prefix costs what listing it costs, and a large one no more."""
+    return SizingListing(control, bucket, prefix, min_objects, min_bytes).result()
+
+
+SIZING_THREADS = 8  # prefixes sized at once (each is LISTs one after another, up to its threshold)
+
+
+def size_prefixes(control, bucket: str, prefixes: list[str], min_objects: int, min_bytes: int,
+                  threads: int = SIZING_THREADS) -> list[PrefixSize]:
+    """``size_prefix`` of each prefix, in order, at most ``threads`` at once: a backfill's
+    days are sized in the time of the slowest few, not of all of them one after another."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(prefixes) <= 1:
+        return [size_prefix(control, bucket, p, min_objects, min_bytes) for p in prefixes]
+    with ThreadPoolExecutor(min(threads, len(prefixes)), thread_name_prefix="s3arch-sizing") as pool:
+        return list(pool.map(lambda p: size_prefix(control, bucket, p, min_objects, min_bytes), prefixes))
+
+
+def could_use_segments(spec: ArchiveSpec) -> bool:
+    """Whether ``spec``'s run could use segments at all: not with one process, or a budget
+    that holds one pipeline only, unless segments are asked for."""
+    return min(spec.processes, processes_within(spec.memory_budget)) >= 2 or bool(spec.segments)
+
+
+class PlanOutdated(ArchiverError):
+    """The source changed since the plan was made (an object the plan placed was removed or
+    rewritten, or the plan's recorded listing is gone): no segment of this plan can be
+    produced again as planned, so it is never retried per segment; a new plan is needed.
+    Retryable where the retry plans again (a CLI run: the next run makes a new plan); not
+    for an Airflow segment task, whose retries would read the same plan (``retryable``)."""
+
+    def __init__(self, message: str, hint: str | None = None, *, retryable: bool = True):
+        self.detail = message
+        super().__init__(message, hint=hint or "run the prefix again: a new plan is made (in Airflow, clear "
+                                               "the prefix's prepare task with downstream)")
+        self.retryable = retryable
+
+
+class PrefixIsLarge(Exception):
+    """Raised into a pipeline that started on a prefix still being sized, once the sizing
+    shows it is large enough for segments: the pipeline stops (its uploads aborted) and the
+    run goes on as segments. Never leaves the commit protocol."""
+
+
+class SizingListing:
+    """``size_prefix`` in a thread, its pages handed on as they arrive: a pipeline can start
+    on the first page while the rest of the prefix is sized, instead of waiting for up to
+    ``min_objects / 1,000`` LISTs one after the other. If the prefix proves large, the
+    pipeline's listing raises ``PrefixIsLarge``; the pages listed are kept for ``result``
+    (at most the threshold's worth)."""
+
+    def __init__(self, control, bucket: str, prefix: str, min_objects: int, min_bytes: int):
+        self._control, self._bucket, self._prefix = control, bucket, prefix
+        self._min_objects, self._min_bytes = min_objects, min_bytes
+        self._pages: list = []
+        self._done = False
+        self._large = False
+        self._error: BaseException | None = None
+        self._started = time.monotonic()
+        self._cond = threading.Condition()
+        threading.Thread(target=self._list, name="s3arch-sizing", daemon=True).start()
+
+    def _list(self) -> None:
+        objects = size = 0
+        try:
+            for page in iter_pages(self._control, self._bucket, self._prefix):
+                objects += len(page)
+                size += sum(o.size for o in page)
+                with self._cond:
+                    self._pages.append(page)
+                    self._large = objects >= self._min_objects or size >= self._min_bytes
+                    self._cond.notify_all()
+                if self._large:
+                    break
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever reads the pages
+            self._error = exc
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def pages(self) -> Iterator[list]:
+        """The prefix's pages as they are listed; ``PrefixIsLarge`` once it proves large."""
+        i = 0
+        while True:
+            with self._cond:
+                while i >= len(self._pages) and not self._done and not self._large:
+                    self._cond.wait()
+                if self._large:
+                    raise PrefixIsLarge()
+                if i < len(self._pages):
+                    page = self._pages[i]
+                elif self._error is not None:
+                    raise self._error
+                else:
+                    return
+            yield page
+            i += 1
+
+    def result(self) -> PrefixSize:
+        with self._cond:
+            while not self._done:
+                self._cond.wait()
+        if self._error is not None:
+            raise self._error
+        return PrefixSize(self._prefix, sum(map(len, self._pages)), sum(o.size for p in self._pages for o in p),
+                          not self._large, time.monotonic() - self._started, max(1, len(self._pages)))
+
+
+MIN_SHARE = 48 << 20  # the smallest memory a pipeline holds (ArchiveSpec's floor)
+
+
+def processes_within(budget: int) -> int:
+    """Worker processes a budget holds: a share each, and one for the assembler."""
+    return max(1, budget // MIN_SHARE - 1)
+
+
+@dataclass
+class _Page:
+    first: str
+    last: str
+    objects: int
+    bytes: int
+    tar: int
+
+
+def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int,
+                  stop: Callable[[], None] | None = None) -> SegmentPlan:
+    """List the prefix and cut it into at most ``count`` segments of about equal weight
+    (bytes plus ``OBJECT_WEIGHT`` per object). The prefix is listed in parallel key ranges,
+    its pages taken as they come and recorded (the segments read that recording, never the
+    source's listing); memory is one small record per page, put in key order once all are
+    in. The pages a cut falls in are read back from the recording to find the exact key: the
+    plan and its segments see one listing, whatever the source does meanwhile. ``stop`` is
+    called between pages and raises to stop the plan (its lease was lost)."""
+    from s3arch.core.cost import short_of_minimum
+
+    started = time.monotonic()
+    run = secrets.token_hex(8)
+    pages: list[_Page] = []
+    short = 0
+    classes = SourceClasses()  # objects that need a restore: refused once listed, before any GET
+    layout = layout_for(spec.source, spec.destination)
+    listing = RangeListing(control, spec.source.bucket, spec.source.key, workers=LISTING_WORKERS, ordered=False)
+    recorder = ListingRecorder(spec.write_options, control, layout, run)
+    try:
+        for source, page in listing.by_range():
+            if stop is not None:
+                stop()
+            if page is None:
+                recorder.end(source)
+                continue
+            classes.add(page)
+            recorder.add(source, page)
+            tar = sum(member_size(o.key, o.size) for o in page)
+            pages.append(_Page(page[0].key, page[-1].key, len(page), sum(o.size for o in page), tar))
+            short += sum(short_of_minimum(o.size) for o in page)
+        if classes.unreadable:
+            raise classes.refusal(str(spec.source), sum(p.objects for p in pages), complete=True)
+        recorded = recorder.close()
+    except BaseException:
+        recorder.abandon()  # what it wrote is left to the temporaries' cleanup
+        raise
+    finally:
+        listing.close()
+    pages.sort(key=lambda p: key_order(p.first))
+    objects = sum(p.objects for p in pages)
+    if not objects:
+        raise EmptyPrefix(f"{spec.source} holds no objects; nothing was written",
+                          hint="check the prefix (it must match the keys exactly, trailing / included)")
+    count = max(1, min(count, objects))
+    total = sum(p.tar + OBJECT_WEIGHT * p.objects for p in pages)
+    cuts = [total * k / count for k in range(1, count)]
+    # Walk pages; where a cut falls inside a page, read that page back object by object.
+    ends: list[tuple[str, int, int, int]] = []  # (last key, objects, bytes, tar end) per segment
+    weight = n = nbytes = tar = 0
+    for i, p in enumerate(pages):
+        # Every segment gets at least one object: a cut is forced where only as many objects
+        # are left as segments still to fill (one huge object would otherwise take two cuts).
+        if not cuts or (weight + p.tar + OBJECT_WEIGHT * p.objects < cuts[0]
+                        and objects - n - p.objects > len(cuts)):
+            weight += p.tar + OBJECT_WEIGHT * p.objects
+            n, nbytes, tar = n + p.objects, nbytes + p.bytes, tar + p.tar
+            continue
+        if stop is not None:
+            stop()
+        for o in _recorded_objects(control, layout, recorded, pages[i - 1].last if i else None, p.last):
+            weight += member_size(o.key, o.size) + OBJECT_WEIGHT
+            n, nbytes, tar = n + 1, nbytes + o.size, tar + member_size(o.key, o.size)
+            if cuts and (weight >= cuts[0] or objects - n == len(cuts)) and n > (ends[-1][1] if ends else 0):
+                ends.append((o.key, n, nbytes, tar))
+                cuts.pop(0)
+    ends.append((pages[-1].last, n, nbytes, tar))
+    parts_each = (MAX_PARTS - 1) // len(ends)  # one number per segment for the part before it, one final
+    ranges: list[SegmentRange] = []
+    before: tuple[str | None, int, int, int] = (None, 0, 0, 0)
+    for k, end in enumerate(ends):
+        ranges.append(SegmentRange(k, before[0], end[0], end[1] - before[1], end[2] - before[2], before[3], end[3],
+                                   first_part=k * parts_each + 2, parts=parts_each - 1))
+        before = end
+    return SegmentPlan(run=run, upload_id="",
+                       archive_key=archive_key, objects=objects, bytes=ends[-1][2],
+                       tar_size=ends[-1][3] + END_OF_ARCHIVE, short_of_min_billable=short, ranges=tuple(ranges),
+                       planned_in_s=time.monotonic() - started, listing=recorded)
+
+
+def _recorded_objects(control, layout: ArchiveLayout, recorded: tuple[ListingChunk, ...], after: str | None,
+                      last: str):
+    for listed in recorded_pages(control, layout, recorded, after, last):
+        yield from listed
+
+
+def open_upload(options: WriteOptions, control, layout: ArchiveLayout, plan: SegmentPlan) -> SegmentPlan:
+    """Create the archive's multipart upload the segments write into; the plan with its id."""
+    return replace(plan, upload_id=create_upload(control, layout.bucket, plan.archive_key,
+                                                 storage_class=options.storage_class,
+                                                 extra_args={**options.encryption_args, **options.lock_args()}))
+
+
+def write_plan(options: WriteOptions, control, layout: ArchiveLayout, plan: SegmentPlan) -> None:
+    """Record ``plan`` as the plan in progress (``plan_key``) for the segment and assemble
+    tasks that run elsewhere."""
+    put_temporary(control, layout, options, plan_key(layout), json.dumps(plan.to_dict()).encode())
+
+
+def read_plan(control, layout: ArchiveLayout) -> SegmentPlan | None:
+    """The plan in progress, or None if there is none."""
+    body = get_temporary(control, layout, plan_key(layout))
+    return None if body is None else SegmentPlan.from_dict(json.loads(body))

@@ -1,0 +1,207 @@
+"""A segmented run on one machine (``s3arch archive --processes N``): every segment produced
+in a fresh worker process, at most N at once, then assembled by the parent."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from dataclasses import replace
+
+from s3arch.core import errors
+from s3arch.core.config import ArchiveSpec
+from s3arch.core.errors import IO_ERRORS, ArchiverError, CredentialsExpired, translate
+from s3arch.format.manifest import ArchiveLayout
+from s3arch.core.progress import Progress
+from s3arch.io.s3 import S3Clients
+from s3arch.produce.streamed import StreamedArchive
+from s3arch.io.upload import PartUploader
+from s3arch.produce.segments.assemble import assemble
+from s3arch.produce.segments.cleanup import abort_records_uploads
+from s3arch.produce.segments.credentials import CredentialServer, worker_session
+from s3arch.produce.segments.plan import MIN_SHARE, PlanOutdated, SegmentPlan, open_upload, plan_segments, processes_within
+from s3arch.produce.segments.produce import produce_segment
+
+
+def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, archive_key: str,
+                     progress: Progress | None = None, abort: threading.Event | None = None) -> StreamedArchive:
+    """The commit protocol's step 5 on worker processes: plan ``spec.segments`` segments (one
+    per process by default), produce each in its own process, at most ``spec.processes`` at
+    once (a segment whose process fails or dies is run again, alone), assemble."""
+    control = clients.control
+    abort = abort or threading.Event()
+    processes = min(spec.processes, processes_within(spec.memory_budget))
+
+    def stop() -> None:
+        if abort.is_set():  # the lease lost, or cancelled: the caller says which
+            raise InterruptedError("segments aborted while planning")
+
+    plan = plan_segments(spec, control, archive_key, spec.segments or processes, stop=stop)
+    notes = []
+    if processes < min(spec.processes, plan.count):
+        notes.append(f"{plan.count} segments ran on {processes} process(es), not {min(spec.processes, plan.count)}: "
+                     f"--memory-budget {spec.memory_budget >> 20}MiB holds {processes} pipeline(s) of "
+                     f"{MIN_SHARE >> 20} MiB besides the assembler's")
+    processes = min(processes, plan.count)
+    worker_spec = _worker_spec(spec, processes)
+    plan = open_upload(spec.write_options, control, layout, plan)
+    try:
+        try:
+            durations = _run_workers(worker_spec, clients, layout, plan, processes, abort)
+        finally:
+            # A worker killed (or stopped) mid-segment leaves its records upload open, and no
+            # plan.json names it for the next run's cleanup: abort what is left, now.
+            abort_records_uploads(control, layout, plan)
+        streamed = assemble(spec, clients, layout, plan, abort)
+        streamed.timings["segments_s"] = sum(d["seconds"] for d in durations.values())  # with process start-up
+        # What the worker processes cost in CPU, by phase (issue 33 item 4): the interpreter and
+        # imports before the segment's code runs, its clients and bucket check, the segment.
+        for phase in ("startup", "clients", "segment"):
+            streamed.timings[f"workers_{phase}_cpu_s"] = round(sum(d["cpu"].get(phase, 0.0)
+                                                                   for d in durations.values()), 3)
+        streamed.notes = notes
+    except BaseException as exc:
+        problem = PartUploader(control, layout.bucket, archive_key, upload_id=plan.upload_id).abort()
+        if problem is not None:
+            exc.add_note(f"cleanup also failed: {problem}")
+        raise
+    if progress is not None:
+        progress.objects_done, progress.bytes_done = streamed.objects, streamed.bytes_in
+    return streamed
+
+
+def _worker_spec(spec: ArchiveSpec, processes: int) -> ArchiveSpec:
+    """Each worker's share of ``--memory-budget`` (the parent keeps one share to assemble)."""
+    return replace(spec, memory_budget=spec.memory_budget // (processes + 1),
+                   compress_threads=max(1, spec.compress_threads // processes))
+
+
+_ATTEMPTS = 3
+_EXPIRED_RESTARTS = 5  # of a segment whose credentials S3 called expired: not counted in _ATTEMPTS
+
+
+def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
+                 processes: int, abort: threading.Event) -> dict[int, dict]:
+    """Run every segment in a fresh interpreter (spawn: the CRT client and threads do not
+    survive fork), at most ``processes`` at once. A segment that fails retryably or whose
+    process dies is run again, alone, up to three times; the others are not repeated. Workers
+    sign with the parent's credentials as they refresh (``credentials.CredentialServer``); a
+    segment that still ends in ExpiredToken is run again without counting as a failure.
+    Returns each segment's seconds and its process's CPU by phase (its successful attempt)."""
+    context = multiprocessing.get_context("spawn")
+    todo = list(range(plan.count))
+    attempts = dict.fromkeys(todo, 0)
+    expired = dict.fromkeys(todo, 0)
+    server = CredentialServer(clients.session, context) if clients is not None else None
+    running: dict[int, tuple] = {}
+    durations: dict[int, dict] = {}
+    try:
+        while todo or running:
+            while todo and len(running) < processes:
+                k = todo.pop(0)
+                attempts[k] += 1
+                receive, send = context.Pipe(duplex=False)
+                connection = _connection_of(clients, server)
+                proc = context.Process(target=_segment_worker, name=f"s3arch-segment-{k + 1}",
+                                       args=(spec, connection, layout, plan.to_dict(), k, send), daemon=True)
+                proc.start()
+                send.close()
+                if connection.get("credentials_pipe") is not None:
+                    connection["credentials_pipe"].close()  # the worker's end, now in the worker
+                running[k] = (proc, receive, time.monotonic())
+            if abort.is_set():
+                raise InterruptedError("segments aborted")
+            for k, (proc, receive, began) in list(running.items()):
+                if not receive.poll(0.05) and proc.is_alive():
+                    continue
+                outcome = _outcome(receive)
+                proc.join()
+                del running[k]
+                if outcome is not None and "bug" in outcome:
+                    raise RuntimeError(f"segment {k + 1}/{plan.count} failed with a bug in its worker process "
+                                       f"(not retried):\n{outcome['bug']}")
+                if outcome is not None and "error" not in outcome:
+                    durations[k] = {"seconds": time.monotonic() - began, "cpu": outcome.get("cpu", {})}
+                    continue
+                error = _error_of(outcome, k, plan, proc.exitcode)
+                if isinstance(error, CredentialsExpired) and expired[k] < _EXPIRED_RESTARTS:
+                    expired[k] += 1  # refreshed by the next start: not one of its attempts
+                    attempts[k] -= 1
+                # The source changed since the plan: this plan's segments would fail again. A
+                # segment throttled past the budget has spent it: a restart would wait it out again.
+                if not error.retryable or isinstance(error, (PlanOutdated, errors.Throttled)) \
+                        or attempts[k] >= _ATTEMPTS:
+                    raise error
+                todo.insert(0, k)  # this segment alone, again
+    finally:
+        for proc, receive, _ in running.values():
+            proc.kill()
+            proc.join()
+            receive.close()
+        if server is not None:
+            server.close()
+    return durations
+
+
+def _outcome(receive) -> dict | None:
+    try:
+        return receive.recv() if receive.poll() else None
+    except (EOFError, OSError):
+        return None
+    finally:
+        receive.close()
+
+
+def _error_of(outcome: dict | None, k: int, plan: SegmentPlan, exitcode: int | None) -> ArchiverError:
+    where = f"segment {k + 1}/{plan.count}"
+    error: ArchiverError
+    if outcome is None:
+        error = errors.TransientError(f"{where}: its process ended with exit code {exitcode} before it finished")
+    else:
+        cls = PlanOutdated if outcome["error"] == PlanOutdated.__name__ else getattr(errors, outcome["error"], None)
+        cls = cls if isinstance(cls, type) and issubclass(cls, ArchiverError) else ArchiverError
+        message = outcome["message"]  # a segment's own errors already say which segment they are
+        error = cls(message if message.startswith(f"{where} ") else f"{where}: {message}", hint=outcome.get("hint"))
+    return error
+
+
+def error_outcome(exc: ArchiverError) -> dict:
+    """What a worker sends its parent for ``exc``: the message and its hint apart, so the
+    parent's copy of the error carries the hint once."""
+    return {"error": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+
+
+def _connection_of(clients: S3Clients, server: CredentialServer | None) -> dict:
+    """What a worker process needs to reach S3 as the parent does: the credentials as they are
+    now and a pipe to ask for them again when they refresh (a segment may outlive a session
+    token: never a frozen copy), region, endpoint, TLS, and the caller's botocore Config
+    (proxies, FIPS or dual-stack endpoints, S3 addressing, user agent: a Config pickles)."""
+    return {"credentials": server.first() if server else None,
+            "credentials_pipe": server.connect() if server else None, "region": clients.region,
+            "endpoint_url": clients.endpoint_url, "verify": clients.verify,
+            "botocore_config": clients.botocore_config, "expected_owner": clients.expected_owner}
+
+
+def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, plan: dict, k: int, send) -> None:
+    started = time.process_time()  # the interpreter and the imports its arguments needed
+    try:
+        session = worker_session(connection["credentials"], connection["credentials_pipe"], connection["region"])
+        clients = S3Clients.from_session(session, endpoint_url=connection["endpoint_url"],
+                                         verify=connection["verify"], botocore_config=connection["botocore_config"],
+                                         throttle_budget=spec.throttle_budget,
+                                         expected_owner=connection["expected_owner"])
+        clients.check_bucket(spec.source.bucket, "source", spec.source.key)
+        ready = time.process_time()
+        result = produce_segment(spec, clients, layout, SegmentPlan.from_dict(plan), k)
+        send.send({**result, "cpu": {"startup": round(started, 3), "clients": round(ready - started, 3),
+                                     "segment": round(time.process_time() - ready, 3)}})
+    except ArchiverError as exc:
+        send.send(error_outcome(exc))
+    except IO_ERRORS as exc:
+        send.send(error_outcome(translate(exc, f"segment {k + 1}")))
+    except Exception:  # noqa: BLE001 - a bug: its traceback goes to the parent, which stops
+        import traceback
+
+        send.send({"bug": traceback.format_exc()})
+    finally:
+        send.close()

@@ -1,0 +1,477 @@
+"""The commit protocol: the one place that decides skip, start clean, overwrite, commit and
+delete. Steps are numbered as in docs/FORMAT.md, "Commit protocol".
+
+A prefix's destination is in one of four states:
+
+    ABSENT ──stream+complete archive──> PRODUCED ──complete manifest──> COMMITTED ──delete──> SOURCES_DELETED
+
+- ABSENT: no manifest. An archive object or open uploads a dead run left mean nothing.
+- PRODUCED: this run completed the archive and S3's size and CRC32C matched; no manifest yet.
+  Only this run (holding the lease) ever sees it; if it dies here, the prefix reads as ABSENT.
+- COMMITTED: the manifest exists, so the archive is complete and verified.
+- SOURCES_DELETED: committed, and no source object the manifest holds with an unchanged ETag
+  is left. Re-reached by any run with --delete-source, which deletes only what remains.
+
+Every transition that writes happens under the prefix's lease (tasks/protocol/lease.py), and the two
+completions are conditional, so a second run of the same prefix can never replace what the
+first one committed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+
+from s3arch.core.config import ArchiveSpec
+from s3arch.protocol.deletion import DeletionResult, delete_archived_sources
+from s3arch.core.errors import (IO_ERRORS, AccessDenied, ArchiveDamaged, ArchiverError, BadArgument, Cancelled,
+                     ConcurrentRun, DestinationConflict, IntegrityError, status_of, translate)
+from s3arch.protocol.lease import Held, PrefixLease
+from s3arch.core.outcome import Outcome
+from s3arch.format.manifest import ArchiveLayout, Committed, layout_for, read_committed
+from s3arch.io.retention import check_applied, refuse_locked_overwrite, retention_of
+from s3arch.io.s3 import S3Clients, none_if_missing
+from s3arch.produce.streamed import StreamedArchive
+from s3arch.produce.producers import Producer
+from s3arch.produce.segments import SegmentPlan, delete_temporaries, open_upload, plan_segments, write_plan
+from s3arch.io.throttling import throttled
+from s3arch.io.upload import abort_uploads, open_uploads
+
+
+class State(str, Enum):
+    ABSENT = "absent"
+    PRODUCED = "produced"
+    COMMITTED = "committed"
+    SOURCES_DELETED = "sources_deleted"
+
+
+@dataclass
+class ArchiveResult:
+    status: Outcome
+    source: str
+    archive: str | None
+    manifest: str | None
+    state: str = State.ABSENT.value
+    objects: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    tar_bytes: int = 0
+    seconds: float = 0.0
+    storage_class: str = ""
+    codec: str = ""
+    deleted: int = 0
+    deletion: dict | None = None
+    gets: int = 0
+    peak_buffered: int = 0
+    stale_uploads_aborted: int = 0
+    segments: int = 1  # segments the archive was produced as (tasks/produce/segments.py)
+    timings: dict = field(default_factory=dict)  # of a segmented run: plan, slowest segment, assembly
+    estimated_bytes_out: int | None = None
+    tags_unread: int = 0  # tagged objects archived without their tags (--without-tags)
+    throttled: int = 0  # throttled answers (503 SlowDown) to GETs, waited out with a growing backoff
+    needs_restore: int = 0  # source objects in GLACIER/DEEP_ARCHIVE, not restored (a dry run counts them)
+    retention: dict | None = None  # the archive's Object Lock: mode, retain_until, legal_hold, applied
+    cost: dict | None = None  # tasks/core/cost.py: monthly and one-time figures, archive vs one by one
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        return self.bytes_in / self.bytes_out if self.bytes_out else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "status": self.status.value, "ratio": round(self.ratio, 3)}
+
+
+class CommitProtocol:
+    def __init__(self, spec: ArchiveSpec, clients: S3Clients, cancel: threading.Event | None = None):
+        self.spec = spec
+        self.cancel = cancel or threading.Event()
+        self.clients = clients
+        self.control = clients.control
+        self.layout = layout_for(spec.source, spec.destination)
+        self.archive_key = self.layout.archive_key(spec.extension)
+        self.started = time.monotonic()
+        self.control_throttled = throttled(self.control)  # the control plane's count when the run began
+        self.result = ArchiveResult(Outcome.ARCHIVED, str(spec.source), self.archive_url, self.layout.manifest_url,
+                                    storage_class=spec.storage_class, codec=spec.codec)
+
+    @property
+    def archive_url(self) -> str:
+        return f"s3://{self.layout.bucket}/{self.archive_key}"
+
+    def run(self, producer: Producer) -> ArchiveResult:
+        """Steps 1-8; ``producer`` makes the archive in step 5 (tasks/produce/producers.py)."""
+        spec = self.spec
+        # Reads that do not depend on each other go out together: a small prefix's run is a
+        # handful of round trips however far away S3 is (bench/README.md, "Fixed cost").
+        with ThreadPoolExecutor(8, thread_name_prefix="s3arch-state") as reads:
+            lease = self._lease()
+            # 1-2. A manifest present means COMMITTED: a plain re-run only checks the archive is
+            #      intact. Everything that writes holds the prefix's lease, taken meanwhile.
+            first = reads.submit(read_committed, self.control, self.layout, spec.source)
+            taking = reads.submit(lease.acquire)
+            try:
+                committed = first.result()
+            except BaseException:
+                lease.release_once_taken(taking)  # not left for the next run to wait out
+                raise
+            if committed and not spec.overwrite and not spec.delete_source:
+                lease.release_once_taken(taking)
+                self._skipped(committed)
+                self._abort_uploads_of_dead_runs()
+                return self._done()
+            # A run that writes needs it (ConcurrentRun, AccessDenied, ...), renewed until the
+            # end, the last write (the index) included.
+            with lease.held(taking) as held:
+                # The state again, under the lease: another run may have committed in between.
+                # With it, what a writing run needs: the archive's ETag, the source's size,
+                # and step 4 (under the lease, every upload and segment temporary left for
+                # our keys belongs to a run that is gone: abort and delete them).
+                producer.claim()
+                again = reads.submit(read_committed, self.control, self.layout, spec.source)
+                cleaned = reads.submit(self._clean_stale, producer.keep)
+                etag = reads.submit(self._current_etag, self.archive_key)
+                held.after += [again, cleaned, etag]
+                producer.start()
+                committed = again.result()
+                if committed and not spec.overwrite:
+                    self._skipped(committed)
+                    self._delete_sources(held)
+                    return self._done()
+                cleaned.result()
+                if committed:
+                    # 3. --overwrite must not lose archived data: refuse a shrunken source
+                    #    before reading any of it (one listing pass), and a locked archive.
+                    self._check_overwrite(committed)
+                # 5. Stream the archive and manifest as two open uploads.
+                lost = _LeaseWatch(held, self.cancel)
+                try:
+                    streamed = self._produce(producer, lost)
+                except BaseException as exc:
+                    lost.stop()
+                    lost.raise_if_stopped(exc)
+                    raise
+                # 6-7. Complete and verify the archive (PRODUCED), then the manifest (COMMITTED);
+                #      its index is written while the lease is released.
+                try:
+                    index = self._commit(streamed, committed, etag.result(), held, lost, reads)
+                    held.after.append(index)  # the index is the winner's, written under its lease
+                finally:
+                    lost.stop()
+                if producer.segmented:
+                    delete_temporaries(self.control, self.layout)
+                # 8. Only now, and only if asked, delete the archived sources.
+                self._delete_sources(held)
+                # Nothing of this run touches the prefix once the lease is gone; the lease's
+                # HEAD goes out while the last of it (the index) is written.
+            index.result()
+        return self._done()
+
+    def _produce(self, producer: Producer, lost: "_LeaseWatch") -> StreamedArchive:
+        """Step 5: the archive and manifest as two open uploads; ``lost`` stops the producer."""
+        streamed = producer.produce(lost.event)
+        if producer.segmented:
+            self.result.notes += streamed.notes
+            self.result.segments, self.result.timings = streamed.segments, streamed.timings
+        return streamed
+
+    def prepare_segments(self, count: int) -> SegmentPlan | None:
+        """Steps 1-4 of a segmented run whose segments are produced elsewhere (Airflow segment
+        tasks), then, still under the lease: plan ``count`` segments, open the archive's upload
+        and record the plan in S3 for them. None if the prefix is committed (``result`` says
+        skipped). The lease is renewed while the plan is made (a large prefix's listing takes
+        minutes) and released on return: a run that starts after supersedes this one (its
+        cleanup aborts this upload), and this one's assembly then fails. A lost lease stops
+        the plan, before it opens an upload or writes plan.json."""
+        spec = self.spec
+        committed = read_committed(self.control, self.layout, spec.source)
+        if committed and not spec.overwrite:
+            self._skipped(committed)
+            return None
+        with self._lease().held() as held:
+            committed = read_committed(self.control, self.layout, spec.source)
+            if committed and not spec.overwrite:
+                self._skipped(committed)
+                return None
+            if committed:
+                self._check_overwrite(committed)
+            self._clean_stale()
+            def stop() -> None:
+                held.raise_if_lost()
+                if self.cancel.is_set():
+                    raise Cancelled("cancelled while planning: nothing was written")
+
+            plan = plan_segments(spec, self.control, self.archive_key, count, stop=stop)
+            stop()
+            held.confirm()
+            plan = open_upload(spec.write_options, self.control, self.layout, plan)
+            try:
+                held.confirm()
+                write_plan(spec.write_options, self.control, self.layout, plan)
+            except BaseException:
+                abort_uploads(self.control, self.layout.bucket, [(plan.archive_key, plan.upload_id)])
+                raise
+        r = self.result
+        r.status, r.segments, r.objects, r.bytes_in = Outcome.PLANNED, plan.count, plan.objects, plan.bytes
+        r.timings = {"plan_s": plan.planned_in_s}
+        self._done()
+        return plan
+
+    def skipped_if_committed(self) -> ArchiveResult | None:
+        """Reading only: the result of a run that would skip (the prefix is committed and
+        not to be overwritten), else None. A dry run says what the real run would."""
+        if self.spec.overwrite:
+            return None
+        committed = read_committed(self.control, self.layout, self.spec.source)
+        return self._skipped(committed) if committed else None
+
+    def _clean_stale(self, keep: SegmentPlan | None = None) -> None:
+        """Step 4: abort the uploads and delete the segment temporaries of runs that are gone
+        (all but ``keep``'s, the plan this run assembles), a large segment's records upload
+        still open included. The three listings go out at once."""
+        with ThreadPoolExecutor(2, thread_name_prefix="s3arch-clean") as pool:
+            temporaries = pool.submit(delete_temporaries, self.control, self.layout, keep=keep)
+            uploads = self._open_uploads()
+            aborted = abort_uploads(self.control, self.layout.bucket, [
+                (key, upload_id) for key, upload_id in uploads if upload_id != (keep.upload_id if keep else None)])
+            self.result.stale_uploads_aborted += aborted + temporaries.result().uploads
+
+    def _open_uploads(self) -> list[tuple[str, str]]:
+        """(key, upload id) of the uploads open for this prefix's archive and manifest (listed
+        per key, both at once: MinIO lists a key's uploads only for that exact key)."""
+        keys = (self.archive_key, self.layout.manifest_key)
+        with ThreadPoolExecutor(len(keys), thread_name_prefix="s3arch-uploads") as pool:
+            found = pool.map(lambda key: open_uploads(self.control, self.layout.bucket, key), keys)
+            return [(key, upload_id) for key, ids in zip(keys, found) for upload_id in ids]
+
+    def delete_sources_only(self) -> ArchiveResult:
+        """Finish (or repeat) the deletion of a committed prefix's sources, nothing else."""
+        with self._lease().held() as held:
+            committed = read_committed(self.control, self.layout, self.spec.source)
+            if committed is None:
+                raise BadArgument(f"{self.layout.manifest_url} does not exist: the prefix is not "
+                                  "archived, so nothing may be deleted",
+                                  hint="archive it first (s3arch archive ... --delete-source)")
+            self._skipped(committed)
+            self._delete_sources(held)
+        return self._done()
+
+    def _abort_uploads_of_dead_runs(self) -> None:
+        """A skip writes nothing (the lease it took meanwhile, if any, is gone again) unless a
+        dead run left uploads: then, only if the lease is free (no run is alive on this
+        prefix), abort them so nothing is left to bill."""
+        try:
+            # A segmented run in progress has its archive upload open too, so this finds it.
+            if not self._open_uploads():
+                return
+        except AccessDenied:
+            return  # a read-only caller may still be told the prefix is done
+        try:
+            with self._lease().held():
+                self._clean_stale()
+        except ConcurrentRun:
+            pass  # a live run owns them
+
+    def _lease(self) -> PrefixLease:
+        return PrefixLease(self.control, self.layout.bucket, self.layout.lease_key,
+                           purpose=f"archive of {self.spec.source}", ttl=self.spec.lease_ttl)
+
+    def _skipped(self, committed: Committed) -> ArchiveResult:
+        self.result.retention = check_archive_intact(self.control, self.layout, committed) or None
+        summary = committed.summary
+        r = self.result
+        r.status, r.state = Outcome.SKIPPED, State.COMMITTED.value
+        r.archive = f"s3://{self.layout.bucket}/{committed.archive_key}"
+        r.objects, r.bytes_in = summary["objects"], summary["bytes"]
+        r.bytes_out, r.tar_bytes = summary["archive_size"], summary["tar_size"]
+        r.storage_class = summary.get("storage_class", r.storage_class)
+        r.codec = committed.header.get("codec", r.codec)
+        return self._done()
+
+    def _done(self) -> ArchiveResult:
+        self.result.seconds = time.monotonic() - self.started
+        return self.result
+
+    def _check_overwrite(self, committed: Committed) -> None:
+        refuse_locked_overwrite(self.control, self.layout.bucket, [committed.archive_key, self.layout.manifest_key])
+        self._refuse_shrunken_source(committed)
+
+    def _refuse_shrunken_source(self, committed: Committed) -> None:
+        from s3arch.io.listing import iter_pages
+
+        archived = committed.summary["objects"]
+        now = sum(len(page) for page in iter_pages(self.control, self.spec.source.bucket, self.spec.source.key))
+        if now < archived:
+            raise DestinationConflict(
+                f"{self.layout.manifest_url} holds {archived:,} objects, the source now only {now:,}: "
+                "overwriting would lose archived data",
+                hint="restore the archive first, or delete the old archive and manifest by hand")
+
+    def _current_etag(self, key: str) -> str | None:
+        head = none_if_missing(lambda: self.control.head_object(Bucket=self.layout.bucket, Key=key),
+                               f"check s3://{self.layout.bucket}/{key}", control=self.control,
+                               bucket=self.layout.bucket, key=key)
+        return head["ETag"] if head else None
+
+    def _commit(self, streamed: StreamedArchive, previous: Committed | None, archive_etag: str | None,
+                lease: Held, lost: "_LeaseWatch", pool: ThreadPoolExecutor) -> Future:
+        """Steps 6 and 7; the future of the manifest index's write, started once the manifest
+        is committed."""
+        spec, r = self.spec, self.result
+        try:
+            lost.raise_if_stopped(None)
+            if previous and previous.summary["objects"] > streamed.objects:
+                raise DestinationConflict(
+                    f"{self.layout.manifest_url} holds {previous.summary['objects']:,} objects, the source "
+                    f"now only {streamed.objects:,}: overwriting would lose archived data",
+                    hint="restore the archive first, or delete the old archive and manifest by hand")
+            lease.confirm()  # still ours, right before anything becomes visible
+            # Conditional on what this run saw under its lease: a run that lost its lease
+            # while stalled cannot replace an archive another run has since written. An
+            # --overwrite leaves the old manifest in place until here: a run that fails before
+            # its archive is complete leaves the old archive committed, guarded and readable.
+            uploaded = streamed.uploader.complete(if_none_match=archive_etag is None, if_match=archive_etag)
+            if previous:
+                # The old commit record goes now, before anything else can fail: from here
+                # until the new manifest exists the prefix reads as ABSENT, never as the old
+                # manifest over the new archive. Its index goes with it: the new one is
+                # written only after the new manifest.
+                for key in (self.layout.manifest_key, self.layout.index_key):
+                    self.control.delete_object(Bucket=self.layout.bucket, Key=key)
+            if uploaded.size != streamed.bytes_out:
+                raise IntegrityError(f"archive holds {uploaded.size} bytes, {streamed.bytes_out} were produced")
+            if spec.write_options.locks:
+                r.retention = check_applied(self.control, self.layout.bucket, self.archive_key,
+                                            spec.write_options.lock_args())
+            r.state = State.PRODUCED.value
+            lease.confirm()
+            streamed.manifest.complete({
+                "objects": streamed.objects, "bytes": streamed.bytes_in,
+                "tar_size": streamed.tar_bytes, "blocks": streamed.blocks,
+                "archive_size": uploaded.size, "archive_crc32": f"{streamed.archive_crc32:08x}",
+                "archive_crc32c": uploaded.checksum_crc32c, "archive_etag": uploaded.etag,
+                "storage_class": spec.storage_class, "ended": _now(),
+                **({"tags_unread": streamed.tags_unread} if streamed.tags_unread else {}),
+            })
+        except BaseException as exc:
+            for problem in streamed.abort():
+                exc.add_note(f"cleanup also failed: {problem}")
+            if isinstance(exc, ArchiverError) or not isinstance(exc, Exception):
+                raise
+            raise translate(exc, f"commit {self.archive_url}", "commit") from exc
+        r.state = State.COMMITTED.value
+        r.objects, r.bytes_in, r.bytes_out = streamed.objects, streamed.bytes_in, streamed.bytes_out
+        r.tar_bytes, r.gets, r.peak_buffered = streamed.tar_bytes, streamed.gets, streamed.peak_buffered
+        r.throttled = streamed.throttled + throttled(self.control) - self.control_throttled
+        r.cost = cost_of(spec, r.objects, r.bytes_in, streamed.short_of_min_billable, r.bytes_out,
+                         streamed.source_bytes_by_class)
+        if streamed.tags_unread:
+            r.tags_unread = streamed.tags_unread
+            r.notes.append(f"{streamed.tags_unread:,} tagged objects were archived without their tags "
+                           "(--without-tags; s3:GetObjectTagging was denied); their manifest records say "
+                           "\"tags_unread\"")
+        return pool.submit(streamed.manifest.write_index)
+
+    def _delete_sources(self, held: Held) -> None:
+        if not self.spec.delete_source:
+            return
+        held.confirm()  # the lease is renewed while the deletion runs; it starts only while ours
+
+        def stop() -> None:
+            # Between batches: once the lease is lost another run may hold the prefix, and
+            # this one deletes nothing more (the deletion is resumable: a re-run finishes it).
+            if held.lost is not None:
+                how = "another run took it over" if isinstance(held.lost, ConcurrentRun) else \
+                    "it could not be renewed in time"
+                raise ConcurrentRun(f"this run lost its lease {held.lease.url} while it deleted the archived "
+                                    f"sources: {how}") from held.lost
+
+        deletion: DeletionResult = delete_archived_sources(self.control, self.spec.source, self.layout,
+                                                           versions=self.spec.delete_versions, stop=stop)
+        self.result.deleted = deletion.deleted
+        self.result.deletion = {**asdict(deletion), "finished": True}
+        self.result.state = State.SOURCES_DELETED.value
+        self.result.notes += deletion.notes
+
+
+class _LeaseWatch:
+    """While the archive is produced and committed: stops the producer (``event``, which it
+    only reads) if the lease is lost (a hook on the ``Held`` lease) or the caller's
+    ``cancel`` is set; then tells which it was."""
+
+    def __init__(self, held: Held, cancel: threading.Event):
+        self.event = threading.Event()
+        self.error: ArchiverError | None = None
+        self.cancelled = False
+        self._cancel = cancel
+        self._stopped = threading.Event()
+        held.on_lost(self._lost)
+        threading.Thread(target=self._watch_cancel, name="s3arch-cancel", daemon=True).start()
+
+    def _fire(self) -> None:
+        self.event.set()
+
+    def _lost(self, error: ArchiverError) -> None:
+        self.error = error
+        self._fire()
+
+    def _watch_cancel(self) -> None:
+        while not self._stopped.wait(0.1):
+            if self._cancel.is_set():
+                self.cancelled = True
+                self._fire()
+                return
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def raise_if_stopped(self, cause: BaseException | None) -> None:
+        if self.error is not None:
+            raise self.error from cause
+        if self.cancelled or self._cancel.is_set():
+            raise Cancelled("cancelled: the uploads were aborted and nothing was committed") from cause
+
+
+def check_archive_intact(control, layout: ArchiveLayout, committed: Committed) -> dict:
+    """One HEAD: the archive a manifest commits must still be the object it describes.
+    Returns its Object Lock state (empty if it has none)."""
+    key, summary = committed.archive_key, committed.summary
+    url = f"s3://{layout.bucket}/{key}"
+    fix = (f"if the source still holds the prefix, `s3arch archive ... --overwrite` rebuilds it; "
+           f"otherwise recover {url} from a bucket version or replica. `s3arch verify {url}` "
+           "shows the details")
+    try:
+        head = control.head_object(Bucket=layout.bucket, Key=key, ChecksumMode="ENABLED")
+    except IO_ERRORS as exc:
+        if status_of(exc) == 404:
+            raise ArchiveDamaged(f"{layout.manifest_url} commits {url}, but that object is missing",
+                                 hint=fix) from exc
+        raise translate(exc, f"check the archive {url}") from exc
+    found = {"size": head["ContentLength"], "etag": head["ETag"], "crc32c": head.get("ChecksumCRC32C")}
+    expected = {"size": summary["archive_size"], "etag": summary.get("archive_etag"),
+                "crc32c": summary.get("archive_crc32c") or None}
+    differs = [k for k in found if expected[k] is not None and found[k] is not None and found[k] != expected[k]]
+    if differs:
+        raise ArchiveDamaged(
+            f"{url} is not the archive {layout.manifest_url} commits: "
+            + ", ".join(f"{k} {found[k]} (manifest: {expected[k]})" for k in differs), hint=fix)
+    return retention_of(head)
+
+
+def cost_of(spec: ArchiveSpec, objects: int, bytes_in: int, short_of_minimum: int, archive_bytes: int,
+            source_bytes_by_class: dict[str, int] | None = None) -> dict:
+    """``source_bytes_by_class``: bytes read from sources in classes other than STANDARD (the
+    listing's), for their retrieval fees."""
+    from s3arch.core.cost import estimate, prices_with
+
+    return estimate(spec.storage_class, objects=objects, bytes_in=bytes_in, short_of_minimum=short_of_minimum,
+                    archive_bytes=archive_bytes, prices=prices_with(spec.prices),
+                    source_bytes_by_class=source_bytes_by_class).to_dict()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
