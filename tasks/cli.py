@@ -15,7 +15,7 @@ from pathlib import Path
 
 from s3arch.core.config import (DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_OBJECTS, SSE_MODES, ArchiveSpec,
                      S3Url, check_lease_ttl, parse_size, resolve_throttle_budget)
-from s3arch.core.errors import ArchiverError
+from s3arch.core.errors import ArchiverError, outcome
 from s3arch.core.progress import Progress, TerminalLine, human_bytes
 from s3arch.core.version import __version__
 
@@ -157,15 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _run(args)
-    except ArchiverError as exc:
+    except (ArchiverError, KeyboardInterrupt) as exc:  # a bug goes on as itself: its traceback, exit 1
+        failure = outcome(exc)
+        if isinstance(exc, KeyboardInterrupt):
+            print(failure.message, file=sys.stderr)
+            return failure.exit_code
         if getattr(args, "json", False):
-            print(json.dumps({"status": "failed", "error": type(exc).__name__, "message": str(exc),
-                              "retryable": exc.retryable}))
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted; uploads in progress were aborted", file=sys.stderr)
-        return 130
+            print(json.dumps({"status": "failed", "error": failure.error, "message": failure.message,
+                              "retryable": failure.retryable}))
+        print(f"error: {failure.message}", file=sys.stderr)
+        return failure.exit_code
 
 
 def _clients(args):

@@ -279,9 +279,8 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
     """Worker processes get the credentials the session holds when each one starts: a segment
     retried after CredentialsExpired must not get the expired copy again, and ExpiredToken is
     not counted as one of its three attempts (here it ends three starts in a row)."""
-    import threading
-
     import s3arch.produce.segments.workers as workers
+    from s3arch.core.coordinator import StreamCoordinator
     from s3arch.produce.segments import SegmentPlan, SegmentRange
 
     issued = iter(range(1, 10))
@@ -296,7 +295,7 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
     run_segment_workers_inline(monkeypatch, worker)
     plan = SegmentPlan("run", "upload", "a.tar.gz", 1, 1, 1024, 0,
                        (SegmentRange(0, None, "k", 1, 1, 0, 512, 2, 10),))
-    durations = workers._run_workers(None, None, None, plan, 1, threading.Event())
+    durations = workers._run_workers(None, None, None, plan, 1, StreamCoordinator("the segments"))
     assert list(durations) == [0]
     assert seen == ["token-1", "token-2", "token-3", "token-4"]
 

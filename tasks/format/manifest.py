@@ -166,15 +166,16 @@ class ManifestWriter:
     the manifest is completed (docs/FORMAT.md, "Manifest index").
     """
 
-    def __init__(self, control, layout: ArchiveLayout, header: dict, abort_event=None,
+    def __init__(self, control, layout: ArchiveLayout, header: dict, coordinator=None,
                  extra_args: dict | None = None):
+        """``coordinator``: the stream's, if any (tasks/core/coordinator.py): it stops the upload."""
         self._control = control
         self._layout = layout
         self._extra_args = extra_args or {}
         self._uploader = PartUploader(control, layout.bucket, layout.manifest_key,
                                       storage_class="STANDARD", sizer=PartSizer(MANIFEST_PART_SIZE),
                                       memory=MANIFEST_PART_SIZE, threads=1, extra_args=extra_args,
-                                      abort_event=abort_event)
+                                      coordinator=coordinator)
         self._lines = JsonLinesUpload(self._uploader)
         self._chunks: list[list] = []  # [first key, compressed offset, ordinal of its first record]
         self._index: dict = {}

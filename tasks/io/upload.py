@@ -99,7 +99,7 @@ class PartUploader:
 
     def __init__(self, control, bucket: str, key: str, *, storage_class: str = "STANDARD",
                  sizer: PartSizer | None = None, memory: int = 32 << 20, threads: int = 4,
-                 extra_args: dict | None = None, abort_event: "threading.Event | StreamCoordinator | None" = None,
+                 extra_args: dict | None = None, coordinator: StreamCoordinator | None = None,
                  upload_id: str | None = None, first_part: int = 1, max_parts: int = MAX_PARTS,
                  head_size: int = 0, owns_upload: bool = True):
         """``upload_id``, ``first_part`` and ``max_parts`` attach the stream to an upload that
@@ -108,9 +108,9 @@ class PartUploader:
         that does not ``own_upload`` never aborts it: ``abort`` only stops its own parts (the
         upload is shared by segments, or kept for a retry of the assembly).
 
-        ``abort_event`` stops the uploader from above and is never set by it: an event, or the
-        stream's coordinator, with which the uploader registers its ``abort`` as a failure
-        cleanup, reports a failed part, and lists its parts in flight."""
+        ``coordinator`` (the stream's) stops the uploader from above: the uploader registers its
+        ``abort`` with it as a failure cleanup, reports a failed part, and lists its parts in
+        flight."""
         self.control = control
         self.bucket = bucket
         self.key = key
@@ -122,8 +122,7 @@ class PartUploader:
         self.first_part = first_part
         self.max_parts = max_parts
         self.bytes_written = 0
-        self._stop_signal = abort_event  # read, never set: a stop from above
-        self._coordinator = abort_event if isinstance(abort_event, StreamCoordinator) else None
+        self._coordinator = coordinator
         self._aborted = threading.Event()  # this uploader's own abort
         self._buf: deque[bytes] = deque()
         self._buffered = 0
@@ -145,7 +144,7 @@ class PartUploader:
             self._coordinator.add_failure_cleanup(self.abort)
 
     def _stopping(self) -> bool:
-        return self._aborted.is_set() or (self._stop_signal is not None and self._stop_signal.is_set())
+        return self._aborted.is_set() or (self._coordinator is not None and self._coordinator.is_set())
 
     @property
     def url(self) -> str:
