@@ -14,7 +14,7 @@ directly, with its reason, and nothing commits after it:
   supervisor is gone** (``cancel_if_orphaned``): they set the task's ``Cancel`` with their
   reason; the run raises ``Cancelled`` whose message starts with that reason. ``on_kill`` runs
   in a signal handler, so ``Cancel.set`` only records and sets; the cancel itself runs on the
-  thread ``cancelling`` keeps blocked on it (no polling).
+  one thread the ``Cancel`` keeps blocked on it (no polling).
 - **A lost lease** (tasks/protocol/lease.py): the renewal thread that finds the lease taken over
   (``ConcurrentRun``) or unrenewable for 5/6 of its TTL (``TransientError``) calls
   ``coordinator.cancel(that error)``; the run raises it (exit 3: the next try finds the other
