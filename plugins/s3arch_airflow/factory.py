@@ -24,7 +24,7 @@ from airflow.sdk import DAG, AssetAlias, Param, TaskGroup, TriggerRule, task
 from s3arch.ops.jobs import ArchiveJob, load_jobs
 from s3arch_airflow.operators import (ROWS_XCOM_KEY, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
                                       S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
-from s3arch_airflow.report import job_task_args
+from s3arch_airflow.report import job_retry_args, job_task_args
 from s3arch_airflow.restore import RESTORE_ROWS_XCOM_KEY, S3RestoreArchiveOperator
 
 JOBS_FILE_ENV = "S3ARCH_JOBS_FILE"
@@ -125,8 +125,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
         # Airflow maps only over a task's whole return value, so the three lists the sizing
         # makes are handed out by three one-line tasks folded into the size group.
         with TaskGroup("size", tooltip="Which prefixes are large enough for segment tasks"):
-            @task(task_id="measure", execution_timeout=timedelta(minutes=30), retries=job.retries,
-                  retry_delay=timedelta(seconds=job.retry_delay_seconds))
+            @task(task_id="measure", execution_timeout=timedelta(minutes=30), **job_retry_args(job))
             def size_prefixes(planned: list[list[str]]) -> dict:
                 """Large prefixes go to segment tasks: each prefix is listed up to the job's
                 threshold (no listing at all for a job without segments). Retried as the
