@@ -25,7 +25,9 @@ directly, with its reason, and nothing commits after it:
   (``TransientError``, exit 3).
 
 A plan made under the lease (``CommitProtocol.prepare_segments``) stops the same way between
-its listing's pages, before it opens an upload or writes plan.json.
+its listing's pages, before it opens an upload or writes plan.json; an Airflow segment task,
+which has no commit protocol, makes its stream's coordinator itself (``produce_segment``) and
+hands it to its ``Cancel`` the same way (``cancelling``).
 """
 
 from __future__ import annotations
