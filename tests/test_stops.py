@@ -195,3 +195,18 @@ def test_the_stall_watchdog_cancels_a_stalled_request_and_never_the_run():
         assert coordinator.status == "running" and coordinator.exception is None and not coordinator.is_set()
     finally:
         coordinator.stop_watchdog()
+
+
+def test_a_cancel_set_before_the_stream_starts_stops_it_at_once_with_its_reason():
+    """No race with the thread that waits for a cancel: one already set stops the stream
+    before its first step (a prepare cancelled at once opened no upload only by luck)."""
+    from s3arch.core.coordinator import StreamCoordinator
+    from s3arch.core.stops import Cancel, cancelling
+
+    cancel = Cancel()
+    cancel.set("cancelled by a person")
+    coordinator = StreamCoordinator("the archive of s3://b/day/")
+    with cancelling(coordinator, cancel, "archiving s3://b/day/"):
+        assert coordinator.is_set()
+    assert str(coordinator.exception) == ("cancelled by a person while archiving s3://b/day/: its uploads were "
+                                          "aborted and nothing was committed")

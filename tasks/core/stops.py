@@ -61,7 +61,11 @@ class Cancel(threading.Event):
         super().set()
 
     def on_set(self, hook: Callable[[str], object]) -> Callable[[], None]:
-        """Call ``hook(reason)`` once this is set (at once, if it is); returns what forgets it."""
+        """Call ``hook(reason)`` once this is set (at once, on this thread, if it is already:
+        the stream is stopped before it starts); returns what forgets it."""
+        if self.is_set():
+            hook(self.reason or CANCELLED)
+            return lambda: None
         with self._lock:
             self._hooks.append(hook)
             start, self._watching = not self._watching, True
