@@ -137,6 +137,26 @@ def test_stalled_tag_reads_are_cancelled_and_retried_and_the_prefix_archives(s3,
                        f"cancelled and retried; archived with every tag in {took:.0f} s")
 
 
+def test_stalls_longer_than_the_servers_keep_alive_leave_no_dead_connection_to_fail_on(
+        s3, buckets, minio, proxy, reliability):
+    """2 of 400 GetObjectTagging requests stall past MinIO's 30 s keep-alive: meanwhile every
+    pooled connection idles, and the server closes its side (the proxy, as a load balancer
+    would, answers the next request on one with a reset: ``reconnect_stale`` off). The
+    cancelled tag reads are sent again on connections that work, and the day archives."""
+    assert not proxy.reconnect_stale
+    src, dst = buckets
+    objects = _tagged_day(s3, src, 400)
+    fault = proxy.add(Fault("stall", seconds=90, count=2, after=200, match=is_tagging))
+    started = time.monotonic()
+    result = archive_prefix(_spec(src, dst, stall_timeout=34.0), engine_clients(minio, proxy.endpoint_url))
+    took = time.monotonic() - started
+    assert fault.injected == 2 and result.objects == len(objects)
+    assert _archived_tags(engine_clients(minio), src, dst) == {k: {"team": "logs", "n": k[4:7]} for k in objects}
+    reliability.record("2 of 400 GetObjectTagging requests stall past the server's 30 s keep-alive",
+                       "stall timeout 34 s, stale connections reset by the proxy",
+                       f"resent on live connections; archived with every tag in {took:.0f} s")
+
+
 def test_a_tag_read_reset_more_often_than_the_crt_retries_is_sent_again(s3, buckets, minio, proxy, reliability):
     """One object's GetObjectTagging is reset mid-body 8 times in a row: more than the CRT
     client's own 6 attempts of one request. The tag read is sent again, like a GET, and the
