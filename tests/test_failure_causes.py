@@ -17,11 +17,10 @@ from xml.etree import ElementTree
 import pytest
 
 import s3arch.io.attributes
-import s3arch.io.connections
-import s3arch.io.fetching
 from faultproxy import Fault, FaultProxy, is_get
 from helpers import engine_clients, keys_in, open_uploads, read_archive, seed
 from s3arch.archive import archive_prefix
+from s3arch.core import backoff
 from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.core.errors import AccessDenied, ArchiverError, SourceChanged, TransientError
 from s3arch.format.manifest import iter_manifest, layout_for
@@ -317,7 +316,7 @@ def test_a_checksum_read_failing_past_the_retries_fails_the_run_as_retryable_nam
     error, message = caught.value, str(caught.value)
     assert type(error) is TransientError and error.exit_code == 3, (type(error).__name__, message)
     assert f"HeadObject s3://{src}/{failing}" in message and "500" in message, message
-    assert fault.injected == s3arch.io.fetching._ATTEMPTS * (s3arch.io.connections.RETRIES + 1), fault.injected
+    assert fault.injected == backoff.FETCH.tries * backoff.CONNECTION.tries, fault.injected
     _assert_nothing_left(s3, dst)
     reliability.record("one object's checksum HEAD answers 500 every time", f"{fault.injected} answers",
                        f"exit 3 naming the HEAD and the key after {took:.0f} s; nothing committed, no upload open")

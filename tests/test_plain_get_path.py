@@ -11,12 +11,14 @@ import os
 import threading
 import time
 import uuid
+from dataclasses import replace
 
 import pytest
 
 from faultproxy import Fault, FaultProxy, is_get
 from helpers import engine_clients, minio_user, put_exact_key, read_archive, run_cli, seed
 from s3arch.archive import archive_prefix
+from s3arch.core import backoff
 from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.core.errors import AccessDenied, CertificateUntrusted, SourceChanged, TransientError
 
@@ -130,9 +132,7 @@ def test_slowdown_is_left_to_the_fetchers_throttle_handling(minio, s3, buckets, 
 
 def test_a_fault_that_outlasts_the_retries_is_exit_3_and_resets_mid_body_are_refetched(minio, s3, buckets, proxy,
                                                                                      monkeypatch):
-    import s3arch.io.connections
-
-    monkeypatch.setattr(s3arch.io.connections, "RETRY_BASE", 0.01)
+    monkeypatch.setattr(backoff, "CONNECTION", replace(backoff.CONNECTION, base=0.02))
     src, dst = buckets
     objects = {f"day/{i:03d}.log": os.urandom(20_000 + i) for i in range(60)}
     seed(s3, src, objects)
@@ -140,7 +140,7 @@ def test_a_fault_that_outlasts_the_retries_is_exit_3_and_resets_mid_body_are_ref
     always = proxy.add(Fault("status", status=500, match=lambda r: r.key.endswith("day/007.log")))
     error, _, _, _ = fetch(clients.data_for(src, 8), "day/007.log")
     assert isinstance(error, TransientError) and error.exit_code == 3
-    assert always.injected == 1 + s3arch.io.connections.RETRIES
+    assert always.injected == backoff.CONNECTION.tries
     proxy.clear()
     resets = proxy.add(Fault("reset", rate=0.3, count=10, match=is_get))  # half the body sent, then RST
     archive_prefix(ArchiveSpec(S3Url(src, "day/"), S3Url(dst, "a/"), storage_class="STANDARD"), clients)
@@ -154,9 +154,7 @@ def test_a_request_that_dies_on_a_reused_connection_before_its_answer_is_resent_
     before any byte of the answer (as on a connection the server closed while it idled).
     It is sent again on a new connection and succeeds; the same fault on a new connection
     is the request's own and fails it."""
-    import s3arch.io.connections
-
-    monkeypatch.setattr(s3arch.io.connections, "RETRIES", 0)
+    monkeypatch.setattr(backoff, "CONNECTION", replace(backoff.CONNECTION, retries=0))
     src, _ = buckets
     seed(s3, src, {"day/a.log": b"a" * 100})
     plane = engine_clients(minio, proxy.endpoint_url).data_for(src, 1)

@@ -16,8 +16,8 @@ reused (the server, or a load balancer on the way, may have dropped it without a
 request that fails on a reused connection before any byte of the answer is sent again at
 once on a new connection, without spending a retry: it met a connection that had died while
 idle, not a fault of the request. Any other connection failure before the first byte of the
-answer, and a 5xx other than throttling, are sent again here (full-jitter backoff,
-``RETRIES`` times): the fetcher never sees them. An answer
+answer, and a 5xx other than throttling, are sent again here (``backoff.CONNECTION``): the
+fetcher never sees them. An answer
 of up to ``HOLD_LIMIT`` bytes (tag sets, small objects) is held until it is complete, so a
 reset in its body is sent again here too, as the CRT client did with a whole part. Throttling
 is the fetcher's (tasks/io/fetching.py: it waits it out and sends fewer requests), and a fault
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import io
 import os
-import random
 import threading
 import time
 import urllib.parse
@@ -37,12 +36,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from s3arch.core import backoff
 from s3arch.core.errors import THROTTLE_CODES, ArchiverError, BadArgument, Subject, error_for, tls_failure
 from s3arch.io.dataplane import BucketRoute, SourceRequests, parse_error_body
 
-RETRIES = 5  # as many as the CRT S3 client made on its own
-RETRY_BASE = 0.1  # seconds: the n-th retry waits uniform(0, min(RETRY_CAP, RETRY_BASE * 2**n))
-RETRY_CAP = 20.0
 HOLD_LIMIT = 64 << 10  # bytes: at 64 in flight, 4 MiB held at most
 # Seconds a pooled connection may idle and still be reused: under the keep-alive after which
 # common servers close one (S3 about 20 s, MinIO 30 s, nginx 75 s; Apache's 5 s is the odd
@@ -373,10 +370,10 @@ class Call:
             self._finish(error_for("", None, f"{name}: {error}", what=self._what, subject=self._subject))
 
     def _retry(self) -> bool:
-        if self._cancelled or self._attempt >= RETRIES:
+        if self._cancelled or not backoff.CONNECTION.allows(self._attempt + 1):
             return False
         self._attempt += 1
-        timer = threading.Timer(random.uniform(0.0, min(RETRY_CAP, RETRY_BASE * 2 ** self._attempt)), self._again)
+        timer = threading.Timer(backoff.CONNECTION.pause(self._attempt), self._again)
         timer.daemon = True
         timer.start()
         return True

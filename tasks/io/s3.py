@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import boto3
 from botocore.config import Config
 
+from s3arch.core import backoff
 from s3arch.io.connections import ConnectionPool, PlainDataPlane, Signer, get_path, proxy_for
 from s3arch.io.dataplane import BucketRoute, SourceRequests, parse_error_body
 from s3arch.core.errors import (IO_ERRORS, AccessDenied, ArchiverError, BadCredentials, Subject, error_for, missing_key_denied,
@@ -69,7 +70,7 @@ class S3Clients:
 
     @classmethod
     def from_session(cls, session: boto3.Session | None = None, endpoint_url: str | None = None,
-                     max_pool_connections: int = 32, max_attempts: int = 8,
+                     max_pool_connections: int = 32, max_attempts: int = backoff.BOTOCORE.tries,
                      read_timeout: float = 120.0, verify: bool | str | None = None,
                      botocore_config: Config | None = None, throttle_budget: float | None = None,
                      expected_owner: str | None = None) -> "S3Clients":
@@ -309,17 +310,17 @@ def _send_bodies_at_once(client) -> None:
     client.meta.events.unregister("before-call.s3", add_expect_header)
 
 
-def _retry_expired_tokens(client, limit: int = 5) -> None:
-    """ExpiredToken and TokenRefreshRequired retried (0.25, 0.5, 1, 2 s apart): botocore
+def _retry_expired_tokens(client) -> None:
+    """ExpiredToken and TokenRefreshRequired retried (``backoff.EXPIRED_TOKEN``): botocore
     signs each attempt anew with the credentials it has refreshed meanwhile; its standard retry
     mode takes them as final. A token that outlives its announced expiry, or a request signed
     just before a refresh, then costs a pause, not the run."""
 
     def retry(response=None, attempts: int = 1, **_):
-        if response is None or attempts >= limit:
+        if response is None or not backoff.EXPIRED_TOKEN.allows(attempts):
             return None
         if response[1].get("Error", {}).get("Code") in ("ExpiredToken", "TokenRefreshRequired"):
-            return 0.25 * 2 ** (attempts - 1)
+            return backoff.EXPIRED_TOKEN.pause(attempts)
         return None
 
     client.meta.events.register("needs-retry.s3", retry)
@@ -366,13 +367,14 @@ def _crt_client(session: boto3.Session, route: BucketRoute, verify: bool | str |
 
 
 def crt_retry_config(s3, io):
-    """The CRT client's own retries: its default five per request (full jitter, up to 20 s), but
-    with a token bucket too large to drain. The default bucket (500 tokens, 5 a retry, shared
+    """The CRT client's own retries (``backoff.CRT``), with a token bucket too large to drain. The default bucket (500 tokens, 5 a retry, shared
     by every request to the host) was empty within a second of S3 answering SlowDown to 64
     GETs in flight, and every request after that failed at once: the run gave up after 1 s.
     Throttling that outlasts these retries is the fetcher's to wait out (tasks/io/fetching.py:
     growing backoff within a time budget, fewer requests in flight)."""
-    return s3.S3RetryConfig(max_backoff_secs=20, jitter_mode=io.ExponentialBackoffJitterMode.FULL,
+    policy = backoff.CRT
+    return s3.S3RetryConfig(max_retries=policy.tries - 1, backoff_scale_factor_ms=int(policy.base * 1000),
+                            max_backoff_secs=int(policy.cap), jitter_mode=io.ExponentialBackoffJitterMode.FULL,
                             initial_bucket_capacity=1 << 30)
 
 
@@ -507,9 +509,7 @@ def _crt_credentials_provider(auth, creds):
 # retryable, and a retry is cheap: the read resumes with a ranged GET from the first byte it
 # lacks, pinned to the ETag of the first answer, so the bytes joined are one object's.
 
-# Pauses between attempts of a body read that made no progress (jittered +-25%): about 8 s
-# in all, as long as botocore's own retries of a failed call.
-BODY_RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0)
+# Pauses between attempts of a body read that made no progress: ``backoff.BODY_READ``.
 
 
 def _body_fault_types() -> tuple[type[BaseException], ...]:
@@ -540,15 +540,13 @@ def body_fault(exc: BaseException, what: str, read: int, expected: int | None) -
 
 
 def _pause(attempt: int) -> None:
-    import random
     import time
 
-    delay = BODY_RETRY_DELAYS[min(attempt, len(BODY_RETRY_DELAYS)) - 1]
-    time.sleep(delay * random.uniform(0.75, 1.25))
+    time.sleep(backoff.BODY_READ.pause(attempt))
 
 
 def read_object(control, bucket: str, key: str, what: str, *, missing_ok: bool = False, subject="object",
-                attempts: int = len(BODY_RETRY_DELAYS), **get_args) -> dict | None:
+                attempts: int = backoff.BODY_READ.tries, **get_args) -> dict | None:
     """One GET of a small object (or range) read whole: the response with ``Body`` replaced by
     its bytes, or None for a 404 when ``missing_ok``. A body cut short is read again (the whole
     GET, pinned to the first answer's ETag) after a pause; other failures as ``translate`` types
@@ -614,7 +612,7 @@ def _changed(what: str) -> ArchiverError:
 
 def stream_object(control, bucket: str, key: str, what: str, *, start: int = 0, end: int | None = None,
                   window: int | None = None, eager: bool = False, chunk: int = 1 << 20, etag: str | None = None,
-                  subject="object", attempts: int = len(BODY_RETRY_DELAYS)):
+                  subject="object", attempts: int = backoff.BODY_READ.tries):
     """The bytes [start, end) of an object (to its end if ``end`` is None), in chunks of at most
     ``chunk`` bytes, read by as few GETs as faults allow.
 

@@ -29,9 +29,7 @@ import fnmatch
 import hashlib
 import json
 import os
-import random
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -39,11 +37,12 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from s3arch.io import attributes
+from s3arch.core import backoff
 from s3arch.core.config import MiB, S3Url
 from s3arch.core.coordinator import StreamCoordinator
 from s3arch.core.errors import (IO_ERRORS, ArchiverError, BadArgument, DestinationConflict, IntegrityError, LocalFileError,
                      Throttled, TransientError, status_of, translate)
-from s3arch.io.fetching import ByteBudget, throttle_pause
+from s3arch.io.fetching import ByteBudget
 from s3arch.format.manifest import ArchiveLayout, find_records, iter_manifest
 from s3arch.restore.reading import DECODE_CHUNK, _decompressor
 from s3arch.restore.glacier import require_readable
@@ -58,7 +57,6 @@ _RUN_MAX = 64 * MiB       # compressed bytes per GET
 _RUN_RECORDS = 2_500      # records per GET: the run's record list (about 2.5 KB each) is held while it is read
 _SMALL_OBJECT = 8 * MiB   # up to this size an object is PUT in one request
 _EMPTY_SHA256 = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="  # base64 of SHA-256(b"")
-_RESENDS = 4              # a small object's PUT sent again after a 400 saying its body was cut
 _PUTS_IN_FLIGHT = 64
 _PUT_STALL_SECONDS = 120.0  # a PUT with no answer this long is cancelled and sent again (botocore's read timeout)
 SHA256_METADATA = "s3arch-sha256"
@@ -383,25 +381,22 @@ class _S3Writer:
     def _send(self, key: str, record: dict, body: bytes, conditional: bool,
               first: ArchiverError | None = None) -> ArchiverError | None:
         """The PUT's final answer: None (written) or its typed error; ``first`` is the answer of
-        one already sent. Sent again while S3 throttles, within the throttle budget at the
-        fetcher's backoff, and up to ``_RESENDS`` times (full jitter) after a fault the
+        one already sent. Sent again while S3 throttles, within the throttle budget
+        (``backoff.THROTTLED``), and as ``backoff.EXTRACT_PUT`` says after a fault the
         connections do not resend themselves: a 400 saying the body did not arrive whole
         (IncompleteBody, RequestTimeout, BadDigest: a loaded MinIO answered IncompleteBody to a
         few of many PUTs in flight), and a PUT the watchdog cancelled. The body is in memory and
         a PUT replaces nothing it half wrote."""
         error = first if first is not None else self._wait(key, record, body, conditional)
-        throttled_since, throttles, resends = 0.0, 0, 0
+        throttling, resends = backoff.Throttling(), 0
         while error is not None and not self._stream.is_set():
+            pause: float | None = None
             if isinstance(error, Throttled):
-                throttles += 1
-                throttled_since = throttled_since or time.monotonic()
-                pause = min(self._throttle_budget - (time.monotonic() - throttled_since), throttle_pause(throttles))
-                if pause <= 0:
-                    break
-            elif error.retryable and error.status in (None, 400) and resends < _RESENDS:
+                pause = throttling.next_pause(self._throttle_budget)
+            elif error.retryable and error.status in (None, 400) and backoff.EXTRACT_PUT.allows(resends + 1):
                 resends += 1
-                pause = random.uniform(0, 0.25 * 2 ** resends)
-            else:
+                pause = backoff.EXTRACT_PUT.pause(resends)
+            if pause is None:
                 break
             if self._stream.wait(pause):
                 break
