@@ -267,9 +267,9 @@ def test_https_gets_trust_the_ca_bundle_and_an_untrusted_certificate_is_exit_2_n
     server, ca_file = minio_tls
     monkeypatch.setenv("S3ARCH_GET_PATH", path)
     if path == "crt":  # its own retries would take minutes: what is tested is what it ends in
-        import s3arch.io.s3
+        import s3arch.io.crt
 
-        monkeypatch.setattr(s3arch.io.s3, "crt_retry_config",
+        monkeypatch.setattr(s3arch.io.crt, "crt_retry_config",
                             lambda s3, io: s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
     monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
     control = boto3.client("s3", endpoint_url=server.endpoint_url, aws_access_key_id=server.access_key,

@@ -280,7 +280,7 @@ def test_a_segmented_archive_counts_what_its_segments_waited_out(minio, s3, buck
     """Each segment's throttled GETs travel in its result to the assembled archive's summary.
     The CRT client's own retries are turned off here so that a 3 s throttle reaches the engine."""
     import s3arch.io.fetching
-    import s3arch.io.s3
+    import s3arch.io.crt
     from helpers import engine_clients
     from s3arch.archive import archive_segment, assemble_segments, prepare_segments
     from s3arch.core.config import ArchiveSpec, S3Url
@@ -289,7 +289,7 @@ def test_a_segmented_archive_counts_what_its_segments_waited_out(minio, s3, buck
     prefix = "events/"
     objects = {f"{prefix}{i:04d}.log": b"id=%d ok\n" % i for i in range(300)}
     seed(s3, src, objects)
-    monkeypatch.setattr(s3arch.io.s3, "crt_retry_config", lambda s3, io: s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
+    monkeypatch.setattr(s3arch.io.crt, "crt_retry_config", lambda s3, io: s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
     monkeypatch.setattr(backoff, "THROTTLED", replace(backoff.THROTTLED, cap=2.0))  # pauses up to 2 s, not 20
     spec = ArchiveSpec(S3Url(src, prefix), S3Url(dst, "v/"), storage_class="STANDARD", processes=1)
     assert prepare_segments(spec, 2, clients).segments == 2

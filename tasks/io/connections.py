@@ -1,6 +1,6 @@
 """The plain GET path: source GETs, HEADs and tag reads on a pool of ``awscrt.http``
 connections, each signed with awscrt's SigV4 signer; an extract's PUTs of small objects go
-the same way (``PlainDataPlane.put``, tasks/restore/extract.py).
+the same way (``PlainDataPlane.put``, tasks/restore/to_s3.py).
 
 awscrt's S3 client wraps every request in a meta-request (part splitting, its own queues and
 retries); for an object smaller than a part that machinery buys nothing and costs client CPU

@@ -358,53 +358,46 @@ def complete_upload(control, bucket: str, key: str, upload_id: str, parts: list[
                     if_none_match: bool = False, if_match: str | None = None, extra_args: dict | None = None,
                     full_crc32c: int | None = None) -> UploadResult:
     """CompleteMultipartUpload with exactly ``parts`` (in order; parts not listed are dropped
-    by S3), conditional as asked, then check S3's size and CRC32C against the parts.
-
-    A completion the store did but whose answer was lost is sent again by botocore, and the
+    by S3), conditional as asked, then check S3's size and CRC32C against the parts. A
+    completion the store did but whose answer was lost is sent again by botocore, and the
     store answers that resend as if another writer had been first (412 to the condition, or
-    NoSuchUpload): if the object there has this upload's size and checksum, it is this
-    upload's own and the completion stands."""
-    url = f"s3://{bucket}/{key}"
+    NoSuchUpload): an object there with this upload's size and checksum is its own."""
     condition = {"IfNoneMatch": "*"} if if_none_match else {"IfMatch": if_match} if if_match else {}
-    composite = _b64_crc(checksums.crc32c(b"".join(struct.pack(">I", p.crc32c) for p in parts)))
-    # S3 reports the composite ("-N" suffixed) for multipart uploads; some servers
-    # report the full-object CRC instead. Either one proves the bytes.
-    accepted = {f"{composite}-{len(parts)}", composite}
-    if full_crc32c is not None:
-        accepted.add(_b64_crc(full_crc32c))
-    size = sum(p.size for p in parts)
     try:
         control.complete_multipart_upload(
             Bucket=bucket, Key=key, UploadId=upload_id,
             MultipartUpload={"Parts": [{"PartNumber": p.number, "ETag": p.etag, "ChecksumCRC32C": _b64_crc(p.crc32c)}
                                        for p in parts]}, **condition)
     except IO_ERRORS as exc:
-        refused = translate(exc, f"complete upload of {url}", "commit")
+        refused = translate(exc, f"complete upload of s3://{bucket}/{key}", "commit")
         if refused.status not in (404, 412):
             raise refused from exc
         try:
-            return _check_stored(control, bucket, key, extra_args, size, len(parts), accepted, proof=True)
+            return _check_stored(control, bucket, key, parts, extra_args, full_crc32c, proof=True)
         except ArchiverError:  # not this upload's object, or no way to tell: the refusal stands
             raise refused from exc
-    return _check_stored(control, bucket, key, extra_args, size, len(parts), accepted)
+    return _check_stored(control, bucket, key, parts, extra_args, full_crc32c)
 
 
-def _check_stored(control, bucket: str, key: str, extra_args: dict | None, size: int, parts: int,
-                  accepted: set[str], *, proof: bool = False) -> UploadResult:
-    """HEAD the completed object: its size and CRC32C must be what was uploaded. With
-    ``proof``, an object whose store reports no CRC32C does not pass either."""
+def _check_stored(control, bucket: str, key: str, parts: list[UploadedPart], extra_args: dict | None,
+                  full_crc32c: int | None, *, proof: bool = False) -> UploadResult:
+    """HEAD the completed object: its size and CRC32C must be what ``parts`` sent (``proof``: and reported)."""
     url = f"s3://{bucket}/{key}"
+    composite = _b64_crc(checksums.crc32c(b"".join(struct.pack(">I", p.crc32c) for p in parts)))
+    # S3 reports the composite ("-N" suffixed) of a multipart upload, some servers the whole object's: either proves it.
+    accepted = {f"{composite}-{len(parts)}", composite, *([_b64_crc(full_crc32c)] if full_crc32c is not None else [])}
     try:
         head = control.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED",
                                    **_sse_customer_args(extra_args or {}))
     except IO_ERRORS as exc:
         raise translate(exc, f"check uploaded object {url}") from exc
+    size = sum(p.size for p in parts)
     if head["ContentLength"] != size:
         raise IntegrityError(f"{url}: S3 holds {head['ContentLength']} bytes, {size} were written")
     reported = head.get("ChecksumCRC32C")
     if (reported is not None or proof) and reported not in accepted:
         raise IntegrityError(f"{url}: S3 reports CRC32C {reported}, expected one of {sorted(accepted)}")
-    return UploadResult(key, size, parts, reported or "", head["ETag"])
+    return UploadResult(key, size, len(parts), reported or "", head["ETag"])
 
 
 def upload_memory(inflight: int, max_part: int) -> int:
