@@ -23,7 +23,8 @@ from s3arch.core.outcome import Outcome
 from s3arch.produce.producers import OnThisMachine, PlannedAssembly
 from s3arch.core.progress import Progress
 from s3arch.io.retention import has_default_retention, require_object_lock
-from s3arch.io.s3 import S3Clients, read_object
+from s3arch.io.reads import read_object
+from s3arch.io.s3 import S3Clients
 from s3arch.format.tarwriter import member_size_bound
 
 

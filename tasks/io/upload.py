@@ -357,8 +357,10 @@ def complete_upload(control, bucket: str, key: str, upload_id: str, parts: list[
                     if_none_match: bool = False, if_match: str | None = None, extra_args: dict | None = None,
                     full_crc32c: int | None = None) -> UploadResult:
     """CompleteMultipartUpload with exactly ``parts`` (in order; parts not listed are dropped
-    by S3), conditional as asked, then check S3's size and CRC32C against the parts."""
-    url = f"s3://{bucket}/{key}"
+    by S3), conditional as asked, then check S3's size and CRC32C against the parts. A
+    completion the store did but whose answer was lost is sent again by botocore, and the
+    store answers that resend as if another writer had been first (412 to the condition, or
+    NoSuchUpload): an object there with this upload's size and checksum is its own."""
     condition = {"IfNoneMatch": "*"} if if_none_match else {"IfMatch": if_match} if if_match else {}
     try:
         control.complete_multipart_upload(
@@ -366,13 +368,23 @@ def complete_upload(control, bucket: str, key: str, upload_id: str, parts: list[
             MultipartUpload={"Parts": [{"PartNumber": p.number, "ETag": p.etag, "ChecksumCRC32C": _b64_crc(p.crc32c)}
                                        for p in parts]}, **condition)
     except IO_ERRORS as exc:
-        raise translate(exc, f"complete upload of {url}", "commit") from exc
+        refused = translate(exc, f"complete upload of s3://{bucket}/{key}", "commit")
+        if refused.status not in (404, 412):
+            raise refused from exc
+        try:
+            return _check_stored(control, bucket, key, parts, extra_args, full_crc32c, proof=True)
+        except ArchiverError:  # not this upload's object, or no way to tell: the refusal stands
+            raise refused from exc
+    return _check_stored(control, bucket, key, parts, extra_args, full_crc32c)
+
+
+def _check_stored(control, bucket: str, key: str, parts: list[UploadedPart], extra_args: dict | None,
+                  full_crc32c: int | None, *, proof: bool = False) -> UploadResult:
+    """HEAD the completed object: its size and CRC32C must be what ``parts`` sent (``proof``: and reported)."""
+    url = f"s3://{bucket}/{key}"
     composite = _b64_crc(checksums.crc32c(b"".join(struct.pack(">I", p.crc32c) for p in parts)))
-    # S3 reports the composite ("-N" suffixed) for multipart uploads; some servers
-    # report the full-object CRC instead. Either one proves the bytes.
-    accepted = {f"{composite}-{len(parts)}", composite}
-    if full_crc32c is not None:
-        accepted.add(_b64_crc(full_crc32c))
+    # S3 reports the composite ("-N" suffixed) of a multipart upload, some servers the whole object's: either proves it.
+    accepted = {f"{composite}-{len(parts)}", composite, *([_b64_crc(full_crc32c)] if full_crc32c is not None else [])}
     try:
         head = control.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED",
                                    **_sse_customer_args(extra_args or {}))
@@ -382,7 +394,7 @@ def complete_upload(control, bucket: str, key: str, upload_id: str, parts: list[
     if head["ContentLength"] != size:
         raise IntegrityError(f"{url}: S3 holds {head['ContentLength']} bytes, {size} were written")
     reported = head.get("ChecksumCRC32C")
-    if reported is not None and reported not in accepted:
+    if (reported is not None or proof) and reported not in accepted:
         raise IntegrityError(f"{url}: S3 reports CRC32C {reported}, expected one of {sorted(accepted)}")
     return UploadResult(key, size, len(parts), reported or "", head["ETag"])
 

@@ -34,7 +34,7 @@ from s3arch.core.errors import IO_ERRORS, ArchiverError, IntegrityError, transla
 from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.io.listed import ListedObject, _listed
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, iter_manifest, layout_for
-from s3arch.io.s3 import read_object
+from s3arch.io.reads import read_object
 from s3arch.core.timestamps import parse_s3_time
 
 # Day states, in the order the page's legend shows them.

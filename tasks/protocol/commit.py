@@ -35,7 +35,8 @@ from s3arch.protocol.lease import Held, PrefixLease
 from s3arch.core.outcome import Outcome
 from s3arch.format.manifest import ArchiveLayout, Committed, layout_for, read_committed
 from s3arch.io.retention import check_applied, refuse_locked_overwrite, retention_of
-from s3arch.io.s3 import S3Clients, none_if_missing
+from s3arch.io.reads import none_if_missing
+from s3arch.io.s3 import S3Clients
 from s3arch.produce.streamed import StreamedArchive
 from s3arch.produce.producers import Producer
 from s3arch.produce.segments import SegmentPlan, delete_temporaries, open_upload, plan_segments, write_plan

@@ -31,7 +31,7 @@ from email.utils import parsedate_to_datetime
 from typing import Callable, Iterable, Iterator
 
 from s3arch.core.errors import IO_ERRORS, ArchiverError, ConcurrentRun, TransientError, status_of, translate
-from s3arch.io.s3 import read_object
+from s3arch.io.reads import read_object
 from s3arch.core.timestamps import parse_s3_time
 
 DEFAULT_TTL = 180.0

@@ -7,7 +7,7 @@ import multiprocessing
 import time
 from dataclasses import replace
 
-from s3arch.core import errors
+from s3arch.core import backoff, errors
 from s3arch.core.config import ArchiveSpec
 from s3arch.core.coordinator import StreamCoordinator
 from s3arch.core.errors import IO_ERRORS, ArchiverError, CredentialsExpired, translate
@@ -72,8 +72,7 @@ def _worker_spec(spec: ArchiveSpec, processes: int) -> ArchiveSpec:
                    compress_threads=max(1, spec.compress_threads // processes))
 
 
-_ATTEMPTS = 3
-_EXPIRED_RESTARTS = 5  # of a segment whose credentials S3 called expired: not counted in _ATTEMPTS
+_EXPIRED_RESTARTS = 5  # of a segment whose credentials S3 called expired: not counted in its restarts
 
 
 def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
@@ -125,7 +124,7 @@ def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, p
                 # The source changed since the plan: this plan's segments would fail again. A
                 # segment throttled past the budget has spent it: a restart would wait it out again.
                 if not error.retryable or isinstance(error, (PlanOutdated, errors.Throttled)) \
-                        or attempts[k] >= _ATTEMPTS:
+                        or not backoff.SEGMENT_RESTART.allows(attempts[k]):
                     raise error
                 todo.insert(0, k)  # this segment alone, again
     finally:
