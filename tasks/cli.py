@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from s3arch.core.config import (DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_OBJECTS, SSE_MODES, ArchiveSpec,
-                     S3Url, check_lease_ttl, parse_size, resolve_throttle_budget)
+                     S3Url, check_lease_ttl, default_processes, parse_size, resolve_throttle_budget)
 from s3arch.core.errors import ArchiverError
 from s3arch.core.progress import Progress, TerminalLine, human_bytes
 from s3arch.core.version import __version__
@@ -116,7 +116,8 @@ def _archive_arguments(a: argparse.ArgumentParser) -> None:
                         "cgroup quota included; capped so their blocks fit a quarter of the budget)")
     a.add_argument("--processes", type=int,
                    help="local worker processes that produce a large prefix's segments (default: the CPUs this "
-                        "process may use; 1: one process, never segments)")
+                        "process may use, half of them when the endpoint is on loopback, as many as "
+                        "--memory-budget holds at 108 MiB each; 1: one process, never segments)")
     a.add_argument("--segments", type=int, default=0,
                    help="a prefix of at least --segment-min-objects objects or --segment-min-bytes is cut into "
                         "this many segments, assembled into one archive; smaller ones stay one pipeline; "
@@ -227,6 +228,7 @@ def _run(args) -> int:
 def _archive(args) -> int:
     from s3arch.archive import archive_prefix
 
+    clients = _clients(args)
     spec = ArchiveSpec(
         source=S3Url.parse(args.source), destination=S3Url.parse(args.destination),
         storage_class=args.storage_class, codec=args.codec, level=args.level,
@@ -238,8 +240,7 @@ def _archive(args) -> int:
         segments=args.segments, segment_min_objects=args.segment_min_objects, segment_min_bytes=parse_size(args.segment_min_bytes),
         lease_ttl=check_lease_ttl(args.lease_ttl), throttle_budget=resolve_throttle_budget(getattr(args, "throttle_budget", None)),
         **({"compress_threads": args.threads} if args.threads else {}),
-        **({"processes": args.processes} if args.processes else {}))
-    clients = _clients(args)
+        processes=args.processes or default_processes(clients.endpoint_url))
     spec = sized(spec, clients.control)
     show = not (args.json or args.quiet)
     live = TerminalLine(sys.stderr) if show and sys.stderr.isatty() else None
