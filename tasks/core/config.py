@@ -22,6 +22,7 @@ DEFAULT_CONCURRENCY = 128  # GETs in flight
 DEFAULT_LEASE_TTL = 180.0  # seconds
 DEFAULT_SEGMENT_MIN_OBJECTS = 50_000
 DEFAULT_SEGMENT_MIN_BYTES = 4 * GiB
+DEFAULT_INVENTORY_MAX_AGE_DAYS = 2.0  # a daily S3 Inventory report is at most a day old; a weekly one needs 8
 
 MIN_LEASE_TTL = 10.0  # the least a user may set (tests of the lease go lower through ArchiveSpec)
 # Seconds a request may stay throttled (503 SlowDown) before the run gives up with exit 3:
