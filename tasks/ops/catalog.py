@@ -296,6 +296,7 @@ class Catalog:
 
         try:
             counter.add("LIST")
+            counter.add("GET", 2)  # the newest manifest.json and its manifest.checksum
             report = latest_report(self.control, job.inventory, job.source.bucket, job.inventory_max_age_days)
             known = self._inventory
             if known is None or known.report.url != report.url:
