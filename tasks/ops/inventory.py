@@ -119,7 +119,7 @@ def latest_report(control, location: S3Url, source_bucket: str, max_age_days: fl
                               f"{report.created.isoformat(timespec='minutes')}, {age.total_seconds() / 86400:.1f} "
                               f"days ago: older than {max_age_days:g} day(s)",
                               hint="wait for the next report, check that the inventory configuration is enabled, "
-                                   "or raise inventory_max_age_days (--max-age-days) for a weekly inventory")
+                                   "or raise inventory_max_age_days (--inventory-max-age-days) for a weekly inventory")
         return report
     raise BadArgument(f"no inventory report under {location}",
                       hint="name the folder S3 writes the reports under (DEST-PREFIX/SOURCE-BUCKET/CONFIG-ID/); "
