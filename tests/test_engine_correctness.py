@@ -230,7 +230,7 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
             raise
 
     monkeypatch.setattr(s3arch.produce.pipeline._Stream, "_stop", recording_stop)
-    result = archive_prefix(_spec(src, dst, processes=2, segment_min_objects=1_200), clients)
+    result = archive_prefix(_spec(src, dst, processes=2, segment_min_objects=1_200, memory_budget=320 << 20), clients)
     assert stopped and stopped[0].__name__ == "PrefixIsLarge", "the pipeline never started before the sizing"
     assert (result.status, result.segments, result.objects) == ("archived", 2, len(objects))
     assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == objects

@@ -27,6 +27,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from s3arch.core.config import S3Url
 from s3arch.core.cost import estimate, prices_with
@@ -35,6 +36,8 @@ from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.io.listed import ListedObject, _listed
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, iter_manifest, layout_for
 from s3arch.io.reads import read_object
+if TYPE_CHECKING:
+    from s3arch.ops.inventory import InventoryDays
 from s3arch.core.timestamps import parse_s3_time
 
 # Day states, in the order the page's legend shows them.
@@ -77,6 +80,7 @@ class DayState:
     restored_until: str | None = None  # a restored copy of a GLACIER-class archive (restore_hint)
     scrub: dict | None = None         # the last scrub's verdict on this day
     airflow: dict | None = None       # filled by the Airflow layer: last run, state, link
+    inventory: dict | None = None     # not archived, and the job's inventory report holds objects of it
     problem: str | None = None        # a manifest or index that could not be read
 
     def to_dict(self) -> dict:
@@ -92,6 +96,9 @@ class CatalogView:
     days: list[DayState]
     requests: dict = field(default_factory=dict)  # what this read cost: lists, gets, heads
     seconds: float = 0.0
+    # The job's inventory report (if it names one): what it is, and every day it holds objects
+    # of that is not archived, in or out of the viewed range; or the problem reading it.
+    inventory: dict | None = None
 
     @property
     def totals(self) -> dict:
@@ -117,7 +124,7 @@ class CatalogView:
     def to_dict(self) -> dict:
         return {"job": self.job, "first": self.first, "last": self.last, "as_of": self.as_of,
                 "seconds": round(self.seconds, 3), "requests": self.requests, "totals": self.totals,
-                "days": [d.to_dict() for d in self.days]}
+                "days": [d.to_dict() for d in self.days], **({"inventory": self.inventory} if self.inventory else {})}
 
 
 def archive_prefix(job: ArchiveJob) -> str:
@@ -222,6 +229,7 @@ class Catalog:
         self._summaries: dict[str, tuple[str, tuple[dict, dict] | None, str | None]] = {}  # manifest key -> (etag, (header, summary), problem)
         self._cached: dict[tuple[str, str, frozenset[date]], tuple[float, CatalogView]] = {}
         self._lock = threading.Lock()
+        self._inventory: InventoryDays | None = None  # the last report's days: read again for a newer report
 
     def view(self, first: date, last: date, *, refresh: bool = False, today: date | None = None,
              restore_hint: set[date] | None = None) -> CatalogView:
@@ -273,9 +281,36 @@ class Catalog:
             restored_until = {day: f.result() for day, f in restored.items()}
         out = [self._day(day, layouts[day], listed, present, scrub_days.get(day.isoformat()),
                          restored_until.get(day), today) for day in days]
+        inventory = self._inventory_days(listed, out, counter)
         return CatalogView(job.name, first.isoformat(), last.isoformat(),
                            datetime.now(timezone.utc).isoformat(timespec="seconds"), out,
-                           requests=dict(counter.counts), seconds=time.monotonic() - started)
+                           requests=dict(counter.counts), seconds=time.monotonic() - started, inventory=inventory)
+
+    def _inventory_days(self, listed: dict, out: list[DayState], counter: _Counter) -> dict | None:
+        """The job's inventory: the days its newest report holds objects of that have no
+        manifest (each marked on its DayState too), or the problem that kept it unread."""
+        job = self.job
+        if job.inventory is None:
+            return None
+        from s3arch.ops.inventory import inventory_days, latest_report
+
+        try:
+            counter.add("LIST")
+            counter.add("GET", 2)  # the newest manifest.json and its manifest.checksum
+            report = latest_report(self.control, job.inventory, job.source.bucket, job.inventory_max_age_days)
+            known = self._inventory
+            if known is None or known.report.url != report.url:
+                counter.add("GET", len(report.files))
+                known = self._inventory = inventory_days(job, self.control, report)
+        except ArchiverError as exc:
+            return {"problem": str(exc)}
+        unarchived = {size.day: size for size in known.days.values()
+                      if layout_for(S3Url(job.source.bucket, size.prefix), job.destination).manifest_key not in listed}
+        for d in out:
+            size = unarchived.get(date.fromisoformat(d.day))
+            if size is not None:
+                d.inventory = {"objects": size.objects, "bytes": size.bytes}
+        return {**known.summary(), "unarchived": [s.to_dict() for s in unarchived.values()]}
 
     def _list_archives(self, counter: _Counter) -> dict[str, ListedObject]:
         bucket, prefix = self.job.destination.bucket, archive_prefix(self.job)

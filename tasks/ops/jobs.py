@@ -16,8 +16,8 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from s3arch.core.config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_BYTES,
-                     DEFAULT_SEGMENT_MIN_OBJECTS, STORAGE_CLASSES, ArchiveSpec, S3Url, check_lease_ttl,
+from s3arch.core.config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_INVENTORY_MAX_AGE_DAYS, DEFAULT_LEASE_TTL,
+                     DEFAULT_SEGMENT_MIN_BYTES, DEFAULT_SEGMENT_MIN_OBJECTS, STORAGE_CLASSES, ArchiveSpec, S3Url, check_lease_ttl,
                      check_throttle_budget, parse_size)
 from s3arch.core.errors import BadArgument
 
@@ -79,6 +79,11 @@ class ArchiveJob:
     segment_min_objects: int = DEFAULT_SEGMENT_MIN_OBJECTS
     segment_min_bytes: int = DEFAULT_SEGMENT_MIN_BYTES
     description: str = ""
+    # An S3 Inventory configuration's destination (s3://BUCKET/DEST-PREFIX/SOURCE-BUCKET/CONFIG-ID/):
+    # days and their sizes are planned from its newest report, refused when older than
+    # inventory_max_age_days (tasks/ops/inventory.py). Each day is still listed when archived.
+    inventory: S3Url | None = None
+    inventory_max_age_days: float = DEFAULT_INVENTORY_MAX_AGE_DAYS
 
     def prefix_for(self, day: date) -> str:
         return self.source.key + self.prefix_template.format(date=day)
@@ -221,6 +226,13 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
     values = dict(body)
     values["source"] = S3Url.parse(values["source"])
     values["destination"] = S3Url.parse(values["destination"])
+    if values.get("inventory") is not None:
+        values["inventory"] = check_inventory_location(S3Url.parse(values["inventory"]), f"job {name!r}: inventory")
+    if "inventory_max_age_days" in values and (not isinstance(values["inventory_max_age_days"], (int, float))
+                                               or isinstance(values["inventory_max_age_days"], bool)
+                                               or values["inventory_max_age_days"] <= 0):
+        raise BadArgument(f"job {name!r}: inventory_max_age_days must be a number of days > 0",
+                          hint=f"{DEFAULT_INVENTORY_MAX_AGE_DAYS:g} (the default) suits a daily inventory, 8 a weekly one")
     for size in ("memory_budget", "segment_min_bytes"):
         if size in values:
             values[size] = parse_size(values[size])
@@ -258,6 +270,16 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
     job = ArchiveJob(name=name, **values)
     job.spec_for(job.prefix_for(date(2026, 1, 31)))  # the engine's own checks, at load time
     return job
+
+
+def check_inventory_location(url: S3Url, name: str = "--inventory") -> S3Url:
+    """An S3 Inventory configuration's destination as a job or the CLI names it: the folder
+    that holds the report folders, ``s3://BUCKET/DEST-PREFIX/SOURCE-BUCKET/CONFIG-ID/``."""
+    if not url.key.endswith("/") or url.key.count("/") < 2:
+        raise BadArgument(f"{name} {url} is not an inventory configuration's destination",
+                          hint="name the folder S3 writes the reports under: "
+                               "s3://DEST-BUCKET/[DEST-PREFIX/]SOURCE-BUCKET/CONFIG-ID/")
+    return url
 
 
 def _whole(value) -> bool:

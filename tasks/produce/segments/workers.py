@@ -10,7 +10,7 @@ from dataclasses import replace
 from s3arch.core import backoff, errors
 from s3arch.core.config import ArchiveSpec
 from s3arch.core.coordinator import StreamCoordinator
-from s3arch.core.errors import IO_ERRORS, ArchiverError, CredentialsExpired, translate
+from s3arch.core.errors import IO_ERRORS, ArchiverError, BadArgument, CredentialsExpired, translate
 from s3arch.format.manifest import ArchiveLayout
 from s3arch.core.progress import Progress
 from s3arch.io.s3 import S3Clients
@@ -19,7 +19,8 @@ from s3arch.io.upload import PartUploader
 from s3arch.produce.segments.assemble import assemble
 from s3arch.produce.segments.cleanup import abort_records_uploads
 from s3arch.produce.segments.credentials import CredentialServer, worker_session
-from s3arch.produce.segments.plan import MIN_SHARE, PlanOutdated, SegmentPlan, open_upload, plan_segments, processes_within
+from s3arch.produce.segments.plan import (LEAST_SEGMENTED_BUDGET, MIN_SHARE, WORKER_INTERPRETER, PlanOutdated, SegmentPlan,
+                                           open_upload, plan_segments, processes_within, worker_share)
 from s3arch.produce.segments.produce import produce_segment
 
 
@@ -30,14 +31,21 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
     once (a segment whose process fails or dies is run again, alone), assemble. A cancel of
     ``coordinator`` (a lost lease, a cancel from above) stops it with its reason."""
     control = clients.control
+    if spec.memory_budget < LEAST_SEGMENTED_BUDGET:
+        raise BadArgument(f"--memory-budget {spec.memory_budget >> 20}MiB cannot hold a segment's worker process "
+                          f"and the assembler ({MIN_SHARE >> 20} MiB each, and {WORKER_INTERPRETER >> 20} MiB for "
+                          f"the worker's interpreter)",
+                          hint=f"raise --memory-budget to at least {LEAST_SEGMENTED_BUDGET >> 20}MiB, "
+                               f"or archive the prefix as one pipeline (--segments 1)")
     processes = min(spec.processes, processes_within(spec.memory_budget))
     plan = plan_segments(spec, control, archive_key, spec.segments or processes,
                          stop=coordinator.raise_cause_if_stopped)
     notes = []
     if processes < min(spec.processes, plan.count):
         notes.append(f"{plan.count} segments ran on {processes} process(es), not {min(spec.processes, plan.count)}: "
-                     f"--memory-budget {spec.memory_budget >> 20}MiB holds {processes} pipeline(s) of "
-                     f"{MIN_SHARE >> 20} MiB besides the assembler's")
+                     f"--memory-budget {spec.memory_budget >> 20}MiB holds {processes} worker(s) of "
+                     f"{(MIN_SHARE + WORKER_INTERPRETER) >> 20} MiB (a {MIN_SHARE >> 20} MiB pipeline and "
+                     f"its interpreter) besides the assembler's {MIN_SHARE >> 20} MiB")
     processes = min(processes, plan.count)
     worker_spec = _worker_spec(spec, processes)
     plan = open_upload(spec.write_options, control, layout, plan)
@@ -67,8 +75,9 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
 
 
 def _worker_spec(spec: ArchiveSpec, processes: int) -> ArchiveSpec:
-    """Each worker's share of ``--memory-budget`` (the parent keeps one share to assemble)."""
-    return replace(spec, memory_budget=spec.memory_budget // (processes + 1),
+    """Each worker's share of ``--memory-budget`` (the parent keeps one share to assemble,
+    each worker's interpreter is counted first)."""
+    return replace(spec, memory_budget=worker_share(spec.memory_budget, processes),
                    compress_threads=max(1, spec.compress_threads // processes))
 
 
