@@ -103,8 +103,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
 
         @task(task_id="plan", execution_timeout=timedelta(minutes=10))
         def plan_prefixes(params: dict, dag_run=None, logical_date=None) -> list[list[str]]:
-            from airflow.sdk import conf
-            from airflow.sdk.exceptions import AirflowFailException
+            from s3arch_airflow.compat import AirflowFailException, conf
 
             from s3arch.core.errors import ArchiverError
             from s3arch.ops.jobs import batches, plan
@@ -246,8 +245,7 @@ def restore_dag(job: ArchiveJob) -> DAG:
 
         @task(task_id="plan", execution_timeout=timedelta(minutes=10))
         def plan_prefixes(params: dict) -> list[str]:
-            from airflow.sdk import conf
-            from airflow.sdk.exceptions import AirflowFailException
+            from s3arch_airflow.compat import AirflowFailException, conf
 
             from s3arch.core.errors import ArchiverError, BadArgument
             from s3arch.ops.jobs import plan

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from s3arch_airflow.compat import AirflowException, AirflowFailException
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
