@@ -77,7 +77,7 @@ ARCHIVE_PARAMS = {
                      description="Last day of the range, inclusive (YYYY-MM-DD)."),
     "prefixes": Param(None, type=["null", "array"], items={"type": "string"}, title="Prefixes (optional, on-call)",
                       description="Exact prefixes to archive, one per line, e.g. logs/2026/11/03/. "
-                                  "Overrides the dates."),
+                                  "Give either these or the dates, not both."),
     "overwrite": Param(False, type=["boolean", "null"], title="Overwrite (optional)",
                        description="Re-archive prefixes that already have a complete archive."),
     "dry_run": Param(False, type=["boolean", "null"], title="Dry run (optional)",
