@@ -12,7 +12,7 @@ TOXIPROXY := .cache/bin/toxiproxy-server
 RCLONE_VERSION := v1.72.0
 RCLONE := .cache/bin/rclone
 
-.PHONY: demo airflow airflow-celery test reliability screenshot bench bench-scale venv minio s5cmd bench-tools lock clean
+.PHONY: demo airflow airflow-celery test compat reliability screenshot bench bench-scale venv minio s5cmd bench-tools lock clean
 
 $(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,12 @@ airflow: venv minio
 # two workers, the same UI and sample data (one day large enough for segment tasks).
 airflow-celery: venv minio
 	$(PY) -m devtools.airflow_ui --celery $(ARGS)
+
+# The oldest Airflow supported (pyproject.toml's lower bounds): the wheel with Airflow 3.1.8 and
+# its amazon provider in a fresh venv under .cache/compat, and the DAG tests against MinIO
+# (devtools/compat.py; about 10 minutes). Not part of `make test`.
+compat: venv minio
+	$(PY) -m devtools.compat
 
 # The type check first (seconds), then the suite. Only a failed test's tmp_path is kept: it is
 # on tmpfs where there is room (tests/conftest.py), where a kept one holds memory.

@@ -73,6 +73,15 @@ def airflow_with_log_job(minio, home: Path, job_name: str, **job_overrides):
     return prepare_airflow(home, minio, jobs), s3, src, dst
 
 
+def dag_bag(dag_folder: str):
+    """Airflow's DagBag of ``dag_folder``, from where the running Airflow has it."""
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.1 (make compat)
+        from airflow.models.dagbag import DagBag
+    return DagBag(dag_folder=dag_folder)
+
+
 def use_airflow_home(mp, env: dict[str, str]) -> None:
     """Point this test process's Airflow at a prepared home (``env``: its AIRFLOW_* settings),
     through ``mp`` (a MonkeyPatch). Airflow fixes its metadata DB when it is first imported:

@@ -30,11 +30,11 @@ def af(minio, tmp_path_factory):
 
 
 def run_dag(conf: dict):
-    from airflow.dag_processing.dagbag import DagBag
+    from helpers import dag_bag
     from airflow.models import TaskInstance
     from airflow.utils.session import create_session
 
-    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    bag = dag_bag(str(ROOT / "dags"))
     assert not bag.import_errors, bag.import_errors
     run = bag.dags[DAG_ID].test(logical_date=datetime(2026, 10, 1, tzinfo=timezone.utc), run_conf=conf)
     with create_session() as session:

@@ -127,7 +127,7 @@ def test_unknown_dag_is_404_and_bad_range_422(api):
 def test_scrub_dag_passes_then_fails_on_drift(api, minio):
     """The scrub DAG of the job, run with dag.test(): green on intact archives, red with the
     drift table once an archive is deleted; the catalog then shows the drift."""
-    from airflow.dag_processing.dagbag import DagBag
+    from helpers import dag_bag
 
     from helpers import ROOT, engine_clients
     from s3arch.archive import archive_prefix
@@ -138,7 +138,7 @@ def test_scrub_dag_passes_then_fails_on_drift(api, minio):
     for day in (date(2026, 3, 3), date(2026, 3, 4)):
         seed_day(api.s3, api.src, LOG_TEMPLATE, day, files_per_hour=1, lines_per_file=5)
         assert archive_prefix(job.spec_for(job.prefix_for(day)), clients).status.value == "archived"
-    bag = DagBag(dag_folder=str(ROOT / "dags" / "s3_scrub.py"))
+    bag = dag_bag(str(ROOT / "dags" / "s3_scrub.py"))
     assert not bag.import_errors, bag.import_errors
     dag = bag.dags[f"s3_scrub__{JOB}"]
     assert dag.schedule == "@monthly"
@@ -159,11 +159,11 @@ def test_scrub_dag_passes_then_fails_on_drift(api, minio):
 # REST API's POST above would create a run instead of answering 404.
 
 def _dag(dag_id: str):
-    from airflow.dag_processing.dagbag import DagBag
+    from helpers import dag_bag
 
     from helpers import ROOT
 
-    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    bag = dag_bag(str(ROOT / "dags"))
     assert not bag.import_errors, bag.import_errors
     return bag.dags[dag_id]
 

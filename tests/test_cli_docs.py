@@ -16,7 +16,9 @@ def documented_command_lines() -> list[str]:
     lines = []
     for doc in ("README.md", "docs/RESTORE.md"):
         text = (ROOT / doc).read_text()
-        for block in re.findall(r"```(?:bash)?\n(.*?)```", text, flags=re.S):
+        for language, block in re.findall(r"```(\w*)\n(.*?)```", text, flags=re.S):
+            if language not in ("", "bash"):
+                continue
             lines += [line.split("#")[0].split(" > ")[0].strip() for line in _joined(block)
                       if line.strip().startswith("s3arch ")]
     return lines

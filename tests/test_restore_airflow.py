@@ -74,7 +74,7 @@ def glacier_airflow(moto_server, tmp_path_factory):
 
 def test_restore_dag_defers_until_restored_then_extracts_every_object(glacier_airflow, moto_server, cli_env,
                                                                       reliability):
-    from airflow.dag_processing.dagbag import DagBag
+    from helpers import dag_bag
 
     airflow, proxy, s3, src, dst = glacier_airflow
     days = (date(2026, 8, 3), date(2026, 8, 4))
@@ -95,7 +95,7 @@ def test_restore_dag_defers_until_restored_then_extracts_every_object(glacier_ai
     ongoing = proxy.add(Fault("header", headers={"x-amz-restore": 'ongoing-request="true"'}, after=1, count=2,
                               match=lambda r: r.method == "HEAD" and r.key.endswith("08/03.tar.gz")))
 
-    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    bag = dag_bag(str(ROOT / "dags"))
     assert not bag.import_errors, bag.import_errors
     run = bag.dags[DAG_ID].test(logical_date=datetime(2026, 11, 1, tzinfo=timezone.utc), run_conf={
         "date_from": "2026-08-03", "date_to": "2026-08-04", "target": f"s3://{out}/back/", "tier": "Bulk"})

@@ -280,6 +280,87 @@ def user_client_from_env(env: dict, s3):
                         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
 
 
+LOCK_READS = ("s3:GetObjectRetention", "s3:GetObjectLegalHold")
+
+
+def role_names(src: str, dst: str) -> dict:
+    return dict(SOURCE_BUCKET=src, SOURCE_PREFIX="logs/", ARCHIVE_BUCKET=dst, ARCHIVE_PREFIX="vault/")
+
+
+def locked_run(src: str, dst: str, *extra: str) -> tuple:
+    return ("archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/vault/", "--storage-class", "STANDARD",
+            "--object-lock", "GOVERNANCE", "--retain-days", "1", *extra)
+
+
+def test_locked_runs_as_the_archive_role_commit_and_a_role_that_cannot_see_the_lock_says_so(lockable, minio,
+                                                                                              cli_env):
+    s3, src, dst = lockable
+    names = role_names(src, dst)
+    statements = policy("archive", **names)
+    blind = [dict(st, Action=[a for a in st["Action"] if a not in LOCK_READS]) if st["Sid"] == "WriteArchives" else st
+             for st in statements]
+    message = _denied(run_cli(as_user(cli_env, *minio_user(minio, blind)), *locked_run(src, dst), check=False))
+    assert "s3:GetObjectRetention" in message and "nothing was committed" in message, message
+    stem = f"vault/{src}/logs/2026/11/21"
+    # What docs/SECURITY.md says a failed locked try leaves: its archive, locked, and no manifest.
+    assert keys_in(s3, dst, "vault/") == [f"{stem}.tar.gz"]
+    assert s3.head_object(Bucket=dst, Key=f"{stem}.tar.gz")["ObjectLockMode"] == "GOVERNANCE"
+
+    role = as_user(cli_env, *minio_user(minio, statements))
+    result = run_json(role, *locked_run(src, dst))
+    assert result["status"] == "archived" and result["retention"]["mode"] == "GOVERNANCE"
+    versions = s3.list_object_versions(Bucket=dst, Prefix=f"{stem}.tar.gz")["Versions"]
+    assert len(versions) == 2  # the failed try's copy stays, noncurrent, until its retention ends
+    assert run_json(role, *locked_run(src, dst))["status"] == "skipped"
+    held = run_json(role, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/vault/held/", "--storage-class", "STANDARD",
+                    "--legal-hold")
+    assert held["retention"]["legal_hold"] == "ON"
+
+    deleting = as_user(cli_env, *minio_user(minio, statements + policy("archive-delete-extra", **names)))
+    assert run_json(deleting, *locked_run(src, dst, "--delete-source"))["deleted"] == 30
+    assert keys_in(s3, src, PREFIX) == []
+
+
+def role_clients(minio, statements: list[dict]):
+    from s3arch.io.s3 import S3Clients
+
+    user, secret = minio_user(minio, statements)
+    session = boto3.Session(aws_access_key_id=user, aws_secret_access_key=secret, region_name=minio.region)
+    return S3Clients.from_session(session, minio.endpoint_url)
+
+
+def test_the_catalog_and_scrub_roles_see_and_check_locked_archives(lockable, minio, cli_env):
+    from datetime import date
+
+    from s3arch.core.errors import ArchiverError
+    from s3arch.ops.catalog import ARCHIVED, Catalog
+    from s3arch.ops.jobs import job_from_dict
+    from s3arch.ops.scrub import scrub
+
+    s3, src, dst = lockable
+    names = role_names(src, dst)
+    run_json(as_user(cli_env, *minio_user(minio, policy("archive", **names))), *locked_run(src, dst))
+    job = job_from_dict("sec", {"source": f"s3://{src}/", "prefix_template": "logs/{date:%Y/%m/%d}/",
+                                "destination": f"s3://{dst}/vault/", "storage_class": "STANDARD",
+                                "start_date": "2026-11-21", "object_lock": "GOVERNANCE", "retain_days": 1})
+    day = date(2026, 11, 21)
+    results = f"vault/{src}/logs/_s3arch-scrub/sec/"
+
+    catalog = role_clients(minio, policy("catalog", **names)).control
+    view = Catalog(job, catalog).view(day, day, today=date(2026, 11, 27))
+    assert [d.state for d in view.days] == [ARCHIVED] and view.days[0].locked_until
+    with pytest.raises(ArchiverError, match="(?i)denied"):
+        scrub(job, catalog, day, day, sample=1)  # the catalog's role writes nothing
+    assert keys_in(s3, dst, results) == []
+
+    scrubber = role_clients(minio, policy("catalog", **names) + policy("scrub-extra", **names)).control
+    checked = scrub(job, scrubber, day, day, sample=2)
+    assert checked.ok and checked.verified == [day.isoformat()], checked.table()
+    assert f"{results}latest.json" in keys_in(s3, dst, results)
+    # The archive role, which a job's one connection usually carries, scrubs as well.
+    assert scrub(job, role_clients(minio, policy("archive", **names)).control, day, day, sample=1).ok
+
+
 def test_archive_bucket_policy_denies_archive_deletion_and_plain_http(minio, roles):
     """MinIO applies bucket policies to anonymous requests only, so the statements are shown
     twice: MinIO accepts them as the archive bucket's policy, and (without Principal) as part

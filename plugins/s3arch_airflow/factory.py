@@ -77,7 +77,7 @@ ARCHIVE_PARAMS = {
                      description="Last day of the range, inclusive (YYYY-MM-DD)."),
     "prefixes": Param(None, type=["null", "array"], items={"type": "string"}, title="Prefixes (optional, on-call)",
                       description="Exact prefixes to archive, one per line, e.g. logs/2026/11/03/. "
-                                  "Overrides the dates."),
+                                  "Give either these or the dates, not both."),
     "overwrite": Param(False, type=["boolean", "null"], title="Overwrite (optional)",
                        description="Re-archive prefixes that already have a complete archive."),
     "dry_run": Param(False, type=["boolean", "null"], title="Dry run (optional)",
@@ -103,7 +103,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
 
         @task(task_id="plan", execution_timeout=timedelta(minutes=10))
         def plan_prefixes(params: dict, dag_run=None, logical_date=None) -> list[list[str]]:
-            from airflow.sdk import conf
+            from s3arch_airflow.compat import conf
 
             from s3arch.ops.jobs import batches, plan
             from s3arch_airflow.failures import fail_task
@@ -250,7 +250,7 @@ def restore_dag(job: ArchiveJob) -> DAG:
 
         @task(task_id="plan", execution_timeout=timedelta(minutes=10))
         def plan_prefixes(params: dict) -> list[str]:
-            from airflow.sdk import conf
+            from s3arch_airflow.compat import conf
 
             from s3arch.core.errors import BadArgument
             from s3arch.ops.jobs import plan

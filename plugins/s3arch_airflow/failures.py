@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from s3arch_airflow.compat import AirflowException, AirflowFailException
 
 if TYPE_CHECKING:
     from s3arch.core.errors import Failure

@@ -81,7 +81,7 @@ def report_run(ti, *, task_id: str, rows_key: str, columns: tuple[str, ...] = CO
     prefix failed. The plan task returned batches of prefixes (archive) or prefixes (restore);
     with ``segmented_task_id``, the size task's split says which prefixes went to ``task_id``
     in batches and which to segment tasks ending in ``segmented_task_id``."""
-    from airflow.sdk.exceptions import AirflowFailException
+    from s3arch_airflow.compat import AirflowFailException
 
     planned = ti.xcom_pull(task_ids="plan")
     if not planned:

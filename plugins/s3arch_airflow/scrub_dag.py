@@ -66,7 +66,7 @@ def scrub_dag(job: ArchiveJob) -> DAG:
         @task(task_id="scrub", execution_timeout=timedelta(hours=6), pool=job.pool)
         def scrub_archives(params: dict) -> dict:
             from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-            from airflow.sdk.exceptions import AirflowFailException
+            from s3arch_airflow.compat import AirflowFailException
 
             from s3arch.ops.scrub import parse_range, scrub
             from s3arch_airflow.failures import fail_task

@@ -139,9 +139,10 @@ class RestoreLapsed(ArchivedObjectNotReadable):
 
 
 class LockNotApplied(ArchiverError):
-    """The endpoint accepted the Object Lock arguments but did not lock what was written (it
-    ignores Object Lock): nothing was committed. Permanent (exit 2): a retry against the same
-    endpoint would only be ignored again; use an endpoint and bucket that enforce Object Lock."""
+    """The HEAD of what was written shows no Object Lock: the caller lacks
+    s3:GetObjectRetention / s3:GetObjectLegalHold, or the endpoint ignores Object Lock; nothing
+    was committed. Permanent (exit 2): a retry would see the same; grant the permissions, or
+    use an endpoint and bucket that enforce Object Lock."""
 
 
 class SourceChanged(ArchiverError):

@@ -51,7 +51,8 @@ def retention_of(head: dict) -> dict:
 
 def check_applied(control, bucket: str, key: str, wanted: dict) -> dict:
     """HEAD the object just completed and check S3 locked it as asked (an endpoint that
-    ignored the lock arguments must not leave an archive believed immutable)."""
+    ignored the lock arguments, or a caller that cannot see the lock, must not leave an
+    archive believed immutable)."""
     try:
         head = control.head_object(Bucket=bucket, Key=key)
     except IO_ERRORS as exc:
@@ -60,10 +61,17 @@ def check_applied(control, bucket: str, key: str, wanted: dict) -> dict:
     missing = [name for name, arg in (("mode", "ObjectLockMode"), ("retain_until", "ObjectLockRetainUntilDate"),
                                       ("legal_hold", "ObjectLockLegalHoldStatus")) if arg in wanted and name not in state]
     if missing:
-        raise LockNotApplied(f"s3://{bucket}/{key} was written without the Object Lock asked for (no "
-                             f"{', '.join(missing)}): the endpoint ignored it; nothing was committed",
-                             hint="a retry would be ignored the same way: archive to an endpoint and bucket that "
-                                  "enforce Object Lock, or without --object-lock/--legal-hold")
+        # S3 returns the x-amz-object-lock-* headers only to a caller allowed to read them, so
+        # their absence is either a missing permission or an endpoint without Object Lock.
+        raise LockNotApplied(f"the HEAD of s3://{bucket}/{key} did not return the Object Lock asked for (no "
+                             f"{', '.join(missing)}): either the caller may not read it (it lacks "
+                             "s3:GetObjectRetention / s3:GetObjectLegalHold there) or the endpoint ignored the "
+                             "lock; nothing was committed",
+                             hint=f"grant s3:GetObjectRetention and s3:GetObjectLegalHold on s3://{bucket}/{key} "
+                                  "(docs/SECURITY.md, archive role) and run again; if the caller has them, archive "
+                                  "to an endpoint that enforces Object Lock, or without --object-lock/--legal-hold. "
+                                  "The archive this try wrote stays, locked, until its retention ends "
+                                  "(docs/SECURITY.md, after a failed locked run)")
     return {**state, "applied": "on creation"}
 
 

@@ -1,0 +1,91 @@
+"""Every measured figure the docs quote is in the committed result file the doc names.
+
+Each row: the doc, the sentence fragment that quotes the figure, the result file, where the
+value is in it, and how the doc rounds it. The doc must hold the fragment and name the file,
+and the file's value, rounded so, must be the figure the fragment shows. A re-run of a bench
+that changes a figure fails here until the doc says the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LATEST = "bench/results/latest.json"
+SPLIT = "bench/results/20261126T050805Z.json"
+SCALE = "bench/results/scale-1000000.json"
+RATIO = "bench/results/ratio.json"
+
+FIGURES = [
+    # (doc, fragment quoting the figure, result file, path in it, decimals)
+    ("docs/DEPLOY.md", "peak RSS 101 MiB on small logs", LATEST, "results.small.ours.peak_rss.max", 0),
+    ("docs/DEPLOY.md", "196 MiB on 1 MiB logs", LATEST, "results.medium.ours.peak_rss.max", 0),
+    ("docs/DEPLOY.md", "184 MiB on\nobjects of 256 MiB", LATEST, "results.large.ours.peak_rss.max", 0),
+    ("docs/DEPLOY.md", "88, 122 and 100 MiB", LATEST, "results.small.ours_64mib.peak_rss.max", 0),
+    ("docs/DEPLOY.md", "88, 122 and 100 MiB", LATEST, "results.medium.ours_64mib.peak_rss.max", 0),
+    ("docs/DEPLOY.md", "88, 122 and 100 MiB", LATEST, "results.large.ours_64mib.peak_rss.max", 0),
+    ("docs/DEPLOY.md", "0.245 ms of client CPU per small object", LATEST, "results.small.ours.cpu_ms_per_object", 3),
+    ("docs/DEPLOY.md", "it used\n4.9 s of CPU", LATEST, "results.small.ours.cpu_s", 1),
+    ("docs/DEPLOY.md", "0.366 ms against 0.226 ms", SPLIT, "lines.segments.small.cpu_ms_per_object.two", 3),
+    ("docs/DEPLOY.md", "0.366 ms against 0.226 ms", SPLIT, "lines.segments.small.cpu_ms_per_object.one", 3),
+    ("docs/DEPLOY.md", "(1.62x)", SPLIT, "lines.segments.small.cpu_growth", 2),
+    ("bench/README.md", "| defaults | 753.0 s | 0.332 ms | 100 MiB", "bench/results/scale-200000.json", "archive_defaults.peak_rss_mib", 0),
+    ("README.md", "archive in 0.75 of the time", LATEST, "results.small.ratio.median", 2),
+    ("README.md", "at 0.245 ms of client CPU per object", LATEST, "results.small.ours.cpu_ms_per_object", 3),
+    ("README.md", "objects in 649 s in one process", SCALE, "archive_processes_1.wall_s", 0),
+    ("README.md", "in one process, in 110 MiB", SCALE, "archive_processes_1.peak_rss_mib", 0),
+    ("bench/README.md", "**0.245 ms CPU/object**", LATEST, "results.small.ours.cpu_ms_per_object", 3),
+    ("bench/README.md", "peak RSS 328 MiB at 256 MiB, worst of 3", LATEST, "results.many.ours.peak_rss.max", 0),
+    ("bench/README.md", "peak RSS 101 / 196 / 184 MiB", LATEST, "results.small.ours.peak_rss.max", 0),
+    ("bench/README.md", "peak RSS 101 / 196 / 184 MiB", LATEST, "results.medium.ours.peak_rss.max", 0),
+    ("bench/README.md", "peak RSS 101 / 196 / 184 MiB", LATEST, "results.large.ours.peak_rss.max", 0),
+    ("bench/README.md", "88 / 122 / 100 MiB", LATEST, "results.small.ours_64mib.peak_rss.max", 0),
+    ("bench/README.md", "88 / 122 / 100 MiB", LATEST, "results.medium.ours_64mib.peak_rss.max", 0),
+    ("bench/README.md", "88 / 122 / 100 MiB", LATEST, "results.large.ours_64mib.peak_rss.max", 0),
+    ("bench/README.md", "CPU 0.226 -> 0.366 ms/object", SPLIT, "lines.segments.small.cpu_ms_per_object.one", 3),
+    ("bench/README.md", "CPU 0.226 -> 0.366 ms/object", SPLIT, "lines.segments.small.cpu_ms_per_object.two", 3),
+    ("bench/README.md", "segments 5.64 s", SPLIT, "lines.segments.small.cpu_split_s.workers_segment", 2),
+    ("bench/README.md", "1.09 s, against 4.52 s", SPLIT, "lines.segments.small.cpu_split_s.parent", 2),
+    ("bench/README.md", "1.09 s, against 4.52 s", SPLIT, "lines.segments.small.cpu_split_s.one_process", 2),
+    ("bench/README.md", "8.13 [8.09-8.17] round trips", SPLIT, "lines.fixed.round_trips.median", 2),
+    ("bench/README.md", "0.95 [0.94-0.96] (target 1.0", SPLIT, "lines.startup.vs_s5cmd.warm.median", 2),
+    ("bench/README.md", "1.08 [1.07-1.12] and 1.01", LATEST, "lines.restore.0ms.ours_vs_s5cmd.median", 2),
+    ("bench/README.md", "| 809.6 s | 1,235 |", SCALE, "archive_defaults.wall_s", 1),
+    ("bench/README.md", "| 649.3 s | 1,540 |", SCALE, "archive_processes_1.wall_s", 1),
+    ("bench/README.md", "4.74:1 with `gzip -6`", RATIO, "reference.ratio", 2),
+    ("README.md", "at the 4.24:1 the default codec reaches", RATIO, "default.ratio", 2),
+]
+
+
+@cache
+def result(name: str) -> dict:
+    return json.loads((ROOT / name).read_text())
+
+
+def value_at(data, path: str):
+    for part in path.split("."):
+        data = data[part]
+    return data
+
+
+def test_the_paths_into_the_result_files_exist():
+    for _, _, name, path, _ in FIGURES:
+        assert isinstance(value_at(result(name), path), (int, float)), (name, path)
+
+
+@pytest.mark.parametrize("doc, fragment, name, path, decimals", FIGURES,
+                         ids=[f"{row[0]}:{row[3]}" for row in FIGURES])
+def test_a_quoted_figure_is_the_committed_results(doc, fragment, name, path, decimals):
+    text = (ROOT / doc).read_text()
+    flat = re.sub(r"\s+", " ", text)
+    assert re.sub(r"\s+", " ", fragment) in flat, f"{doc} no longer says {fragment!r}: update this table"
+    assert name in text, f"{doc} quotes {fragment!r} without naming {name}"
+    value = value_at(result(name), path)
+    shown = f"{value:,.{decimals}f}"
+    assert re.search(rf"(?<![\d.]){re.escape(shown)}(?![\d])", fragment), \
+        f"{name} {path} is {value}, which {doc} would show as {shown}, not as in {fragment!r}"
