@@ -111,12 +111,13 @@ def _listing_peak_rss(proxy, minio, count) -> tuple[int, int, float]:
     script = textwrap.dedent(f"""
         import json, time, boto3
         from s3arch.io.listing import ListingFeed
+        from s3arch.format.tally import ListingTally
         from s3arch.io.s3 import S3Clients
         session = boto3.Session(aws_access_key_id={minio.access_key!r}, aws_secret_access_key={minio.secret_key!r},
                                 region_name="us-east-1")
         clients = S3Clients.from_session(session, {proxy.endpoint_url!r})
         started = time.monotonic()
-        feed = ListingFeed(clients.control, {bucket!r}, "big/")
+        feed = ListingFeed(clients.control, {bucket!r}, "big/", tally=ListingTally())
         n = sum(1 for _ in feed)
         hwm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
         print(json.dumps([hwm, n, time.monotonic() - started]))
