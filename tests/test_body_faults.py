@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from faultproxy import Fault, FaultProxy, is_archive_get, is_manifest_get, is_segment_records_get
+from faultproxy import Fault, is_archive_get, is_manifest_get, is_segment_records_get
 from helpers import ROOT, engine_clients, keys_in, open_uploads, read_archive, run_cli, seed
 from s3arch.core.config import S3Url
 from s3arch.protocol.deletion import delete_archived_sources
@@ -26,11 +26,7 @@ from s3arch.core.errors import MalformedRequest, TransientError, WrongRegion, er
 from s3arch.format.manifest import layout_for
 
 
-@pytest.fixture
-def proxy(minio):
-    p = FaultProxy(minio.endpoint_url, seed=30)
-    yield p
-    p.stop()
+PROXY_SEED = 30  # the conftest proxy's random faults
 
 
 @pytest.fixture

@@ -174,25 +174,21 @@ def test_step_4_aborts_the_records_upload_a_killed_large_segment_left(s3, bucket
     assert [k for k in keys_in(s3, dst) if ".segments/" in k] == []
 
 
-def test_the_index_is_written_before_the_lease_is_released(s3, buckets, minio):
+def test_the_index_is_written_before_the_lease_is_released(s3, buckets, minio, proxy):
     """The index belongs to the run whose manifest won, and only while it holds the lease:
     released earlier, an --overwrite starting at once could have its new index replaced by
     this run's late one. The index PUT is held 2 s; the lease's DELETE must come after."""
-    from faultproxy import Fault, FaultProxy
+    from faultproxy import Fault
 
     from helpers import engine_clients
 
     src, dst = buckets
     seed(s3, src, {f"day/{i}.log": b"x" * 50 for i in range(10)})
-    proxy = FaultProxy(minio.endpoint_url)
     seen: list = []
-    try:
-        proxy.add(Fault("status", rate=0.0, match=lambda r: seen.append((time.monotonic(), r.method, r.key)) or False))
-        proxy.add(Fault("stall", seconds=2, count=1,
-                        match=lambda r: r.method == "PUT" and r.key.endswith(".manifest-index.json.gz")))
-        assert archive_prefix(_spec(src, dst), engine_clients(minio, proxy.endpoint_url)).status == "archived"
-    finally:
-        proxy.stop()
+    proxy.add(Fault("status", rate=0.0, match=lambda r: seen.append((time.monotonic(), r.method, r.key)) or False))
+    proxy.add(Fault("stall", seconds=2, count=1,
+                    match=lambda r: r.method == "PUT" and r.key.endswith(".manifest-index.json.gz")))
+    assert archive_prefix(_spec(src, dst), engine_clients(minio, proxy.endpoint_url)).status == "archived"
     index_put = next(t for t, method, key in seen if method == "PUT" and key.endswith(".manifest-index.json.gz"))
     lease_delete = next(t for t, method, key in seen if method == "DELETE" and key.endswith(".lease.json"))
     assert lease_delete - index_put >= 1.9

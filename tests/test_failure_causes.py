@@ -19,7 +19,7 @@ import pytest
 import s3arch.io.attributes
 import s3arch.io.connections
 import s3arch.io.fetching
-from faultproxy import Fault, FaultProxy, is_get
+from faultproxy import Fault, is_get
 from helpers import engine_clients, keys_in, open_uploads, read_archive, seed
 from s3arch.archive import archive_prefix
 from s3arch.core.config import ArchiveSpec, S3Url
@@ -35,11 +35,7 @@ def is_tagging(r) -> bool:
     return r.method == "GET" and "tagging" in r.query
 
 
-@pytest.fixture
-def proxy(minio):
-    p = FaultProxy(minio.endpoint_url, seed=11)
-    yield p
-    p.stop()
+PROXY_SEED = 11  # the conftest proxy's random faults
 
 
 def _words(rng: random.Random, size: int) -> bytes:

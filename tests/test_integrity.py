@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from faultproxy import Fault, FaultProxy, is_get, is_list, is_upload_part, wait_until
+from faultproxy import Fault, is_get, is_list, is_upload_part, wait_until
 from helpers import (ROOT, engine_clients, keys_in, minio_user, open_uploads, read_archive, run_cli, run_json,
                      seed)
 from s3arch.archive import archive_prefix
@@ -31,11 +31,7 @@ def cli_archive(env, src, dst, *extra, check=False) -> dict:
                     "--memory-budget", "64MiB", *extra, check=check)
 
 
-@pytest.fixture
-def proxy(minio):
-    p = FaultProxy(minio.endpoint_url, seed=13)
-    yield p
-    p.stop()
+PROXY_SEED = 13  # the conftest proxy's random faults
 
 
 @pytest.fixture

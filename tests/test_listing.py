@@ -349,11 +349,11 @@ class AnswerShort:
         return body.replace(b"<IsTruncated>true</IsTruncated>", b"<IsTruncated>false</IsTruncated>")
 
 
-def test_a_range_whose_page_ends_short_still_lists_every_key(minio, s3, buckets):
+def test_a_range_whose_page_ends_short_still_lists_every_key(minio, s3, buckets, proxy):
     """The fault proxy answers one StartAfter LIST of a cut range with its first 3 keys and
     IsTruncated false, the rest of the range unlisted: every key of the prefix is listed anyway,
     once and in order, as boto3's listing (straight to MinIO) has them; in order and out of order."""
-    from faultproxy import Fault, FaultProxy, is_list
+    from faultproxy import Fault, is_list
 
     from s3arch.io.listing import key_order
 
@@ -361,18 +361,14 @@ def test_a_range_whose_page_ends_short_still_lists_every_key(minio, s3, buckets)
     seed(s3, src, {f"short/{h:02d}/{i:04d}.log": b"y" for h in range(6) for i in range(250)})
     truth = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=src, Prefix="short/")
              for o in page.get("Contents", [])]
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        clients = engine_clients(minio, endpoint_url=proxy.endpoint_url)
-        for ordered in (True, False):
-            proxy.clear()
-            short = AnswerShort(3)
-            proxy.add(Fault("rewrite", rewrite=short, match=lambda r: is_list(r) and "start-after" in r.query))
-            listed, ranges = _listed_keys(clients.control, src, "short/", workers=8, page_size=40, ordered=ordered)
-            assert len(short.hidden) == 37 and ranges >= 4
-            assert len(listed) == len(set(listed)), "a key was listed twice"
-            missed = sorted(set(truth) - set(listed), key=key_order)
-            assert not missed, f"ordered={ordered}: {len(missed)} keys missed, first {missed[:3]}"
-            assert (listed if ordered else sorted(listed, key=key_order)) == truth
-    finally:
-        proxy.stop()
+    clients = engine_clients(minio, endpoint_url=proxy.endpoint_url)
+    for ordered in (True, False):
+        proxy.clear()
+        short = AnswerShort(3)
+        proxy.add(Fault("rewrite", rewrite=short, match=lambda r: is_list(r) and "start-after" in r.query))
+        listed, ranges = _listed_keys(clients.control, src, "short/", workers=8, page_size=40, ordered=ordered)
+        assert len(short.hidden) == 37 and ranges >= 4
+        assert len(listed) == len(set(listed)), "a key was listed twice"
+        missed = sorted(set(truth) - set(listed), key=key_order)
+        assert not missed, f"ordered={ordered}: {len(missed)} keys missed, first {missed[:3]}"
+        assert (listed if ordered else sorted(listed, key=key_order)) == truth

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from faultproxy import Fault, FaultProxy, is_get
+from faultproxy import Fault, is_get
 from helpers import engine_clients, minio_user, put_exact_key, read_archive, run_cli, seed
 from s3arch.archive import archive_prefix
 from s3arch.core.config import ArchiveSpec, S3Url
@@ -23,11 +23,7 @@ from s3arch.core.errors import AccessDenied, CertificateUntrusted, SourceChanged
 from test_tls import minio_tls  # noqa: F401 - the session's HTTPS MinIO with its own CA
 
 
-@pytest.fixture
-def proxy(minio):
-    p = FaultProxy(minio.endpoint_url, seed=33)
-    yield p
-    p.stop()
+PROXY_SEED = 33  # the conftest proxy's random faults
 
 
 def fetch(plane, key, *, etag=None, byte_range=None, timeout=30.0, cancel_after=None):

@@ -13,15 +13,11 @@ import time
 
 import pytest
 
-from faultproxy import Fault, FaultProxy, is_get
+from faultproxy import Fault, is_get
 from helpers import keys_in, open_uploads, read_archive, run_cli, seed
 
 
-@pytest.fixture
-def proxy(minio):
-    p = FaultProxy(minio.endpoint_url, seed=31)
-    yield p
-    p.stop()
+PROXY_SEED = 31  # the conftest proxy's random faults
 
 
 def test_a_prefix_throttled_for_30_seconds_archives_slower_instead_of_failing(s3, buckets, proxy, cli_env,
