@@ -108,6 +108,16 @@ def buckets(s3):
 
 
 @pytest.fixture
+def day(s3, buckets):
+    """1,500 small logs under ``day/`` of the source bucket: {key: body}."""
+    from helpers import seed
+
+    objects = {f"day/{i:04d}.log": (b"entry %d\n" % i) * (i % 40 + 1) for i in range(1500)}
+    seed(s3, buckets[0], objects)
+    return objects
+
+
+@pytest.fixture
 def clients(minio):
     from helpers import engine_clients
 
