@@ -20,6 +20,10 @@ from faultproxy import Fault, FaultProxy, is_get, wait_until
 from helpers import LOG_TEMPLATE as TEMPLATE, keys_in, open_uploads
 from test_airflow_e2e import assert_archived_once, wait_for
 
+
+pytestmark = pytest.mark.slow  # the Celery stack: PostgreSQL, Redis, two workers
+
+
 DAG_ID, NIGHTLY = "s3_archive__cel", "s3_archive__nightly"
 MIN_AGE = 2
 HEARTBEAT_TIMEOUT = 20  # seconds before the scheduler fails the task of a dead worker

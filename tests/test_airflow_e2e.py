@@ -22,6 +22,10 @@ from devtools.servers import ServerStartError
 from faultproxy import Fault, FaultProxy, is_upload_part, wait_until
 from helpers import LOG_TEMPLATE as TEMPLATE, airflow_with_log_job, keys_in, open_uploads, read_archive, seed
 
+
+pytestmark = pytest.mark.slow  # real Airflow processes (api-server, scheduler, dag-processor, triggerer)
+
+
 DAG_ID = "s3_archive__e2e"
 MIN_AGE = 2
 

@@ -75,6 +75,7 @@ def test_a_reset_inside_the_manifest_body_is_resumed(command, s3, buckets, archi
 
 
 @pytest.mark.parametrize("command", READERS)
+@pytest.mark.slow
 def test_a_manifest_body_that_never_arrives_exits_3_naming_it(command, s3, buckets, archived, proxy, cli_env,
                                                               tmp_path, reliability):
     """Before: exit 1 with a traceback. After: exit 3 (try again), the manifest named."""
@@ -258,6 +259,7 @@ def _objects_under(s3, bucket: str, prefix: str) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("command", ARCHIVE_READERS)
+@pytest.mark.slow
 def test_a_reset_inside_the_archive_body_is_resumed_and_every_byte_is_right(
         command, s3, buckets, archived_blobs, proxy, cli_env, tmp_path, reliability):
     """The first GET of the archive's body is reset after half its bytes; the command resumes it
@@ -288,6 +290,7 @@ def test_a_reset_inside_the_archive_body_is_resumed_and_every_byte_is_right(
 
 
 @pytest.mark.parametrize("command", ARCHIVE_READERS)
+@pytest.mark.slow
 def test_an_archive_body_that_never_arrives_exits_3_naming_the_archive_and_what_was_read(
         command, s3, buckets, archived_blobs, proxy, cli_env, tmp_path, reliability):
     """Every GET of the archive's body is reset right after its head: after its retries the
@@ -309,6 +312,7 @@ def test_an_archive_body_that_never_arrives_exits_3_naming_the_archive_and_what_
                        f"{fault.injected} resets", f"exit 3 in {took:.1f} s: {stderr.strip()[:90]}...")
 
 
+@pytest.mark.slow
 def test_a_reset_inside_a_segments_records_during_assembly_is_resumed(s3, buckets, proxy, cli_env, reliability):
     """A segmented run (3 segments, 2 processes): the assembly reads each segment's records
     to write the final manifest; the first such read is reset after half its body. The run

@@ -10,6 +10,9 @@ from s3arch.archive import archive_prefix
 from s3arch.core.config import S3Url
 
 
+pytestmark = pytest.mark.slow  # archives 1,500 objects and re-runs the CLI over each damage
+
+
 @pytest.mark.parametrize("damage", ["deleted", "replaced", "truncated"])
 def test_committed_prefix_with_a_damaged_archive_is_not_skipped(s3, buckets, day, cli_env, damage, reliability):
     src, dst = buckets

@@ -212,6 +212,7 @@ def test_the_index_is_written_before_the_lease_is_released(s3, buckets, minio, p
     assert not [k for k in keys_in(s3, dst) if k.endswith(".lease.json")]
 
 
+@pytest.mark.slow
 def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_segments(s3, buckets, clients,
                                                                                          monkeypatch):
     """The pipeline starts on the first page while the prefix is still being sized; when the
@@ -259,6 +260,7 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
 
 
 
+@pytest.mark.slow
 def test_a_prefix_that_proves_large_while_compression_is_the_bottleneck_stops_the_pipeline_as_large(
         s3, buckets, clients, monkeypatch):
     """The same switch with zstd -19 on one thread: the tar writer is waiting on the compressor

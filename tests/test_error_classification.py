@@ -55,6 +55,7 @@ def test_expired_token_is_retryable_and_a_skewed_clock_says_so(s3, buckets, prox
     assert proc.returncode == (3 if retryable else 2)
 
 
+@pytest.mark.slow
 def test_the_cli_exit_code_says_fix_retry_or_empty_as_the_user_sees_it(s3, buckets, day, cli_env):
     """2: change something; 3: try again later; 4: nothing there. Run as a user runs it."""
     import json

@@ -9,8 +9,14 @@ import os
 import random
 import time
 
+import pytest
+
 from faultproxy import Fault
 from helpers import keys_in, run_cli, run_json, seed
+
+
+pytestmark = pytest.mark.slow  # each test archives then extracts hundreds of objects through the CLI
+
 
 PREFIX = "day/2026/11/21/"
 ODD_KEYS = ["with space/and+plus.log", "percent%20stays.log", "ünïcødé/日本語.txt", "q?uery#frag&amp=.log",

@@ -27,6 +27,9 @@ from s3arch.core.errors import AccessDenied, ArchiverError, SourceChanged, Trans
 from s3arch.format.manifest import iter_manifest, layout_for
 
 
+pytestmark = pytest.mark.slow  # zstd -19 as the bottleneck, five runs per cause: minutes
+
+
 def is_object_get(r) -> bool:
     return is_get(r) and "tagging" not in r.query
 

@@ -19,6 +19,10 @@ from s3arch.archive import archive_prefix
 from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.format.manifest import iter_manifest, layout_for
 
+
+pytestmark = pytest.mark.slow  # a million-entry listing and hostile keys through GNU tar
+
+
 LONG_KEY = "p/" + "/".join(["seg-" + "é" * 60] * 8)  # non-ASCII, segments under NAME_MAX
 LONG_KEY = LONG_KEY + "x" * (1024 - len(LONG_KEY.encode()))
 

@@ -18,6 +18,9 @@ from faultproxy import Fault, Request, is_list, is_upload_part, makes_visible
 from helpers import ROOT, keys_in, open_uploads, read_archive, run_cli, seed
 
 
+pytestmark = pytest.mark.slow  # SIGKILL at chosen points, then a re-run
+
+
 PROXY_SEED = 11  # the conftest proxy's random faults
 
 

@@ -4,6 +4,8 @@ a page is not in the shape the parser knows."""
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import engine_clients, put_exact_key, seed
 
 ODD_KEYS = ["odd/plain.log", "odd/space and+plus.log", "odd/amp&lt;<>\"'.log", "odd/percent%2F%25.log",
@@ -11,6 +13,7 @@ ODD_KEYS = ["odd/plain.log", "odd/space and+plus.log", "odd/amp&lt;<>\"'.log", "
             "odd/emoji-\U0001F600.log", "odd/trailing-space .log", "odd/dir/"]  # MinIO refuses "a//b"
 
 
+@pytest.mark.slow
 def test_page_parser_reads_what_botocore_reads_for_keys_that_need_escaping(minio, s3, buckets):
     from s3arch.io.listed import PAGE_KEY
     from s3arch.io.listing import iter_pages
@@ -78,6 +81,7 @@ def _listed_keys(control, bucket, prefix, **kwargs) -> list[str]:
     return keys, listing.ranges
 
 
+@pytest.mark.slow
 def test_parallel_ranges_list_every_odd_key_once_in_s3_order(minio, s3, buckets):
     """Keys that need escaping, of every length and script, in hourly and flat layouts: cut
     into many ranges (pages of 40 keys), listed in order and out of order, each is listed once,
@@ -105,6 +109,7 @@ def test_parallel_ranges_list_every_odd_key_once_in_s3_order(minio, s3, buckets)
     assert ranged == sequential[101:1201]
 
 
+@pytest.mark.slow
 def test_keys_added_and_removed_while_listing_in_parallel_leave_the_others_listed_once(minio, s3, buckets):
     """While eight ranges are being listed, keys are deleted and added all over the prefix:
     every key there from start to end is listed exactly once, no key twice, all in order."""
@@ -279,6 +284,7 @@ def test_every_cut_key_is_a_valid_object_name_over_many_dotted_key_sets():
     assert found > 0.6 * asked, f"only {found} of {asked} ranges could be cut"
 
 
+@pytest.mark.slow
 def test_a_dotted_prefix_lists_in_parallel_on_minio_with_every_start_after_accepted(minio, s3, buckets):
     """The 1,000,000-object day's failure in small: keys full of '.', '-' and '/', listed in
     parallel with cuts forced (pages of 10 keys): MinIO accepts every StartAfter (today's

@@ -52,6 +52,7 @@ def peak_growth(minio, endpoint, src, dst, prefix, **spec_args) -> dict:
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_growing_parts_while_the_total_is_unknown_stay_within_the_budget(s3, buckets, proxy, minio, reliability):
     src, dst = buckets
     # 24 x 12 MiB of random data in the first listing page; the second page is held back for
@@ -69,6 +70,7 @@ def test_growing_parts_while_the_total_is_unknown_stay_within_the_budget(s3, buc
                        f"peak RSS growth {out['growth'] >> 20} MiB for a 64 MiB budget")
 
 
+@pytest.mark.slow
 def test_sixteen_compression_threads_on_a_64_mib_budget_stay_within_it(s3, buckets, minio, reliability):
     """16 threads asked for, each a zstd -19 context (17 MiB at 1 MiB blocks): the memory plan
     must run fewer (one, on 64 MiB), and peak RSS shows it did. 45 x 1.5 MiB of log-like text

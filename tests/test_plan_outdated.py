@@ -12,6 +12,10 @@ import pytest
 
 from helpers import keys_in, open_uploads, read_archive, run_segment_workers_inline, seed
 
+
+pytestmark = pytest.mark.slow  # segmented CLI runs whose plan goes stale
+
+
 PREFIX = "events/2026/11/21/"
 
 

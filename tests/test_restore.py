@@ -13,6 +13,10 @@ import pytest
 from faultproxy import Fault
 from helpers import keys_in, put_exact_key, run_cli, run_json, seed
 
+
+pytestmark = pytest.mark.slow  # Glacier round trips on moto: archive, restore, extract
+
+
 PREFIX = "logs/2026/10/21/"
 
 

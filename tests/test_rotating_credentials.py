@@ -17,8 +17,14 @@ import threading
 import time
 from datetime import datetime
 
+import pytest
+
 from faultproxy import Fault, is_get, is_upload_part
 from helpers import ROOT, open_uploads, read_archive, run_cli, seed
+
+
+pytestmark = pytest.mark.slow  # a segmented run outliving many short-lived keys
+
 
 PREFIX = "logs/2026/11/02/"
 LIFETIME = 3.0  # seconds after its issue that botocore refreshes a key

@@ -18,6 +18,10 @@ import pytest
 from faultproxy import Fault
 from helpers import ROOT, engine_clients, keys_in, minio_user, open_uploads, run_cli, run_json, seed
 
+
+pytestmark = pytest.mark.slow  # Object Lock, IAM roles and KMS: a MinIO of its own and many CLI runs
+
+
 PREFIX = "logs/2026/11/21/"
 
 

@@ -18,6 +18,10 @@ import pytest
 from faultproxy import Fault, is_get, wait_until
 from helpers import ROOT, keys_in, open_uploads, read_archive, run_cli, run_json, run_segment_workers_inline, seed
 
+
+pytestmark = pytest.mark.slow  # segmented runs with worker processes, killed and run again
+
+
 PREFIX = "events/2026/11/21/"
 
 

@@ -6,10 +6,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from faultproxy import Fault, wait_until
 from helpers import ROOT, cli_archive_day, day_spec, keys_in, minio_user, read_archive, run_cli, run_json, seed
 from s3arch.archive import archive_prefix
 from s3arch.core.config import S3Url
+
+
+pytestmark = pytest.mark.slow  # archives 1,500 objects and deletes them, killed and re-run
 
 
 PROXY_SEED = 13  # the conftest proxy's random faults
