@@ -12,7 +12,7 @@ TOXIPROXY := .cache/bin/toxiproxy-server
 RCLONE_VERSION := v1.72.0
 RCLONE := .cache/bin/rclone
 
-.PHONY: demo airflow airflow-celery test compat reliability screenshot bench bench-scale venv minio s5cmd bench-tools lock clean
+.PHONY: demo airflow airflow-celery typecheck test test-fast compat reliability screenshot bench bench-scale venv minio s5cmd bench-tools lock clean
 
 $(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,12 +79,20 @@ airflow-celery: venv minio
 compat: venv minio
 	$(PY) -m devtools.compat
 
-# The type check first (seconds), then the suite. Only a failed test's tmp_path is kept: it is
-# on tmpfs where there is room (tests/conftest.py), where a kept one holds memory.
-test: venv minio
+typecheck: venv
 	mkdir -p .cache/typecheck && ln -sfn ../../tasks .cache/typecheck/s3arch
 	MYPYPATH=.cache/typecheck:plugins $(PY) -m mypy -p s3arch -p s3arch_airflow
+
+# The type check first (seconds), then the suite. Only a failed test's tmp_path is kept: it is
+# on tmpfs where there is room (tests/conftest.py), where a kept one holds memory.
+test: venv minio typecheck
 	$(PY) -m pytest -o tmp_path_retention_policy=failed
+
+# The loop to run after each change: the type check, then the suite without the tests marked
+# slow (Airflow stacks, the browser, package and venv builds, stopping the stacks, and the
+# engine tests that take half a minute or more each; pytest.ini says which).
+test-fast: venv minio typecheck
+	$(PY) -m pytest -o tmp_path_retention_policy=failed -m "not slow"
 
 # docs/RELIABILITY.md's fault table: the tests that inject faults (the files that call
 # reliability.record), and when they all pass the doc's table is rewritten from what they

@@ -12,12 +12,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from s3arch.protocol.commit import ArchiveResult, CommitProtocol, cost_of
-from s3arch.core.cost import short_of_minimum
 from s3arch.format.compression import codec_for
 from s3arch.core.config import ArchiveSpec, MiB
 from s3arch.core.errors import BadArgument, EmptyPrefix
 from s3arch.core.stops import Cancel
-from s3arch.io.listing import LISTING_WORKERS, NEEDS_RESTORE, SourceClasses, iter_pages
+from s3arch.io.listing import LISTING_WORKERS, NEEDS_RESTORE, iter_pages
 from s3arch.format.manifest import layout_for
 from s3arch.core.outcome import Outcome
 from s3arch.produce.producers import OnThisMachine, PlannedAssembly
@@ -25,7 +24,7 @@ from s3arch.core.progress import Progress
 from s3arch.io.retention import has_default_retention, require_object_lock
 from s3arch.io.reads import read_object
 from s3arch.io.s3 import S3Clients
-from s3arch.format.tarwriter import member_size_bound
+from s3arch.format.tally import ListingTally
 
 
 def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
@@ -145,29 +144,26 @@ def _dry_run(spec, clients, result, started) -> ArchiveResult:
     sample fetched in parallel: the cost is the listing plus a bounded number of GETs in a
     few round trips, whatever the prefix's size."""
     result.status = Outcome.DRY_RUN
-    tar_bound = short = 0
     sample: list = []
     sample_bytes = 0
-    classes = SourceClasses()
+    tally = ListingTally()
     for page in iter_pages(clients.control, spec.source.bucket, spec.source.key, workers=LISTING_WORKERS, ordered=False):
-        classes.add(page)
+        tally.add(page)
         for o in page:
-            result.objects += 1
-            result.bytes_in += o.size
-            tar_bound += member_size_bound(o.key, o.size)
-            short += short_of_minimum(o.size)
             if sample_bytes < _SAMPLE_BYTES and len(sample) < _SAMPLE_OBJECTS and 0 < o.size <= 4 * MiB \
                     and o.storage_class not in NEEDS_RESTORE:
                 sample.append(o)
                 sample_bytes += o.size
+    result.objects, result.bytes_in = tally.objects, tally.bytes
     if result.objects == 0:
         raise EmptyPrefix(f"{spec.source} holds no objects; nothing would be archived")
     sample_in, sample_out = _compressed_sample(spec, clients, sample)
     ratio = sample_out / sample_in if sample_in else 1.0
-    result.tar_bytes = tar_bound
-    result.estimated_bytes_out = int(tar_bound * ratio)
-    result.cost = cost_of(spec, result.objects, result.bytes_in, short, result.estimated_bytes_out,
-                          classes.bytes_by_class)
+    result.tar_bytes = tally.tar_bytes
+    result.estimated_bytes_out = int(tally.tar_bytes * ratio)
+    result.cost = cost_of(spec, result.objects, result.bytes_in, tally.short_of_min_billable,
+                          result.estimated_bytes_out, tally.classes.bytes_by_class)
+    classes = tally.classes
     if classes.unreadable:
         result.needs_restore = classes.unreadable
         result.notes.append(classes.note(str(spec.source)))

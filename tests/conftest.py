@@ -68,6 +68,31 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 @pytest.fixture
+def start_proxy():
+    """Starts a fault-injecting proxy (tests/faultproxy.py) in front of an S3 endpoint:
+    ``start_proxy(endpoint_url, **options)``; every proxy started is stopped after the test,
+    which releases the requests it still holds."""
+    from faultproxy import FaultProxy
+
+    started: list[FaultProxy] = []
+
+    def start(upstream: str, **options) -> FaultProxy:
+        started.append(FaultProxy(upstream, **options))
+        return started[-1]
+
+    yield start
+    for proxy in started:
+        proxy.stop()
+
+
+@pytest.fixture
+def proxy(minio, start_proxy, request):
+    """A fault-injecting proxy in front of MinIO. Its random faults draw from the seed a module
+    sets as ``PROXY_SEED`` (1 if it sets none), so a module's faults fall the same way each run."""
+    return start_proxy(minio.endpoint_url, seed=getattr(request.module, "PROXY_SEED", 1))
+
+
+@pytest.fixture
 def s3(minio):
     return minio.client(max_pool_connections=64)
 
@@ -80,6 +105,16 @@ def buckets(s3):
     s3.create_bucket(Bucket=src)
     s3.create_bucket(Bucket=dst)
     return src, dst
+
+
+@pytest.fixture
+def day(s3, buckets):
+    """1,500 small logs under ``day/`` of the source bucket: {key: body}."""
+    from helpers import seed
+
+    objects = {f"day/{i:04d}.log": (b"entry %d\n" % i) * (i % 40 + 1) for i in range(1500)}
+    seed(s3, buckets[0], objects)
+    return objects
 
 
 @pytest.fixture

@@ -30,6 +30,20 @@ def run_json(env, *args, check=True) -> dict:
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
 
 
+def day_spec(src: str, dst: str, **options):
+    """The engine's spec archiving ``day/`` of ``src`` into ``a/`` of ``dst`` (STANDARD, 64 MiB)."""
+    from s3arch.core.config import ArchiveSpec, S3Url
+
+    return ArchiveSpec(S3Url(src, "day/"), S3Url(dst, "a/"), storage_class="STANDARD", memory_budget=64 << 20,
+                       **options)
+
+
+def cli_archive_day(env, src: str, dst: str, *extra, check=False) -> dict:
+    """``s3arch archive`` of ``day/`` of ``src`` into ``a/`` of ``dst``, as ``day_spec``; its JSON result."""
+    return run_json(env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
+                    "--memory-budget", "64MiB", *extra, check=check)
+
+
 def keys_in(s3, bucket: str, prefix: str = "") -> list[str]:
     out = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):

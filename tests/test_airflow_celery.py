@@ -16,9 +16,13 @@ from devtools.airflow_celery import WORKERS, prepare_celery_airflow
 from devtools.airflow_local import write_jobs_file
 from devtools.sample_data import seed_day
 from devtools.servers import ServerStartError
-from faultproxy import Fault, FaultProxy, is_get
+from faultproxy import Fault, FaultProxy, is_get, wait_until
 from helpers import LOG_TEMPLATE as TEMPLATE, keys_in, open_uploads
 from test_airflow_e2e import assert_archived_once, wait_for
+
+
+pytestmark = pytest.mark.slow  # the Celery stack: PostgreSQL, Redis, two workers
+
 
 DAG_ID, NIGHTLY = "s3_archive__cel", "s3_archive__nightly"
 MIN_AGE = 2
@@ -140,15 +144,15 @@ def stall_gets_of(airflow, day: date, count: int, seconds: float) -> Fault:
     return fault
 
 
-def kill_worker_running(airflow, run_id, task_id, host_lost=False) -> tuple[str, dict, float]:
-    """Wait until a ``task_id`` instance of the run is running, SIGKILL the process group of
-    the worker it runs on (``host_lost``: and its task processes); (worker, that task
-    instance, when)."""
+def kill_worker_running(airflow, run_id, task_id, stalled: Fault, host_lost=False) -> tuple[str, dict, float]:
+    """Wait until a ``task_id`` instance of the run is running and ``stalled`` holds one of its
+    GETs, SIGKILL the process group of the worker it runs on (``host_lost``: and its task
+    processes); (worker, that task instance, when)."""
     def running():
         return next((ti for ti in task_instances(airflow, run_id)
                      if ti["task_id"] == task_id and ti["state"] == "running" and ti["hostname"] in HOSTS), None)
     ti = wait_for(running, 180, f"a {task_id} task to run", airflow)
-    time.sleep(2)  # inside its stalled GETs
+    assert wait_until(lambda: stalled.injected, 120), "no GET of the task was held"
     worker = HOSTS[ti["hostname"]]
     airflow.kill_worker(worker, host_lost=host_lost)
     return worker, ti, time.monotonic()
@@ -217,9 +221,9 @@ def test_worker_killed_mid_segment_its_segment_runs_again_on_the_other_worker(ce
     seeded = seed_day(airflow.s3, airflow.src, TEMPLATE, day, files_per_hour=12, lines_per_file=20)  # 288: segmented
     # Every object's first GET is held 12 s, so a running segment is surely mid-production when
     # its worker dies; the retry's GETs go through at once.
-    stall_gets_of(airflow, day, count=len(seeded), seconds=12)
+    stalled = stall_gets_of(airflow, day, count=len(seeded), seconds=12)
     run_id = trigger(airflow, {"date_from": f"{day}", "date_to": f"{day}"})
-    worker, killed, when = kill_worker_running(airflow, run_id, "segment")
+    worker, killed, when = kill_worker_running(airflow, run_id, "segment", stalled)
     recovered = green_again(airflow, run_id, worker, when)
     attempts = tries(airflow, run_id, "segment", killed["map_index"])
     assert [t["try_number"] for t in attempts][-1] >= 2
@@ -238,9 +242,9 @@ def test_worker_lost_mid_archive_the_retry_on_the_other_worker_commits_once(cele
     airflow = celery_stack
     day = date(2026, 5, 25)
     seeded = seed_day(airflow.s3, airflow.src, TEMPLATE, day, files_per_hour=2, lines_per_file=20)  # 48: one task
-    stall_gets_of(airflow, day, count=2, seconds=30)
+    stalled = stall_gets_of(airflow, day, count=2, seconds=30)
     run_id = trigger(airflow, {"date_from": f"{day}", "date_to": f"{day}"})
-    worker, killed, when = kill_worker_running(airflow, run_id, "archive", host_lost=True)
+    worker, killed, when = kill_worker_running(airflow, run_id, "archive", stalled, host_lost=True)
     lease = f"archive/{airflow.src}/{day:logs/%Y/%m/%d}.lease.json"
     assert lease in keys_in(airflow.s3, airflow.dst)  # the dead worker's lease is left behind
     recovered = green_again(airflow, run_id, worker, when)

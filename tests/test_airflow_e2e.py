@@ -19,8 +19,12 @@ import yaml
 from devtools.airflow_local import write_jobs_file
 from devtools.sample_data import seed_day
 from devtools.servers import ServerStartError
-from faultproxy import Fault, FaultProxy, is_upload_part
+from faultproxy import Fault, FaultProxy, is_upload_part, wait_until
 from helpers import LOG_TEMPLATE as TEMPLATE, airflow_with_log_job, keys_in, open_uploads, read_archive, seed
+
+
+pytestmark = pytest.mark.slow  # real Airflow processes (api-server, scheduler, dag-processor, triggerer)
+
 
 DAG_ID = "s3_archive__e2e"
 MIN_AGE = 2
@@ -137,9 +141,15 @@ def _collect_s3arch_metrics(airflow) -> None:
         airflow.metrics += [line for line in packet.decode().splitlines() if "s3arch" in line]
 
 
-def received_metrics(airflow) -> list[str]:
-    time.sleep(1)  # the last task's packets are in flight
+def received_metrics(airflow, complete) -> list[str]:
+    """The s3arch metrics received once ``complete(metrics)`` holds (the last task's packets
+    may be in flight when its run ends), or after 30 s."""
+    wait_until(lambda: complete(list(airflow.metrics)), 30)
     return list(airflow.metrics)
+
+
+def objects_reported(metrics: list[str]) -> int:
+    return sum(int(line.split(":")[1].split("|")[0]) for line in metrics if line.startswith("airflow.s3arch.objects:"))
 
 
 def archive_state(s3, src, dst, day):
@@ -215,9 +225,9 @@ def test_trigger_backfill_and_on_call_clear_through_the_rest_api(stack):
     assert open_uploads(s3, dst) == []
 
     # 4. Every archived prefix reported its figures through Airflow's metrics (StatsD here).
-    metrics = received_metrics(airflow)
-    objects = [int(line.split(":")[1].split("|")[0]) for line in metrics if line.startswith("airflow.s3arch.objects:")]
-    assert sum(objects) == len(seeded), metrics
+    metrics = received_metrics(airflow, lambda received: objects_reported(received) == len(seeded) and any(
+        line.startswith("airflow.s3arch.failures:") for line in received))
+    assert objects_reported(metrics) == len(seeded), metrics
     assert any(line.startswith("airflow.s3arch.seconds:") and "|ms" in line for line in metrics)
     assert any(line.startswith("airflow.s3arch.failures:") for line in metrics)  # the day that had no data
 

@@ -29,6 +29,10 @@ from devtools.airflow_local import write_jobs_file
 from devtools.airflow_ui import seed_samples, write_env_file
 from devtools.demo import ARCHIVE_BUCKET, DAG_ID, JOBS_FILE, SOURCE_BUCKET
 
+
+pytestmark = pytest.mark.slow  # the docs' examples on the real Airflow stack
+
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", ROOT / "docs" / "JOBS.md"]
 

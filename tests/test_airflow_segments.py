@@ -13,6 +13,10 @@ from devtools.sample_data import seed_day
 from helpers import (LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job, keys_in, open_uploads, read_archive,
                      use_airflow_home)
 
+
+pytestmark = pytest.mark.slow  # segmented days through dag.test, one segment task each
+
+
 DAG_ID = "s3_archive__seg"
 LARGE, SMALL = date(2026, 8, 1), date(2026, 8, 2)
 DRY_LARGE, DRY_SMALL = date(2026, 8, 5), date(2026, 8, 6)

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from faultproxy import Fault, FaultProxy, is_archive_get, is_manifest_get, is_segment_records_get
+from faultproxy import Fault, is_archive_get, is_manifest_get, is_segment_records_get
 from helpers import ROOT, engine_clients, keys_in, open_uploads, read_archive, run_cli, seed
 from s3arch.core.config import S3Url
 from s3arch.protocol.deletion import delete_archived_sources
@@ -26,11 +26,7 @@ from s3arch.core.errors import MalformedRequest, TransientError, WrongRegion, er
 from s3arch.format.manifest import layout_for
 
 
-@pytest.fixture
-def proxy(minio):
-    p = FaultProxy(minio.endpoint_url, seed=30)
-    yield p
-    p.stop()
+PROXY_SEED = 30  # the conftest proxy's random faults
 
 
 @pytest.fixture
@@ -79,6 +75,7 @@ def test_a_reset_inside_the_manifest_body_is_resumed(command, s3, buckets, archi
 
 
 @pytest.mark.parametrize("command", READERS)
+@pytest.mark.slow
 def test_a_manifest_body_that_never_arrives_exits_3_naming_it(command, s3, buckets, archived, proxy, cli_env,
                                                               tmp_path, reliability):
     """Before: exit 1 with a traceback. After: exit 3 (try again), the manifest named."""
@@ -262,6 +259,7 @@ def _objects_under(s3, bucket: str, prefix: str) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("command", ARCHIVE_READERS)
+@pytest.mark.slow
 def test_a_reset_inside_the_archive_body_is_resumed_and_every_byte_is_right(
         command, s3, buckets, archived_blobs, proxy, cli_env, tmp_path, reliability):
     """The first GET of the archive's body is reset after half its bytes; the command resumes it
@@ -292,6 +290,7 @@ def test_a_reset_inside_the_archive_body_is_resumed_and_every_byte_is_right(
 
 
 @pytest.mark.parametrize("command", ARCHIVE_READERS)
+@pytest.mark.slow
 def test_an_archive_body_that_never_arrives_exits_3_naming_the_archive_and_what_was_read(
         command, s3, buckets, archived_blobs, proxy, cli_env, tmp_path, reliability):
     """Every GET of the archive's body is reset right after its head: after its retries the
@@ -313,6 +312,7 @@ def test_an_archive_body_that_never_arrives_exits_3_naming_the_archive_and_what_
                        f"{fault.injected} resets", f"exit 3 in {took:.1f} s: {stderr.strip()[:90]}...")
 
 
+@pytest.mark.slow
 def test_a_reset_inside_a_segments_records_during_assembly_is_resumed(s3, buckets, proxy, cli_env, reliability):
     """A segmented run (3 segments, 2 processes): the assembly reads each segment's records
     to write the final manifest; the first such read is reset after half its body. The run

@@ -15,6 +15,10 @@ from devtools.sample_data import seed_day
 from helpers import LOG_TEMPLATE, airflow_with_log_job, use_airflow_home
 from s3arch_airflow.catalog_page import PAGE
 
+
+pytestmark = pytest.mark.slow  # an in-process Airflow with the catalog's API and its DAGs
+
+
 JOB = "cat"
 DAG = f"s3_archive__{JOB}"
 RESTORE_DAG = f"s3_restore__{JOB}"

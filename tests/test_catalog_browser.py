@@ -20,6 +20,10 @@ from devtools.sample_data import seed_day
 from devtools.servers import ServerStartError
 from helpers import LOG_TEMPLATE, ROOT, airflow_with_log_job, engine_clients
 
+
+pytestmark = pytest.mark.slow  # chromium driven by Selenium
+
+
 JOB = "web"
 DAG = f"s3_archive__{JOB}"
 PASSWORDS = {"admin": "admin-pw", "user": "user-pw", "viewer": "viewer-pw"}

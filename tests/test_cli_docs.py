@@ -75,6 +75,7 @@ def test_connection_flags_work_before_or_after_the_subcommand(where):
     assert args.endpoint_url == "http://127.0.0.1:9000" and args.profile == "p"
 
 
+@pytest.mark.slow
 def test_progress_is_one_live_line_on_a_terminal_and_plain_lines_otherwise(s3, buckets, cli_env):
     """Run the CLI with its stderr on a pseudo-terminal, as a person would, then on a pipe."""
     import os

@@ -110,15 +110,27 @@ def test_tiny_objects_behind_a_stalled_get_are_held_within_the_fetch_budget():
     from s3arch.io.fetching import PIECE_COST, ByteBudget, Fetcher
     from s3arch.io.listed import ListedObject
 
+    class FullBudget(ByteBudget):
+        """Sets ``full`` once a reservation has to wait: everything the budget holds is fetched."""
+
+        def __init__(self, cap):
+            super().__init__(cap)
+            self.full = threading.Event()
+
+        def acquire(self, n, abort):
+            if self.used and self.used + n > self.cap:
+                self.full.set()
+            return super().acquire(n, abort)
+
     plane = _StalledFirstGet()
     coordinator = StreamCoordinator("x", stall_timeout=3600)
-    budget = ByteBudget(256 << 10)
+    budget = FullBudget(256 << 10)
     fetcher = Fetcher(plane, "b", budget=budget, concurrency=8, chunk=1 << 20, coordinator=coordinator)
     now = datetime.now(timezone.utc)
     listed = (ListedObject(f"day/{i:06d}.log", 0, '"e"', now) for i in range(100_000))
     consumer = threading.Thread(target=lambda: pytest.raises(Stopped, list, fetcher.pieces(listed)), daemon=True)
     consumer.start()
-    time.sleep(1.5)
+    assert budget.full.wait(60), "the fetcher never filled its budget"
     waiting = list(fetcher._done.values())
     assert plane.requests <= (256 << 10) // PIECE_COST + 1, plane.requests
     assert budget.used <= budget.cap

@@ -53,6 +53,7 @@ def test_a_job_can_override_the_price_table_and_mistakes_are_named():
         prices_with({"GLACIER": {"price": 1}})
 
 
+@pytest.mark.slow
 def test_dry_run_and_real_run_show_what_the_archive_saves(s3, buckets, cli_env):
     src, dst = buckets
     seed(s3, src, {f"day/{i:04d}.log": b"GET /x 200\n" * 40 for i in range(500)})

@@ -13,11 +13,14 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
+
 from helpers import run_cli, run_json, seed
 
 DAYS = ("logs/2026/11/03/", "logs/2026/11/04/")
 
 
+@pytest.mark.slow
 def test_only_archive_manifest_and_index_are_left_locked(minio, s3, cli_env):
     suffix = uuid.uuid4().hex[:8]
     src, dst = f"src-{suffix}", f"locked-{suffix}"

@@ -37,6 +37,7 @@ def test_directory_bucket_refused_at_the_bucket_check(source, destination):
     assert "general purpose bucket" in str(error)
 
 
+@pytest.mark.slow
 def test_directory_bucket_refused_for_reading_too():
     with pytest.raises(BadArgument, match="directory bucket"):
         _clients().check_bucket("arch--usw2-az1--x-s3", "archive")

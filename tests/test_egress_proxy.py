@@ -65,6 +65,7 @@ def behind_http_proxy(minio, s3, buckets):
     proxy.stop()
 
 
+@pytest.mark.slow
 def test_archive_and_verify_through_http_proxy_from_the_environment(behind_http_proxy, minio, s3, cli_env):
     proxy, endpoint, src, dst, objects = behind_http_proxy
     env = {**_without_proxies(cli_env), "AWS_ENDPOINT_URL_S3": endpoint,
@@ -77,6 +78,7 @@ def test_archive_and_verify_through_http_proxy_from_the_environment(behind_http_
     assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == objects
 
 
+@pytest.mark.slow
 def test_segment_workers_fetch_through_the_proxy_too(behind_http_proxy, s3, cli_env):
     """Each --processes worker builds its own data plane: from the same environment."""
     proxy, endpoint, src, dst, objects = behind_http_proxy
@@ -105,6 +107,7 @@ def test_archive_through_the_connections_botocore_proxies(behind_http_proxy, min
     assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == objects
 
 
+@pytest.mark.slow
 def test_archive_over_https_tunnelled_through_https_proxy(minio_tls):  # noqa: F811
     server, ca_file = minio_tls
     control = boto3.client("s3", endpoint_url=server.endpoint_url, aws_access_key_id=server.access_key,

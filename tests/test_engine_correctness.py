@@ -11,6 +11,7 @@ import pytest
 import s3arch.produce.pipeline
 from s3arch.archive import archive_prefix
 from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.core.coordinator import Stopped
 from s3arch.core.errors import Cancelled, ConcurrentRun, SourceChanged
 from s3arch.core.stops import Cancel
 from s3arch.format.manifest import ManifestWriter, layout_for, read_index
@@ -93,22 +94,38 @@ def test_a_cancelled_segment_says_cancelled(s3, buckets, clients, monkeypatch):
     retryable integrity error."""
     from s3arch.archive import archive_segment, prepare_segments
     import s3arch.format.compression
+    from s3arch.produce.streamed import MemoryPlan
 
     src, dst = buckets
     seed(s3, src, {f"day/{i:03d}.bin": bytes([i]) * (1 << 20) for i in range(12)})  # 12 blocks
     spec = _spec(src, dst, segments=2, segment_min_objects=1, compress_threads=1)
     assert prepare_segments(spec, 2, clients).status == "planned"
     cancel = Cancel()
-    real = s3arch.format.compression.ParallelCompressor._compress
+    refused = threading.Event()  # the race: the tar writer, waiting on a full queue, is refused its block
+    compressor = s3arch.format.compression.ParallelCompressor
+    real_compress, real_submit = compressor._compress, compressor.submit
+    holds = MemoryPlan.for_spec(spec).pending_blocks  # blocks the compressor takes before the writer waits
+    offered: list[int] = []
 
-    def cancel_at_first_block(self, *args):
-        cancel.set()
-        time.sleep(0.5)  # the tar writer runs into a full queue with the cancel set
-        return real(self, *args)
+    def held_compress(self, *args):
+        refused.wait(30)  # nothing is compressed until the tar writer was refused a block
+        return real_compress(self, *args)
 
-    monkeypatch.setattr(s3arch.format.compression.ParallelCompressor, "_compress", cancel_at_first_block)
+    def cancel_once_the_queue_is_full(self, *args):
+        offered.append(1)
+        if len(offered) > holds:
+            cancel.set()
+        try:
+            return real_submit(self, *args)
+        except Stopped:
+            refused.set()
+            raise
+
+    monkeypatch.setattr(compressor, "_compress", held_compress)
+    monkeypatch.setattr(compressor, "submit", cancel_once_the_queue_is_full)
     with pytest.raises(Cancelled):
         archive_segment(spec, 0, clients, cancel=cancel)
+    assert refused.is_set(), "no block was offered after the cancel: the race was not reached"
 
 
 def test_a_slow_lease_renewal_counts_as_time_and_stops_the_holder_before_the_ttl():
@@ -175,31 +192,28 @@ def test_step_4_aborts_the_records_upload_a_killed_large_segment_left(s3, bucket
     assert [k for k in keys_in(s3, dst) if ".segments/" in k] == []
 
 
-def test_the_index_is_written_before_the_lease_is_released(s3, buckets, minio):
+def test_the_index_is_written_before_the_lease_is_released(s3, buckets, minio, proxy):
     """The index belongs to the run whose manifest won, and only while it holds the lease:
     released earlier, an --overwrite starting at once could have its new index replaced by
     this run's late one. The index PUT is held 2 s; the lease's DELETE must come after."""
-    from faultproxy import Fault, FaultProxy
+    from faultproxy import Fault
 
     from helpers import engine_clients
 
     src, dst = buckets
     seed(s3, src, {f"day/{i}.log": b"x" * 50 for i in range(10)})
-    proxy = FaultProxy(minio.endpoint_url)
     seen: list = []
-    try:
-        proxy.add(Fault("status", rate=0.0, match=lambda r: seen.append((time.monotonic(), r.method, r.key)) or False))
-        proxy.add(Fault("stall", seconds=2, count=1,
-                        match=lambda r: r.method == "PUT" and r.key.endswith(".manifest-index.json.gz")))
-        assert archive_prefix(_spec(src, dst), engine_clients(minio, proxy.endpoint_url)).status == "archived"
-    finally:
-        proxy.stop()
+    proxy.add(Fault("status", rate=0.0, match=lambda r: seen.append((time.monotonic(), r.method, r.key)) or False))
+    proxy.add(Fault("stall", seconds=2, count=1,
+                    match=lambda r: r.method == "PUT" and r.key.endswith(".manifest-index.json.gz")))
+    assert archive_prefix(_spec(src, dst), engine_clients(minio, proxy.endpoint_url)).status == "archived"
     index_put = next(t for t, method, key in seen if method == "PUT" and key.endswith(".manifest-index.json.gz"))
     lease_delete = next(t for t, method, key in seen if method == "DELETE" and key.endswith(".lease.json"))
     assert lease_delete - index_put >= 1.9
     assert not [k for k in keys_in(s3, dst) if k.endswith(".lease.json")]
 
 
+@pytest.mark.slow
 def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_segments(s3, buckets, clients,
                                                                                          monkeypatch):
     """The pipeline starts on the first page while the prefix is still being sized; when the
@@ -211,14 +225,21 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
     objects = {f"day/{i:05d}.log": f"line {i}\n".encode() * (i % 7 + 1) for i in range(1_500)}  # two pages
     seed(s3, src, objects)
     real_pages = s3arch.produce.segments.plan.iter_pages
+    streaming = threading.Event()  # the pipeline streams the first page's members
+    real_members = s3arch.produce.pipeline._Stream._members
 
-    def sizing_slow_after_the_first_page(*args, **kwargs):
+    def signalling_members(self, objects):
+        streaming.set()
+        return real_members(self, objects)
+
+    def sizing_waits_after_the_first_page(*args, **kwargs):
         for n, page in enumerate(real_pages(*args, **kwargs)):
             if n == 1 and threading.current_thread().name == "s3arch-sizing":
-                time.sleep(2)  # the pipeline is streaming the first page meanwhile
+                streaming.wait(60)  # the second page, the one that proves the prefix large, comes after
             yield page
 
-    monkeypatch.setattr(s3arch.produce.segments.plan, "iter_pages", sizing_slow_after_the_first_page)
+    monkeypatch.setattr(s3arch.produce.pipeline._Stream, "_members", signalling_members)
+    monkeypatch.setattr(s3arch.produce.segments.plan, "iter_pages", sizing_waits_after_the_first_page)
     stopped = []  # what the pipeline raised when it stopped
     real_stop = s3arch.produce.pipeline._Stream._stop
 
@@ -231,7 +252,8 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
 
     monkeypatch.setattr(s3arch.produce.pipeline._Stream, "_stop", recording_stop)
     result = archive_prefix(_spec(src, dst, processes=2, segment_min_objects=1_200, memory_budget=320 << 20), clients)
-    assert stopped and stopped[0].__name__ == "PrefixIsLarge", "the pipeline never started before the sizing"
+    assert streaming.is_set() and stopped and stopped[0].__name__ == "PrefixIsLarge", \
+        "the pipeline never started before the sizing"
     assert (result.status, result.segments, result.objects) == ("archived", 2, len(objects))
     assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == objects
     assert open_uploads(s3, dst) == []
@@ -239,19 +261,21 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
 
 
 
+@pytest.mark.slow
 def test_a_prefix_that_proves_large_while_compression_is_the_bottleneck_stops_the_pipeline_as_large(
-        s3, buckets, clients):
+        s3, buckets, clients, monkeypatch):
     """The same switch with zstd -19 on one thread: the tar writer is waiting on the compressor
     when the sizing says "large". That stop used to read as a cancel (``Cancelled``, exit 2:
     the run failed instead of going on as segments, in about half the runs); the pipeline
     raises the listing's ``PrefixIsLarge`` every time, its uploads aborted. Five runs."""
     import random
 
-    from s3arch.format.compression import codec_for
+    from s3arch.format.compression import ParallelCompressor, codec_for
     from s3arch.io.listing import iter_pages
     from s3arch.format.manifest import layout_for
     from s3arch.produce.pipeline import WholeArchive, stream_archive
     from s3arch.produce.segments import PrefixIsLarge
+    from s3arch.produce.streamed import MemoryPlan
 
     src, dst = buckets
     rng = random.Random(2)
@@ -263,14 +287,36 @@ def test_a_prefix_that_proves_large_while_compression_is_the_bottleneck_stops_th
     layout = layout_for(spec.source, spec.destination)
     target = WholeArchive(spec, layout, layout.archive_key(codec_for("zstd", 19).extension))
     first_page = next(iter_pages(clients.control, src, "day/"))
+    holds = MemoryPlan.for_spec(spec).pending_blocks  # blocks the compressor takes before the writer waits
+    assert holds < 8
+    real_compress, real_submit = ParallelCompressor._compress, ParallelCompressor.submit
+    offered: list[int] = []
+    writer_waits, said_large = threading.Event(), threading.Event()
 
-    def sized_large_after_a_second():
+    def held_compress(self, *args):
+        said_large.wait(30)  # compression stays the bottleneck until the sizing has spoken
+        return real_compress(self, *args)
+
+    def counting_submit(self, *args):
+        offered.append(1)
+        if len(offered) > holds:  # every slot is taken: this block waits on the compressor
+            writer_waits.set()
+        return real_submit(self, *args)
+
+    def sized_large_once_the_writer_waits():
         yield first_page
-        time.sleep(1.0)  # the tar writer has handed the compressor 4 blocks and waits on it
+        writer_waits.wait(60)
+        said_large.set()
         raise PrefixIsLarge()
 
+    monkeypatch.setattr(ParallelCompressor, "_compress", held_compress)
+    monkeypatch.setattr(ParallelCompressor, "submit", counting_submit)
     for run in range(5):
+        offered.clear()
+        writer_waits.clear()
+        said_large.clear()
         with pytest.raises(BaseException) as caught:
-            stream_archive(spec, clients, target, listed=sized_large_after_a_second())
+            stream_archive(spec, clients, target, listed=sized_large_once_the_writer_waits())
+        assert writer_waits.is_set(), f"run {run + 1}: the tar writer never waited on the compressor"
         assert isinstance(caught.value, PrefixIsLarge), f"run {run + 1}: {caught.value!r}"
     assert open_uploads(s3, dst) == []

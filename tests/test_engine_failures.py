@@ -33,6 +33,7 @@ def _after_listing(monkeypatch, action):
 
 
 @pytest.mark.parametrize("change", ["rewritten", "deleted"])
+@pytest.mark.slow
 def test_object_changed_or_deleted_after_listing_fails_prefix(s3, buckets, clients, monkeypatch, change):
     src, dst = buckets
     seed(s3, src, {f"day/{i:04d}.log": b"x" * 100 for i in range(1500)})
@@ -60,6 +61,7 @@ def test_upload_left_by_a_killed_run_is_aborted_by_the_rerun(s3, buckets, client
     assert open_uploads(s3, dst) == []
 
 
+@pytest.mark.slow
 def test_half_done_prefix_without_manifest_starts_clean(s3, buckets, clients):
     src, dst = buckets
     seed(s3, src, {f"day/{i}.log": b"y" * 10 for i in range(20)})
@@ -69,6 +71,7 @@ def test_half_done_prefix_without_manifest_starts_clean(s3, buckets, clients):
     assert s3.head_object(Bucket=dst, Key=f"a/{src}/day.tar.gz")["ContentLength"] == result.bytes_out
 
 
+@pytest.mark.slow
 def test_delete_source_deletes_only_unchanged_archived_objects(s3, buckets, clients, monkeypatch):
     src, dst = buckets
     seed(s3, src, {f"day/{i:03d}.log": b"z" * 50 for i in range(1200)})

@@ -9,8 +9,14 @@ import os
 import random
 import time
 
-from faultproxy import Fault, FaultProxy
+import pytest
+
+from faultproxy import Fault
 from helpers import keys_in, run_cli, run_json, seed
+
+
+pytestmark = pytest.mark.slow  # each test archives then extracts hundreds of objects through the CLI
+
 
 PREFIX = "day/2026/11/21/"
 ODD_KEYS = ["with space/and+plus.log", "percent%20stays.log", "ünïcødé/日本語.txt", "q?uery#frag&amp=.log",
@@ -59,26 +65,23 @@ def test_every_object_comes_back_byte_for_byte_with_its_attributes_and_a_rerun_w
     assert again["objects"] == 0 and again["skipped_same"] == len(objects)
 
 
-def test_writes_are_in_flight_together_not_one_round_trip_per_object(minio, s3, buckets, cli_env):
+def test_writes_are_in_flight_together_not_one_round_trip_per_object(minio, s3, buckets, cli_env, proxy):
     """Each PUT held 0.25 s at the proxy: 200 objects one after another take 50 s."""
     src, dst = buckets
     objects = _bodies(200)
     seed(s3, src, objects)
     archive = _archive(cli_env, src, dst)
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        held = proxy.add(Fault("stall", seconds=0.25, match=lambda r: r.method == "PUT" and r.key.startswith(f"{dst}/back/0")))
-        started = time.monotonic()
-        run_json(cli_env, "--endpoint-url", proxy.endpoint_url, "extract", archive, "--to", f"s3://{dst}/back/")
-        took = time.monotonic() - started
-    finally:
-        proxy.stop()
+    held = proxy.add(Fault("stall", seconds=0.25, match=lambda r: r.method == "PUT" and r.key.startswith(f"{dst}/back/0")))
+    started = time.monotonic()
+    run_json(cli_env, "--endpoint-url", proxy.endpoint_url, "extract", archive, "--to", f"s3://{dst}/back/")
+    took = time.monotonic() - started
     assert held.injected == len(objects)
     assert took < 15, f"{took:.1f} s for {len(objects)} PUTs held 0.25 s each"
     assert _contents(s3, dst, "back/") == {k[len(PREFIX):]: v for k, v in objects.items()}
 
 
-def test_a_fault_on_one_put_is_retried_or_fails_naming_the_key_and_a_rerun_completes(minio, s3, buckets, cli_env):
+def test_a_fault_on_one_put_is_retried_or_fails_naming_the_key_and_a_rerun_completes(minio, s3, buckets, cli_env,
+                                                                                     proxy):
     src, dst = buckets
     objects = _bodies(400)
     objects[PREFIX + VICTIM] = b"the object every fault is aimed at\n" * 100
@@ -89,35 +92,31 @@ def test_a_fault_on_one_put_is_retried_or_fails_naming_the_key_and_a_rerun_compl
     def victim_put(r):
         return r.method == "PUT" and r.key.endswith(VICTIM)
 
-    proxy = FaultProxy(minio.endpoint_url)
     via = ("--endpoint-url", proxy.endpoint_url, "extract", archive)
-    try:
-        # A 503 twice, a reset instead of any answer twice, and twice the 400 IncompleteBody a
-        # loaded MinIO gives: retried, the run completes.
-        busy = proxy.add(Fault("status", status=503, count=2, match=victim_put))
-        dropped = proxy.add(Fault("drop", count=2, match=victim_put))
-        cut = proxy.add(Fault("status", status=400, code="IncompleteBody", count=2, match=victim_put))
-        result = run_json(cli_env, *via, "--to", f"s3://{dst}/retried/")
-        assert busy.injected == 2 and dropped.injected == 2 and cut.injected == 2
-        assert result["objects"] == len(objects) and _contents(s3, dst, "retried/") == expected
+    # A 503 twice, a reset instead of any answer twice, and twice the 400 IncompleteBody a
+    # loaded MinIO gives: retried, the run completes.
+    busy = proxy.add(Fault("status", status=503, count=2, match=victim_put))
+    dropped = proxy.add(Fault("drop", count=2, match=victim_put))
+    cut = proxy.add(Fault("status", status=400, code="IncompleteBody", count=2, match=victim_put))
+    result = run_json(cli_env, *via, "--to", f"s3://{dst}/retried/")
+    assert busy.injected == 2 and dropped.injected == 2 and cut.injected == 2
+    assert result["objects"] == len(objects) and _contents(s3, dst, "retried/") == expected
 
-        # A 403 is final: exit 2 naming the key; what is there is whole.
-        proxy.clear()
-        proxy.add(Fault("status", status=403, code="AccessDenied", match=victim_put))
-        proc = run_cli(cli_env, *via, "--to", f"s3://{dst}/denied/", check=False)
-        stderr = proc.stderr.decode()
-        assert proc.returncode == 2 and f"s3://{dst}/denied/{VICTIM}" in stderr and "Traceback" not in stderr, stderr
-        assert "objects were written before it" in stderr
-        partial = _contents(s3, dst, "denied/")
-        assert VICTIM not in partial and all(expected[k] == v for k, v in partial.items())
-    finally:
-        proxy.stop()
+    # A 403 is final: exit 2 naming the key; what is there is whole.
+    proxy.clear()
+    proxy.add(Fault("status", status=403, code="AccessDenied", match=victim_put))
+    proc = run_cli(cli_env, *via, "--to", f"s3://{dst}/denied/", check=False)
+    stderr = proc.stderr.decode()
+    assert proc.returncode == 2 and f"s3://{dst}/denied/{VICTIM}" in stderr and "Traceback" not in stderr, stderr
+    assert "objects were written before it" in stderr
+    partial = _contents(s3, dst, "denied/")
+    assert VICTIM not in partial and all(expected[k] == v for k, v in partial.items())
     rerun = run_json(cli_env, "extract", archive, "--to", f"s3://{dst}/denied/")
     assert _contents(s3, dst, "denied/") == expected
     assert rerun["objects"] == len(objects) - len(partial) and rerun["skipped_same"] == len(partial)
 
 
-def test_a_target_that_ignores_if_none_match_gets_a_head_before_each_put(minio, s3, buckets, cli_env):
+def test_a_target_that_ignores_if_none_match_gets_a_head_before_each_put(minio, s3, buckets, cli_env, proxy):
     """The proxy answers the run's probe (its second conditional PUT of a scratch key) 200, as a
     store that ignores If-None-Match does: an object already at the target with other content
     is left alone without --overwrite (exit 2, its bytes unchanged), every key was looked at
@@ -128,16 +127,12 @@ def test_a_target_that_ignores_if_none_match_gets_a_head_before_each_put(minio, 
     archive = _archive(cli_env, src, dst)
     taken = sorted(objects)[0][len(PREFIX):]
     s3.put_object(Bucket=dst, Key="back/" + taken, Body=b"someone else's bytes")
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        accepted = proxy.add(Fault("status", status=200, count=1, after=1,
-                                   match=lambda r: r.method == "PUT" and "s3arch-conditional-put-probe" in r.path))
-        heads: list[str] = []
-        proxy.add(Fault("status", match=lambda r: r.method == "HEAD" and heads.append(r.path) is None and False))
-        proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, "extract", archive, "--to",
-                       f"s3://{dst}/back/", check=False)
-    finally:
-        proxy.stop()
+    accepted = proxy.add(Fault("status", status=200, count=1, after=1,
+                               match=lambda r: r.method == "PUT" and "s3arch-conditional-put-probe" in r.path))
+    heads: list[str] = []
+    proxy.add(Fault("status", match=lambda r: r.method == "HEAD" and heads.append(r.path) is None and False))
+    proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, "extract", archive, "--to",
+                   f"s3://{dst}/back/", check=False)
     stderr = proc.stderr.decode(errors="replace")
     assert accepted.injected == 1
     assert proc.returncode == 2 and "already exist" in stderr and "--overwrite" in stderr, stderr
@@ -148,7 +143,8 @@ def test_a_target_that_ignores_if_none_match_gets_a_head_before_each_put(minio, 
     assert missing == [], (len(heads), heads[:3], missing[:3])
 
 
-def test_a_stalled_put_is_cancelled_and_sent_again_and_slowdown_is_waited_out(minio, s3, buckets, cli_env, monkeypatch):
+def test_a_stalled_put_is_cancelled_and_sent_again_and_slowdown_is_waited_out(minio, s3, buckets, cli_env, monkeypatch,
+                                                                              proxy):
     """The PUTs go on plain connections (no botocore timeouts or retries around them): a PUT
     with no answer is cancelled by the writer's watchdog and sent again, and SlowDown, which
     the connections leave to the writer, is waited out within the throttle budget. Everything comes back byte for byte, and the stalled PUT did not hold the run."""
@@ -164,20 +160,16 @@ def test_a_stalled_put_is_cancelled_and_sent_again_and_slowdown_is_waited_out(mi
     seed(s3, src, objects)
     _archive(cli_env, src, dst)
     monkeypatch.setattr(to_s3, "_PUT_STALL_SECONDS", 2.0)
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        def victim_put(r):
-            return r.method == "PUT" and r.key.endswith(VICTIM)
+    def victim_put(r):
+        return r.method == "PUT" and r.key.endswith(VICTIM)
 
-        stalled = proxy.add(Fault("stall", seconds=30, count=1, match=victim_put))
-        slowed = proxy.add(Fault("status", status=503, code="SlowDown", count=3, match=victim_put))
-        clients = engine_clients(minio, proxy.endpoint_url)
-        layout = layout_for(S3Url(src, PREFIX), S3Url(dst, "vault/"))
-        started = time.monotonic()
-        result = extract.extract_archive(clients, layout, to_s3=S3Url(dst, "stalled/"))
-        took = time.monotonic() - started
-    finally:
-        proxy.stop()
+    stalled = proxy.add(Fault("stall", seconds=30, count=1, match=victim_put))
+    slowed = proxy.add(Fault("status", status=503, code="SlowDown", count=3, match=victim_put))
+    clients = engine_clients(minio, proxy.endpoint_url)
+    layout = layout_for(S3Url(src, PREFIX), S3Url(dst, "vault/"))
+    started = time.monotonic()
+    result = extract.extract_archive(clients, layout, to_s3=S3Url(dst, "stalled/"))
+    took = time.monotonic() - started
     assert stalled.injected == 1 and slowed.injected == 3
     assert result.objects == len(objects) and took < 25, (result, took)
     assert _contents(s3, dst, "stalled/") == {k[len(PREFIX):]: v for k, v in objects.items()}

@@ -17,13 +17,18 @@ from xml.etree import ElementTree
 import pytest
 
 import s3arch.io.attributes
-from faultproxy import Fault, FaultProxy, is_get
+import s3arch.io.connections
+import s3arch.io.fetching
+from faultproxy import Fault, is_get
 from helpers import engine_clients, keys_in, open_uploads, read_archive, seed
 from s3arch.archive import archive_prefix
 from s3arch.core import backoff
 from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.core.errors import AccessDenied, ArchiverError, SourceChanged, TransientError
 from s3arch.format.manifest import iter_manifest, layout_for
+
+
+pytestmark = pytest.mark.slow  # zstd -19 as the bottleneck, five runs per cause: minutes
 
 
 def is_object_get(r) -> bool:
@@ -34,11 +39,7 @@ def is_tagging(r) -> bool:
     return r.method == "GET" and "tagging" in r.query
 
 
-@pytest.fixture
-def proxy(minio):
-    p = FaultProxy(minio.endpoint_url, seed=11)
-    yield p
-    p.stop()
+PROXY_SEED = 11  # the conftest proxy's random faults
 
 
 def _words(rng: random.Random, size: int) -> bytes:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from faultproxy import Fault, FaultProxy, is_complete_upload, is_get, is_upload_part
+from faultproxy import Fault, is_complete_upload, is_get, is_upload_part
 from helpers import engine_clients, keys_in, open_uploads, read_archive, run_cli, seed
 from s3arch.archive import archive_prefix
 from s3arch.core.config import ArchiveSpec, S3Url
@@ -17,11 +17,7 @@ from s3arch.core.errors import TransientError
 from s3arch.io.s3 import S3Clients
 
 
-@pytest.fixture
-def proxy(minio):
-    p = FaultProxy(minio.endpoint_url, seed=7)
-    yield p
-    p.stop()
+PROXY_SEED = 7  # the conftest proxy's random faults
 
 
 def clients_via(proxy, minio, **config) -> S3Clients:

@@ -18,6 +18,10 @@ import pytest
 
 from helpers import keys_in, minio_user, run_cli, run_json
 
+
+pytestmark = pytest.mark.slow  # full archive, delete and extract round trips per test
+
+
 PREFIX = "fid/2026/11/21/"
 RFC2047 = "=?UTF-8?B?aMOpbGxvIHfDtnJsZA==?="  # "héllo wörld", the way S3 sends non-ASCII metadata
 

@@ -14,15 +14,14 @@ import time
 
 import pytest
 
-from faultproxy import Fault, FaultProxy, Request, is_list, is_upload_part, makes_visible
+from faultproxy import Fault, Request, is_list, is_upload_part, makes_visible
 from helpers import ROOT, keys_in, open_uploads, read_archive, run_cli, seed
 
 
-@pytest.fixture
-def proxy(minio):
-    p = FaultProxy(minio.endpoint_url, seed=11)
-    yield p
-    p.stop()
+pytestmark = pytest.mark.slow  # SIGKILL at chosen points, then a re-run
+
+
+PROXY_SEED = 11  # the conftest proxy's random faults
 
 
 @pytest.fixture

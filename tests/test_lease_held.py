@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from faultproxy import Fault, FaultProxy, makes_visible
+from faultproxy import Fault, makes_visible
 from helpers import engine_clients, keys_in, open_uploads, seed
 
 TTL = 3.0
@@ -185,30 +185,26 @@ def test_a_deletion_that_loses_its_lease_deletes_nothing_more(s3, buckets, day, 
     assert s3.get_object(Bucket=dst, Key=lease)["Body"].read() == taker
 
 
-def test_the_lease_is_released_when_the_first_state_read_fails(minio, s3, buckets, day, clients):
+def test_the_lease_is_released_when_the_first_state_read_fails(minio, s3, buckets, day, clients, proxy):
     """The lease is taken beside the first read of the prefix's state; that read failing left
     it behind, and the next run waited out the TTL (ConcurrentRun)."""
     from s3arch.archive import archive_prefix
     from s3arch.core.errors import AccessDenied
 
     src, dst = buckets
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        # 403 to the manifest's HEAD and to the listing that tells a missing key from a denied
-        # one (a 403 for a key the listing shows missing is taken as missing, issue 31).
-        refused = proxy.add(Fault("status", status=403, code="AccessDenied",
-                                  match=lambda r: r.method in ("GET", "HEAD") and (
-                                      "manifest" in r.key or "manifest" in r.query.get("prefix", [""])[0])))
-        with pytest.raises(AccessDenied):
-            archive_prefix(spec(src, dst), engine_clients(minio, proxy.endpoint_url))
-        assert refused.injected
-    finally:
-        proxy.stop()
+    # 403 to the manifest's HEAD and to the listing that tells a missing key from a denied
+    # one (a 403 for a key the listing shows missing is taken as missing, issue 31).
+    refused = proxy.add(Fault("status", status=403, code="AccessDenied",
+                              match=lambda r: r.method in ("GET", "HEAD") and (
+                                  "manifest" in r.key or "manifest" in r.query.get("prefix", [""])[0])))
+    with pytest.raises(AccessDenied):
+        archive_prefix(spec(src, dst), engine_clients(minio, proxy.endpoint_url))
+    assert refused.injected
     assert leases(s3, dst) == []
     assert archive_prefix(spec(src, dst), clients).status == "archived"  # at once, no ConcurrentRun
 
 
-def test_a_failed_overwrite_keeps_the_old_archive_committed(minio, s3, buckets, day, clients):
+def test_a_failed_overwrite_keeps_the_old_archive_committed(minio, s3, buckets, day, clients, proxy):
     """--overwrite deleted the old manifest first: a run that then failed to complete its
     archive left the old archive without a manifest (unguarded: a plain re-run archived
     afresh, readers found nothing). The old manifest goes only once the new archive is in."""
@@ -219,15 +215,11 @@ def test_a_failed_overwrite_keeps_the_old_archive_committed(minio, s3, buckets, 
     assert archive_prefix(spec(src, dst), clients).status == "archived"
     before = sorted(keys_in(s3, dst))
     s3.put_object(Bucket=src, Key=f"{PREFIX}999-late.log", Body=b"late\n")
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        refused = proxy.add(Fault("status", status=403, code="AccessDenied",
-                                  match=lambda r: makes_visible(r, "day.tar.gz")))
-        with pytest.raises(AccessDenied):
-            archive_prefix(spec(src, dst, overwrite=True), engine_clients(minio, proxy.endpoint_url))
-        assert refused.injected
-    finally:
-        proxy.stop()
+    refused = proxy.add(Fault("status", status=403, code="AccessDenied",
+                              match=lambda r: makes_visible(r, "day.tar.gz")))
+    with pytest.raises(AccessDenied):
+        archive_prefix(spec(src, dst, overwrite=True), engine_clients(minio, proxy.endpoint_url))
+    assert refused.injected
     assert sorted(keys_in(s3, dst)) == before and open_uploads(s3, dst) == []
     again = archive_prefix(spec(src, dst), clients)
     assert again.status == "skipped" and again.objects == len(day)

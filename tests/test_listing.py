@@ -4,6 +4,8 @@ a page is not in the shape the parser knows."""
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import engine_clients, put_exact_key, seed
 
 ODD_KEYS = ["odd/plain.log", "odd/space and+plus.log", "odd/amp&lt;<>\"'.log", "odd/percent%2F%25.log",
@@ -11,6 +13,7 @@ ODD_KEYS = ["odd/plain.log", "odd/space and+plus.log", "odd/amp&lt;<>\"'.log", "
             "odd/emoji-\U0001F600.log", "odd/trailing-space .log", "odd/dir/"]  # MinIO refuses "a//b"
 
 
+@pytest.mark.slow
 def test_page_parser_reads_what_botocore_reads_for_keys_that_need_escaping(minio, s3, buckets):
     from s3arch.io.listed import PAGE_KEY
     from s3arch.io.listing import iter_pages
@@ -78,6 +81,7 @@ def _listed_keys(control, bucket, prefix, **kwargs) -> list[str]:
     return keys, listing.ranges
 
 
+@pytest.mark.slow
 def test_parallel_ranges_list_every_odd_key_once_in_s3_order(minio, s3, buckets):
     """Keys that need escaping, of every length and script, in hourly and flat layouts: cut
     into many ranges (pages of 40 keys), listed in order and out of order, each is listed once,
@@ -105,6 +109,7 @@ def test_parallel_ranges_list_every_odd_key_once_in_s3_order(minio, s3, buckets)
     assert ranged == sequential[101:1201]
 
 
+@pytest.mark.slow
 def test_keys_added_and_removed_while_listing_in_parallel_leave_the_others_listed_once(minio, s3, buckets):
     """While eight ranges are being listed, keys are deleted and added all over the prefix:
     every key there from start to end is listed exactly once, no key twice, all in order."""
@@ -279,6 +284,7 @@ def test_every_cut_key_is_a_valid_object_name_over_many_dotted_key_sets():
     assert found > 0.6 * asked, f"only {found} of {asked} ranges could be cut"
 
 
+@pytest.mark.slow
 def test_a_dotted_prefix_lists_in_parallel_on_minio_with_every_start_after_accepted(minio, s3, buckets):
     """The 1,000,000-object day's failure in small: keys full of '.', '-' and '/', listed in
     parallel with cuts forced (pages of 10 keys): MinIO accepts every StartAfter (today's
@@ -349,11 +355,11 @@ class AnswerShort:
         return body.replace(b"<IsTruncated>true</IsTruncated>", b"<IsTruncated>false</IsTruncated>")
 
 
-def test_a_range_whose_page_ends_short_still_lists_every_key(minio, s3, buckets):
+def test_a_range_whose_page_ends_short_still_lists_every_key(minio, s3, buckets, proxy):
     """The fault proxy answers one StartAfter LIST of a cut range with its first 3 keys and
     IsTruncated false, the rest of the range unlisted: every key of the prefix is listed anyway,
     once and in order, as boto3's listing (straight to MinIO) has them; in order and out of order."""
-    from faultproxy import Fault, FaultProxy, is_list
+    from faultproxy import Fault, is_list
 
     from s3arch.io.listing import key_order
 
@@ -361,18 +367,14 @@ def test_a_range_whose_page_ends_short_still_lists_every_key(minio, s3, buckets)
     seed(s3, src, {f"short/{h:02d}/{i:04d}.log": b"y" for h in range(6) for i in range(250)})
     truth = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=src, Prefix="short/")
              for o in page.get("Contents", [])]
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        clients = engine_clients(minio, endpoint_url=proxy.endpoint_url)
-        for ordered in (True, False):
-            proxy.clear()
-            short = AnswerShort(3)
-            proxy.add(Fault("rewrite", rewrite=short, match=lambda r: is_list(r) and "start-after" in r.query))
-            listed, ranges = _listed_keys(clients.control, src, "short/", workers=8, page_size=40, ordered=ordered)
-            assert len(short.hidden) == 37 and ranges >= 4
-            assert len(listed) == len(set(listed)), "a key was listed twice"
-            missed = sorted(set(truth) - set(listed), key=key_order)
-            assert not missed, f"ordered={ordered}: {len(missed)} keys missed, first {missed[:3]}"
-            assert (listed if ordered else sorted(listed, key=key_order)) == truth
-    finally:
-        proxy.stop()
+    clients = engine_clients(minio, endpoint_url=proxy.endpoint_url)
+    for ordered in (True, False):
+        proxy.clear()
+        short = AnswerShort(3)
+        proxy.add(Fault("rewrite", rewrite=short, match=lambda r: is_list(r) and "start-after" in r.query))
+        listed, ranges = _listed_keys(clients.control, src, "short/", workers=8, page_size=40, ordered=ordered)
+        assert len(short.hidden) == 37 and ranges >= 4
+        assert len(listed) == len(set(listed)), "a key was listed twice"
+        missed = sorted(set(truth) - set(listed), key=key_order)
+        assert not missed, f"ordered={ordered}: {len(missed)} keys missed, first {missed[:3]}"
+        assert (listed if ordered else sorted(listed, key=key_order)) == truth

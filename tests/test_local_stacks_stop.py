@@ -77,6 +77,10 @@ import sys, time
 sys.path.insert(0, {root!r})
 from devtools.stopping import spawn, stop_all_started, stop_on_signals, stop_processes, stopping
 
+
+pytestmark = pytest.mark.slow  # starts and stops the local Airflow stacks
+
+
 stop_on_signals()
 slow = deaf = None
 try:

@@ -36,6 +36,7 @@ def _peak_rss(env, *args) -> int:
     return out["peak_rss"]
 
 
+@pytest.mark.slow
 def test_peak_memory_stays_under_budget_on_a_prefix_many_times_larger(s3, buckets, cli_env):
     src, dst = buckets
     rng = random.Random(3)
@@ -196,6 +197,7 @@ def _build_archive(s3, bucket: str, source: tuple[str, str], members: int, block
 
 
 @pytest.mark.timeout(1500)
+@pytest.mark.slow
 def test_full_reads_keep_memory_flat_in_the_member_count(s3, buckets, cli_env):
     """`verify` read the archive with tarfile in stream mode, which keeps every member it read
     (667 MiB RSS at a million members); `extract` held a run's records for 64 MiB of compressed

@@ -215,6 +215,10 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.providers_manager import ProvidersManager
 import s3arch_airflow
 
+
+pytestmark = pytest.mark.slow  # builds a wheel and installs it into new venvs
+
+
 class Warnings(logging.Handler):  # what Airflow logs at WARNING or above while it finds the providers
     seen = []
     def emit(self, record):

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 
-from faultproxy import Fault, FaultProxy, is_get
+from faultproxy import Fault, is_get
 from helpers import engine_clients, minio_user, put_exact_key, read_archive, run_cli, seed
 from s3arch.archive import archive_prefix
 from s3arch.core import backoff
@@ -25,11 +25,7 @@ from s3arch.core.errors import AccessDenied, CertificateUntrusted, SourceChanged
 from test_tls import minio_tls  # noqa: F401 - the session's HTTPS MinIO with its own CA
 
 
-@pytest.fixture
-def proxy(minio):
-    p = FaultProxy(minio.endpoint_url, seed=33)
-    yield p
-    p.stop()
+PROXY_SEED = 33  # the conftest proxy's random faults
 
 
 def fetch(plane, key, *, etag=None, byte_range=None, timeout=30.0, cancel_after=None):
@@ -50,6 +46,7 @@ ODD_KEYS = ["day/sp ace.log", "day/plus+sign.log", "day/per%25cent%.log", "day/Ã
             "day/q?uery#frag.log", "day/tab\t.log", "day/ctl\x01.log", "day/~tilde/a=b&c.log"]
 
 
+@pytest.mark.slow
 def test_odd_keys_fetch_their_own_bytes_and_archive_byte_for_byte(minio, s3, buckets, clients):
     src, dst = buckets
     objects = {key: f"body of {key!r}".encode() * (i + 1) for i, key in enumerate(ODD_KEYS)}
@@ -130,6 +127,7 @@ def test_slowdown_is_left_to_the_fetchers_throttle_handling(minio, s3, buckets, 
     assert type(error).__name__ == "Throttled" and fault.injected == 1
 
 
+@pytest.mark.slow
 def test_a_fault_that_outlasts_the_retries_is_exit_3_and_resets_mid_body_are_refetched(minio, s3, buckets, proxy,
                                                                                      monkeypatch):
     monkeypatch.setattr(backoff, "CONNECTION", replace(backoff.CONNECTION, base=0.02))
@@ -215,6 +213,7 @@ def test_a_stalled_answer_is_cancelled_at_once_and_the_pool_goes_on(minio, s3, b
     assert (error, got) == (None, b"a" * 100) and seconds < 5
 
 
+@pytest.mark.slow
 def test_a_stall_in_an_archive_is_cancelled_by_the_watchdog(minio, s3, buckets, proxy):
     src, dst = buckets
     objects = {f"day/{i:03d}.log": b"x%d" % i for i in range(50)}
@@ -254,6 +253,7 @@ def test_a_bad_get_path_setting_is_exit_2_naming_it(cli_env, s3, buckets):
 
 
 @pytest.mark.parametrize("path", ["plain", "crt"])
+@pytest.mark.slow
 def test_https_gets_trust_the_ca_bundle_and_an_untrusted_certificate_is_exit_2_not_retried(minio_tls,  # noqa: F811
                                                                                        monkeypatch, path):
     """Both GET paths over HTTPS with the clients' CA bundle; with trust that differs from the

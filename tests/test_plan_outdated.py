@@ -12,6 +12,10 @@ from helpers import keys_in, open_uploads, read_archive, run_one_segment_inline,
 from s3arch.core.coordinator import StreamCoordinator
 from s3arch.core.errors import Cancelled
 
+
+pytestmark = pytest.mark.slow  # segmented CLI runs whose plan goes stale
+
+
 PREFIX = "events/2026/11/21/"
 
 
@@ -69,14 +73,14 @@ def test_a_key_added_and_one_removed_during_planning(monkeypatch, s3, buckets, c
 
 
 def test_an_object_rewritten_after_the_plan_fails_its_segment_once_and_the_next_prepare_archives_it(
-        s3, buckets, minio):
+        s3, buckets, minio, start_proxy):
     """The plan recorded an object's ETag; the object is then overwritten. Today's main sent the
     segment's GET pinned to the recorded ETag, got 412 on every retry of the segment (three per
     worker, then Airflow's), though only a new plan helps. Now the segment that holds it fails
     with PlanOutdated on its first attempt: permanent for the segment task (exit 2), the message
     says the source changed and a new plan is needed, the object was asked for once; the other
     segments are produced. The next prepare plans again and the archive holds the new content."""
-    from faultproxy import Fault, FaultProxy
+    from faultproxy import Fault
 
     from helpers import engine_clients
     from s3arch.archive import archive_segment, assemble_segments, prepare_segments
@@ -86,21 +90,18 @@ def test_an_object_rewritten_after_the_plan_fails_its_segment_once_and_the_next_
     objects = {f"{PREFIX}{h:02d}/event-{i:03d}.log": b"id=%d\n" % i * (i % 30 + 1) for h in range(3) for i in range(200)}
     seed(s3, src, objects)
     rewritten = f"{PREFIX}01/event-100.log"  # the middle of the prefix: segment 2 of 3
-    proxy = FaultProxy(minio.endpoint_url, seed=30)
-    try:
-        clients = engine_clients(minio, proxy.endpoint_url)
-        planned = prepare_segments(spec(src, dst), 3, clients)
-        assert planned.status == "planned" and planned.objects == len(objects)
-        s3.put_object(Bucket=src, Key=rewritten, Body=b"rewritten after the plan\n")
-        gets = proxy.add(Fault("status", rate=0.0, match=lambda r: r.method == "GET" and r.key == f"{src}/{rewritten}"))
-        produced = [k for k in (0, 2) if archive_segment(spec(src, dst), k, clients)["status"] == "produced"]
-        assert produced == [0, 2]
-        with pytest.raises(PlanOutdated, match="the source changed since the plan.*a new plan is needed") as outdated:
-            archive_segment(spec(src, dst), 1, clients)
-        assert gets.seen == 1  # one GET, answered 412: not tried again within the segment
-        print(f"\nsegment 2/3: exit {outdated.value.exit_code}, retryable {outdated.value.retryable}: {outdated.value}")
-    finally:
-        proxy.stop()
+    proxy = start_proxy(minio.endpoint_url, seed=30)
+    clients = engine_clients(minio, proxy.endpoint_url)
+    planned = prepare_segments(spec(src, dst), 3, clients)
+    assert planned.status == "planned" and planned.objects == len(objects)
+    s3.put_object(Bucket=src, Key=rewritten, Body=b"rewritten after the plan\n")
+    gets = proxy.add(Fault("status", rate=0.0, match=lambda r: r.method == "GET" and r.key == f"{src}/{rewritten}"))
+    produced = [k for k in (0, 2) if archive_segment(spec(src, dst), k, clients)["status"] == "produced"]
+    assert produced == [0, 2]
+    with pytest.raises(PlanOutdated, match="the source changed since the plan.*a new plan is needed") as outdated:
+        archive_segment(spec(src, dst), 1, clients)
+    assert gets.seen == 1  # one GET, answered 412: not tried again within the segment
+    print(f"\nsegment 2/3: exit {outdated.value.exit_code}, retryable {outdated.value.retryable}: {outdated.value}")
     assert not outdated.value.retryable and outdated.value.exit_code == 2
     assert "changed" in str(outdated.value) and "prepare task" in str(outdated.value)
     # The next prepare makes a new plan from the source as it is now, and the day archives.
@@ -115,14 +116,14 @@ def test_an_object_rewritten_after_the_plan_fails_its_segment_once_and_the_next_
 
 
 def test_a_cli_segmented_run_whose_object_is_rewritten_after_the_plan_exits_3_and_the_next_run_archives_it(
-        s3, buckets, minio, cli_env):
+        s3, buckets, minio, cli_env, start_proxy):
     """As a user runs it: `s3arch archive --segments 3`, one object overwritten once the plan is
     made (when the run opens the archive's upload, which follows the plan). The segment holding
     it fails with PlanOutdated at its first attempt and the run ends (exit 3: the next run plans
     again) without retrying it in its workers; the next run archives the new content."""
     import time
 
-    from faultproxy import Fault, FaultProxy
+    from faultproxy import Fault
 
     from helpers import run_cli
 
@@ -132,17 +133,14 @@ def test_a_cli_segmented_run_whose_object_is_rewritten_after_the_plan_exits_3_an
     rewritten = f"{PREFIX}01/event-100.log"
     args = ["archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/v/", "--storage-class", "STANDARD", "--segments", "3",
             "--processes", "2", "--segment-min-objects", "1", "--quiet"]
-    proxy = FaultProxy(minio.endpoint_url, seed=30)
-    try:
-        planned = proxy.add(Fault(
-            "header", count=1, on_inject=lambda r: s3.put_object(Bucket=src, Key=rewritten, Body=b"rewritten\n"),
-            match=lambda r: r.method == "POST" and "uploads" in r.query and r.key.endswith(".tar.gz")))
-        gets = proxy.add(Fault("status", rate=0.0, match=lambda r: r.method == "GET" and r.key == f"{src}/{rewritten}"))
-        started = time.monotonic()
-        proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, *args, check=False)
-        took = time.monotonic() - started
-    finally:
-        proxy.stop()
+    proxy = start_proxy(minio.endpoint_url, seed=30)
+    planned = proxy.add(Fault(
+        "header", count=1, on_inject=lambda r: s3.put_object(Bucket=src, Key=rewritten, Body=b"rewritten\n"),
+        match=lambda r: r.method == "POST" and "uploads" in r.query and r.key.endswith(".tar.gz")))
+    gets = proxy.add(Fault("status", rate=0.0, match=lambda r: r.method == "GET" and r.key == f"{src}/{rewritten}"))
+    started = time.monotonic()
+    proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, *args, check=False)
+    took = time.monotonic() - started
     stderr = proc.stderr.decode(errors="replace")
     print(f"\nexit {proc.returncode} in {took:.1f} s: {stderr.strip().splitlines()[-1]}")
     assert planned.injected == 1

@@ -19,6 +19,10 @@ import pytest
 from helpers import ROOT, read_archive, run_cli, run_json, seed
 from region_proxy import RegionProxy
 
+
+pytestmark = pytest.mark.slow  # a second MinIO in another region, archived and restored
+
+
 HOME = "eu-west-1"
 PREFIX = "logs/2026/11/21/"
 OBJECTS = {f"{PREFIX}{i:03}.log": f"line {i}\n".encode() * (i + 1) for i in range(40)}

@@ -10,8 +10,12 @@ import uuid
 
 import pytest
 
-from faultproxy import Fault, FaultProxy
+from faultproxy import Fault
 from helpers import keys_in, put_exact_key, run_cli, run_json, seed
+
+
+pytestmark = pytest.mark.slow  # Glacier round trips on moto: archive, restore, extract
+
 
 PREFIX = "logs/2026/10/21/"
 
@@ -133,7 +137,7 @@ def test_standard_archive_needs_no_restore_and_says_so(s3, buckets, cli_env):
 
 
 def test_selective_extract_of_three_keys_reads_only_their_ranges(minio, s3, buckets, cli_env, tmp_path,
-                                                                 reliability):
+                                                                 reliability, proxy):
     src, dst = buckets
     objects = day_objects(4000, seed_value=2)
     objects.update({k: v + os.urandom(1500).hex().encode() for k, v in objects.items() if k.endswith(".log")})
@@ -142,14 +146,10 @@ def test_selective_extract_of_three_keys_reads_only_their_ranges(minio, s3, buck
     archive_key = f"vault/{src}/{PREFIX.rstrip('/')}.tar.gz"
     size = s3.head_object(Bucket=dst, Key=archive_key)["ContentLength"]
     wanted = [f"{PREFIX}00/app-00003.log", f"{PREFIX}17/app-01703.log", f"{PREFIX}39/app-03999.log"]
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        archive_gets = proxy.add(Fault("status", rate=0.0, match=lambda r: r.method == "GET" and
-                                       r.key == f"{dst}/{archive_key}"))
-        result = run_json(cli_env, "--endpoint-url", proxy.endpoint_url, "extract", f"s3://{dst}/{archive_key}",
-                          "--to-dir", str(tmp_path / "three"), "--keys", *wanted)
-    finally:
-        proxy.stop()
+    archive_gets = proxy.add(Fault("status", rate=0.0, match=lambda r: r.method == "GET" and
+                                   r.key == f"{dst}/{archive_key}"))
+    result = run_json(cli_env, "--endpoint-url", proxy.endpoint_url, "extract", f"s3://{dst}/{archive_key}",
+                      "--to-dir", str(tmp_path / "three"), "--keys", *wanted)
     assert read_tree(tmp_path / "three") == {k[len(PREFIX):]: objects[k] for k in wanted}
     assert archive_gets.seen == result["gets"] == 3
     listed = run_cli(cli_env, "ls", f"s3://{dst}/{archive_key}", "--json").stdout.decode().splitlines()
@@ -239,24 +239,21 @@ def test_manifest_index_answers_like_a_full_scan_with_two_gets_per_key(s3, bucke
     assert found[keys[77_777]]["size"] == 77_777
 
 
-def test_expedited_unavailable_falls_back_only_if_asked(moto_server, cli_env):
+def test_expedited_unavailable_falls_back_only_if_asked(moto_server, cli_env, start_proxy):
     env, archive = one_object_archive(moto_server, cli_env, "GLACIER")
-    proxy = FaultProxy(moto_server.endpoint_url)
-    try:
-        busy = proxy.add(Fault("status", status=503, code="GlacierExpeditedRetrievalNotAvailable", count=2,
-                               match=lambda r: r.method == "POST" and "restore" in r.query))
-        proc = run_cli(env, "--endpoint-url", proxy.endpoint_url, "restore", archive, "--tier", "Expedited",
-                       check=False)
-        assert proc.returncode == 3 and "--fallback-tier" in proc.stderr.decode()
-        state = run_json(env, "--endpoint-url", proxy.endpoint_url, "restore", archive, "--tier", "Expedited",
-                         "--fallback-tier", "Standard")
-    finally:
-        proxy.stop()
+    proxy = start_proxy(moto_server.endpoint_url)
+    busy = proxy.add(Fault("status", status=503, code="GlacierExpeditedRetrievalNotAvailable", count=2,
+                           match=lambda r: r.method == "POST" and "restore" in r.query))
+    proc = run_cli(env, "--endpoint-url", proxy.endpoint_url, "restore", archive, "--tier", "Expedited",
+                   check=False)
+    assert proc.returncode == 3 and "--fallback-tier" in proc.stderr.decode()
+    state = run_json(env, "--endpoint-url", proxy.endpoint_url, "restore", archive, "--tier", "Expedited",
+                     "--fallback-tier", "Standard")
     assert busy.injected == 2 and state["tier"] == "Standard" and state["requested"] == "requested"
 
 
 def test_an_extract_that_fails_mid_object_leaves_no_upload_or_partial_file_and_the_rerun_completes(
-        minio, s3, buckets, cli_env, tmp_path):
+        minio, s3, buckets, cli_env, tmp_path, proxy):
     from helpers import open_uploads
 
     src, dst = buckets
@@ -268,22 +265,18 @@ def test_an_extract_that_fails_mid_object_leaves_no_upload_or_partial_file_and_t
     archive = f"s3://{dst}/vault/{src}/{PREFIX.rstrip('/')}.tar.gz"
     # An upload a killed extract left at the target key is aborted by the next extract.
     s3.create_multipart_upload(Bucket=out, Key=f"back/{PREFIX}big-0.bin")
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        # Half the archive's body, then nothing more: each resumed ranged GET is cut at once,
-        # so the read gives up (a single cut is resumed and the extract completes).
-        def archive_get(r):
-            return r.method == "GET" and r.key.endswith(".tar.gz")
+    # Half the archive's body, then nothing more: each resumed ranged GET is cut at once,
+    # so the read gives up (a single cut is resumed and the extract completes).
+    def archive_get(r):
+        return r.method == "GET" and r.key.endswith(".tar.gz")
 
-        for target in (("--to", f"s3://{out}/back/"), ("--to-dir", str(tmp_path / "d"))):
-            proxy.clear()
-            proxy.add(Fault("truncate", count=1, match=archive_get))
-            proxy.add(Fault("truncate", at=0, match=archive_get))
-            proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, "extract", archive, *target,
-                           "--original-keys", check=False)
-            assert proc.returncode == 3 and "Traceback" not in proc.stderr.decode(), proc.stderr.decode()
-    finally:
-        proxy.stop()
+    for target in (("--to", f"s3://{out}/back/"), ("--to-dir", str(tmp_path / "d"))):
+        proxy.clear()
+        proxy.add(Fault("truncate", count=1, match=archive_get))
+        proxy.add(Fault("truncate", at=0, match=archive_get))
+        proc = run_cli(cli_env, "--endpoint-url", proxy.endpoint_url, "extract", archive, *target,
+                       "--original-keys", check=False)
+        assert proc.returncode == 3 and "Traceback" not in proc.stderr.decode(), proc.stderr.decode()
     # The cut lands in the middle of the response as the proxy reads it: an object wholly
     # before it may be done (and then it is whole); nothing partial is ever visible.
     assert open_uploads(s3, out) == []

@@ -13,6 +13,10 @@ from devtools.sample_data import seed_day
 from faultproxy import Fault, FaultProxy
 from helpers import LOG_TEMPLATE, ROOT, airflow_with_log_job, keys_in, run_json, use_airflow_home
 
+
+pytestmark = pytest.mark.slow  # an in-process Airflow restoring from Glacier on moto
+
+
 DAG_ID = "s3_restore__oncall"
 
 

@@ -17,15 +17,21 @@ import threading
 import time
 from datetime import datetime
 
-from faultproxy import Fault, FaultProxy, is_get, is_upload_part
+import pytest
+
+from faultproxy import Fault, is_get, is_upload_part
 from helpers import ROOT, open_uploads, read_archive, run_cli, seed
+
+
+pytestmark = pytest.mark.slow  # a segmented run outliving many short-lived keys
+
 
 PREFIX = "logs/2026/11/02/"
 LIFETIME = 3.0  # seconds after its issue that botocore refreshes a key
 EXPIRES = 4.0  # seconds after its first signature that the proxy answers ExpiredToken for a key
 
 
-def test_segmented_prefix_outlives_many_rotating_keys(minio, s3, buckets, tmp_path, reliability):
+def test_segmented_prefix_outlives_many_rotating_keys(minio, s3, buckets, tmp_path, reliability, proxy):
     src, dst = buckets
     objects = {f"{PREFIX}{part}/{i:03d}.log": (f"{part}{i}\n" * 400).encode() for part in "ab" for i in range(90)}
     seed(s3, src, objects)
@@ -50,25 +56,21 @@ def test_segmented_prefix_outlives_many_rotating_keys(minio, s3, buckets, tmp_pa
             born = first_signed[found.group(1)] = min(first_signed.get(found.group(1), signed), signed)
         return signed - born > EXPIRES
 
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        rejected = proxy.add(Fault("status", status=400, code="ExpiredToken", match=expired))
-        # And a token that S3 calls expired before botocore does (a revoked session, a clock
-        # off): two GETs (CRT plane) and a part upload (boto3) answered ExpiredToken once each.
-        early = [proxy.add(Fault("status", status=400, code="ExpiredToken", count=2, after=30, match=is_get)),
-                 proxy.add(Fault("status", status=400, code="ExpiredToken", count=1, match=is_upload_part))]
-        # One GET at a time through the proxy, 60 ms each: a segment of 90 objects lives
-        # longer than a key's EXPIRES.
-        proxy.add(Fault("stall", seconds=0, match=is_get, on_inject=lambda r: time.sleep(0.06)))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env.update(PYTHONPATH=str(ROOT), AWS_CONFIG_FILE=str(config), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
-                   AWS_PROFILE="rotating", AWS_ENDPOINT_URL_S3=proxy.endpoint_url)
-        began = time.monotonic()
-        proc = run_cli(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/", "--storage-class", "STANDARD",
-                       "--segments", "2", "--processes", "2", "--segment-min-objects", "1", check=False)
-        seconds = time.monotonic() - began
-    finally:
-        proxy.stop()
+    rejected = proxy.add(Fault("status", status=400, code="ExpiredToken", match=expired))
+    # And a token that S3 calls expired before botocore does (a revoked session, a clock
+    # off): two GETs (CRT plane) and a part upload (boto3) answered ExpiredToken once each.
+    early = [proxy.add(Fault("status", status=400, code="ExpiredToken", count=2, after=30, match=is_get)),
+             proxy.add(Fault("status", status=400, code="ExpiredToken", count=1, match=is_upload_part))]
+    # One GET at a time through the proxy, 60 ms each: a segment of 90 objects lives
+    # longer than a key's EXPIRES.
+    proxy.add(Fault("stall", seconds=0, match=is_get, on_inject=lambda r: time.sleep(0.06)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(PYTHONPATH=str(ROOT), AWS_CONFIG_FILE=str(config), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+               AWS_PROFILE="rotating", AWS_ENDPOINT_URL_S3=proxy.endpoint_url)
+    began = time.monotonic()
+    proc = run_cli(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/", "--storage-class", "STANDARD",
+                   "--segments", "2", "--processes", "2", "--segment-min-objects", "1", check=False)
+    seconds = time.monotonic() - began
     keys = issued_log.read_text().split("\n") if issued_log.exists() else []
     message = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
     print(f"\nrotating credentials, 2 segments: exit {proc.returncode} in {seconds:.1f} s, "

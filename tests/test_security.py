@@ -15,8 +15,12 @@ from datetime import datetime, timedelta, timezone
 import boto3
 import pytest
 
-from faultproxy import Fault, FaultProxy
+from faultproxy import Fault
 from helpers import ROOT, engine_clients, keys_in, minio_user, open_uploads, run_cli, run_json, seed
+
+
+pytestmark = pytest.mark.slow  # Object Lock, IAM roles and KMS: a MinIO of its own and many CLI runs
+
 
 PREFIX = "logs/2026/11/21/"
 
@@ -129,16 +133,12 @@ def test_legal_hold_and_compliance_are_applied_to_archive_manifest_and_index(loc
     assert "[locked: legal hold]" in text
 
 
-def test_object_lock_on_a_bucket_without_it_is_refused_before_any_get(minio, cli_env):
+def test_object_lock_on_a_bucket_without_it_is_refused_before_any_get(minio, cli_env, proxy):
     s3, src, dst = source_with_one_object(minio, "nl")
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        gets = proxy.add(Fault("status", rate=0.0, match=lambda r: r.method == "GET" and r.key.startswith(src)))
-        proc = run_cli({**cli_env, "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}, "archive", f"s3://{src}/{PREFIX}",
-                       f"s3://{dst}/v/", "--storage-class", "STANDARD", "--object-lock", "COMPLIANCE",
-                       "--retain-days", "30", check=False)
-    finally:
-        proxy.stop()
+    gets = proxy.add(Fault("status", rate=0.0, match=lambda r: r.method == "GET" and r.key.startswith(src)))
+    proc = run_cli({**cli_env, "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}, "archive", f"s3://{src}/{PREFIX}",
+                   f"s3://{dst}/v/", "--storage-class", "STANDARD", "--object-lock", "COMPLIANCE",
+                   "--retain-days", "30", check=False)
     message = _denied(proc)
     assert "does not have Object Lock enabled" in message and "--object-lock-enabled-for-bucket" in message
     assert gets.seen == 0 and keys_in(s3, dst) == [] and open_uploads(s3, dst) == []
@@ -149,7 +149,7 @@ def test_object_lock_on_a_bucket_without_it_is_refused_before_any_get(minio, cli
 # --- The expected bucket owner ----------------------------------------------------------------
 
 
-def test_expected_owner_goes_out_on_every_request_of_both_planes(minio, buckets, s3):
+def test_expected_owner_goes_out_on_every_request_of_both_planes(minio, buckets, s3, proxy):
     from s3arch.archive import archive_prefix
     from s3arch.core.config import ArchiveSpec, S3Url
 
@@ -157,15 +157,11 @@ def test_expected_owner_goes_out_on_every_request_of_both_planes(minio, buckets,
     seed(s3, src, {f"{PREFIX}{i}.log": b"x" * (i + 1) for i in range(20)})
     s3.put_object(Bucket=src, Key=f"{PREFIX}tagged.log", Body=b"t", Tagging="a=b")
     s3.put_object(Bucket=src, Key=f"{PREFIX}big.bin", Body=b"b" * (9 << 20))  # ranged GETs and a HEAD
-    proxy = FaultProxy(minio.endpoint_url)
     seen: list = []
-    try:
-        proxy.add(Fault("status", rate=0.0, match=lambda r: seen.append(r) or False))
-        result = archive_prefix(ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, "v/"), storage_class="STANDARD",
-                                            expected_owner="111122223333", delete_source=True),
-                                engine_clients(minio, proxy.endpoint_url, expected_owner="111122223333"))
-    finally:
-        proxy.stop()
+    proxy.add(Fault("status", rate=0.0, match=lambda r: seen.append(r) or False))
+    result = archive_prefix(ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, "v/"), storage_class="STANDARD",
+                                        expected_owner="111122223333", delete_source=True),
+                            engine_clients(minio, proxy.endpoint_url, expected_owner="111122223333"))
     assert result.status == "archived" and result.deleted == 22
     kinds = {(r.method, "tagging" in r.query, "Range" in r.headers or "range" in r.headers) for r in seen}
     assert ("GET", True, False) in kinds and ("GET", False, True) in kinds  # tag reads and ranged GETs were seen
@@ -193,27 +189,23 @@ def test_clients_built_without_the_specs_owner_are_refused_before_any_request(bu
             run()
 
 
-def test_bucket_owned_by_another_account_is_a_clear_exit_2_and_nothing_is_written(minio, buckets, s3, cli_env):
+def test_bucket_owned_by_another_account_is_a_clear_exit_2_and_nothing_is_written(minio, buckets, s3, cli_env, proxy):
     src, dst = buckets
     seed(s3, src, {f"{PREFIX}a.log": b"a"})
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        # What S3 answers when ExpectedBucketOwner names another account than the bucket's.
-        proxy.add(Fault("status", status=403, code="AccessDenied",
-                        match=lambda r: r.headers.get("x-amz-expected-bucket-owner", "111122223333") != "111122223333"))
-        env = {**cli_env, "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
-        args = ("archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/v/", "--storage-class", "STANDARD")
-        started = time.monotonic()
-        proc = run_cli(env, *args, "--expected-owner", "999988887777", check=False)
-        took = time.monotonic() - started
-        message = _denied(proc)
-        assert "not owned by account 999988887777" in message and took < 15
-        assert keys_in(s3, dst) == [] and open_uploads(s3, dst) == []
-        assert run_json(env, *args, "--expected-owner", "111122223333")["status"] == "archived"
-        manifest = f"s3://{dst}/v/{src}/logs/2026/11/21.manifest.jsonl.gz"
-        assert _denied(run_cli(env, "ls", manifest, "--expected-owner", "999988887777", check=False))
-    finally:
-        proxy.stop()
+    # What S3 answers when ExpectedBucketOwner names another account than the bucket's.
+    proxy.add(Fault("status", status=403, code="AccessDenied",
+                    match=lambda r: r.headers.get("x-amz-expected-bucket-owner", "111122223333") != "111122223333"))
+    env = {**cli_env, "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
+    args = ("archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/v/", "--storage-class", "STANDARD")
+    started = time.monotonic()
+    proc = run_cli(env, *args, "--expected-owner", "999988887777", check=False)
+    took = time.monotonic() - started
+    message = _denied(proc)
+    assert "not owned by account 999988887777" in message and took < 15
+    assert keys_in(s3, dst) == [] and open_uploads(s3, dst) == []
+    assert run_json(env, *args, "--expected-owner", "111122223333")["status"] == "archived"
+    manifest = f"s3://{dst}/v/{src}/logs/2026/11/21.manifest.jsonl.gz"
+    assert _denied(run_cli(env, "ls", manifest, "--expected-owner", "999988887777", check=False))
 
 
 # --- Least privilege: the policies of docs/SECURITY.md as MinIO users --------------------------
@@ -393,11 +385,11 @@ def test_archive_bucket_policy_denies_archive_deletion_and_plain_http(minio, rol
 # --- Encryption ------------------------------------------------------------------------------
 
 
-def test_kms_archive_with_bucket_key_verifies_extracts_and_cats(tmp_path, cli_env):
+def test_kms_archive_with_bucket_key_verifies_extracts_and_cats(tmp_path, cli_env, start_proxy):
     from devtools.servers import start_minio
 
     server = start_minio(kms_key_id="s3arch-test-key")
-    proxy = FaultProxy(server.endpoint_url)
+    proxy = start_proxy(server.endpoint_url)
     try:
         s3 = server.client()
         for bucket in ("kms-src", "kms-dst", "kms-back"):
@@ -423,7 +415,6 @@ def test_kms_archive_with_bucket_key_verifies_extracts_and_cats(tmp_path, cli_en
                        "--sse", "aws:kms:dsse", "--sse-kms-key-id", "s3arch-test-key", check=False)
         assert "encryption method is not supported" in _denied(dsse)  # MinIO has no DSSE: said plainly
     finally:
-        proxy.stop()
         server.stop()
 
 
@@ -472,25 +463,22 @@ def test_cli_output_errors_and_manifest_carry_no_credential_or_token(minio, buck
     assert not [t for t in texts if re.search(rb"X-Amz-Signature|X-Amz-Credential|Signature=", t)]
 
 
-def test_expected_owner_self_is_the_callers_account_from_sts(moto_server, cli_env):
+def test_expected_owner_self_is_the_callers_account_from_sts(moto_server, cli_env, start_proxy):
     """moto server answers sts:GetCallerIdentity (MinIO does not) and owns its buckets as
     account 123456789012: `self` resolves to it and the run goes through."""
     s3, src, dst = source_with_one_object(moto_server, "own")
-    proxy = FaultProxy(moto_server.endpoint_url)
+    proxy = start_proxy(moto_server.endpoint_url)
     owners = []
-    try:
-        proxy.add(Fault("status", rate=0.0, match=lambda r: owners.append(r.headers.get("x-amz-expected-bucket-owner"))))
-        env = {**{k: v for k, v in cli_env.items() if not k.startswith("AWS_")}, **moto_server.env(),
-               "AWS_ENDPOINT_URL_S3": proxy.endpoint_url, "AWS_ENDPOINT_URL_STS": moto_server.endpoint_url}
-        result = run_json(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/v/", "--storage-class", "STANDARD",
-                          "--expected-owner", "self")
-    finally:
-        proxy.stop()
+    proxy.add(Fault("status", rate=0.0, match=lambda r: owners.append(r.headers.get("x-amz-expected-bucket-owner"))))
+    env = {**{k: v for k, v in cli_env.items() if not k.startswith("AWS_")}, **moto_server.env(),
+           "AWS_ENDPOINT_URL_S3": proxy.endpoint_url, "AWS_ENDPOINT_URL_STS": moto_server.endpoint_url}
+    result = run_json(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/v/", "--storage-class", "STANDARD",
+                      "--expected-owner", "self")
     assert result["status"] == "archived"
     assert owners and set(owners) == {"123456789012"}  # moto does not check it; the proxy saw it sent
 
 
-def test_missing_key_403_under_a_prefix_conditioned_list_bucket(minio, cli_env):
+def test_missing_key_403_under_a_prefix_conditioned_list_bucket(minio, cli_env, proxy):
     """S3 answers 403, not 404, for a missing key to a caller whose s3:ListBucket has an
     s3:prefix condition, and denies its HeadBucket. MinIO does the latter but answers 404 for
     a missing key, so the fault proxy plays S3: 403 AccessDenied for every HEAD/GET of a key
@@ -517,41 +505,37 @@ def test_missing_key_403_under_a_prefix_conditioned_list_bucket(minio, cli_env):
         except s3.exceptions.ClientError:
             return True
 
-    proxy = FaultProxy(minio.endpoint_url)
     as_s3 = proxy.add(Fault("status", status=403, code="AccessDenied", match=missing))
-    try:
-        env = {**as_user(cli_env, *minio_user(minio, statements)), "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
-        vault = f"s3://{dst}/archive/"
-        started = time.monotonic()
-        result = run_json(env, "archive", f"s3://{src}/{PREFIX}", vault, "--storage-class", "STANDARD")
-        print(f"first run {result['status']} in {time.monotonic() - started:.1f} s, {as_s3.injected} 403s for missing keys")
-        assert result["status"] == "archived" and as_s3.injected >= 2  # the manifest and the lease, at least
-        assert run_json(env, "archive", f"s3://{src}/{PREFIX}", vault, "--storage-class", "STANDARD")["status"] == "skipped"
-        assert run_json(env, "verify", f"s3://{dst}/archive/{src}/logs/2026/11/21.manifest.jsonl.gz")["objects"] == 1
+    env = {**as_user(cli_env, *minio_user(minio, statements)), "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
+    vault = f"s3://{dst}/archive/"
+    started = time.monotonic()
+    result = run_json(env, "archive", f"s3://{src}/{PREFIX}", vault, "--storage-class", "STANDARD")
+    print(f"first run {result['status']} in {time.monotonic() - started:.1f} s, {as_s3.injected} 403s for missing keys")
+    assert result["status"] == "archived" and as_s3.injected >= 2  # the manifest and the lease, at least
+    assert run_json(env, "archive", f"s3://{src}/{PREFIX}", vault, "--storage-class", "STANDARD")["status"] == "skipped"
+    assert run_json(env, "verify", f"s3://{dst}/archive/{src}/logs/2026/11/21.manifest.jsonl.gz")["objects"] == 1
 
-        narrowed = [dict(s, Condition={"StringLike": {"s3:prefix": ["elsewhere/*"]}})
-                    if s.get("Sid") == "ListDestination" else s
-                    for s in policy("archive", **{**names, "ARCHIVE_PREFIX": "other/"})]
-        env = {**as_user(cli_env, *minio_user(minio, narrowed)), "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
-        started = time.monotonic()
-        message = _denied(run_cli(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/other/", "--storage-class",
-                                  "STANDARD", check=False))
-        print(f"exit 2 in {time.monotonic() - started:.1f} s: {message.strip().splitlines()[-1]}")
-        assert "s3:ListBucket" in message and dst in message and "other/" in message
-        assert keys_in(s3, dst, "other/") == [] and open_uploads(s3, dst) == []
+    narrowed = [dict(s, Condition={"StringLike": {"s3:prefix": ["elsewhere/*"]}})
+                if s.get("Sid") == "ListDestination" else s
+                for s in policy("archive", **{**names, "ARCHIVE_PREFIX": "other/"})]
+    env = {**as_user(cli_env, *minio_user(minio, narrowed)), "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
+    started = time.monotonic()
+    message = _denied(run_cli(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/other/", "--storage-class",
+                              "STANDARD", check=False))
+    print(f"exit 2 in {time.monotonic() - started:.1f} s: {message.strip().splitlines()[-1]}")
+    assert "s3:ListBucket" in message and dst in message and "other/" in message
+    assert keys_in(s3, dst, "other/") == [] and open_uploads(s3, dst) == []
 
-        # The bucket check passes (its folder may be listed), the manifest's HEAD gets 403 and
-        # the listing of that key is denied: the message names s3:ListBucket and the key.
-        exact = [dict(s, Condition={"StringEquals": {"s3:prefix": [f"other/{src}/logs/2026/11/"]}})
-                 if s.get("Sid") == "ListDestination" else s
-                 for s in policy("archive", **{**names, "ARCHIVE_PREFIX": "other/"})]
-        env = {**as_user(cli_env, *minio_user(minio, exact)), "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
-        started = time.monotonic()
-        message = _denied(run_cli(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/other/", "--storage-class",
-                                  "STANDARD", check=False))
-        print(f"exit 2 in {time.monotonic() - started:.1f} s: {message.strip().splitlines()[-1]}")
-        assert "s3:ListBucket" in message and "403 rather than 404" in message
-        assert f"s3://{dst}/other/{src}/logs/2026/11/21." in message
-        assert keys_in(s3, dst, "other/") == [] and open_uploads(s3, dst) == []
-    finally:
-        proxy.stop()
+    # The bucket check passes (its folder may be listed), the manifest's HEAD gets 403 and
+    # the listing of that key is denied: the message names s3:ListBucket and the key.
+    exact = [dict(s, Condition={"StringEquals": {"s3:prefix": [f"other/{src}/logs/2026/11/"]}})
+             if s.get("Sid") == "ListDestination" else s
+             for s in policy("archive", **{**names, "ARCHIVE_PREFIX": "other/"})]
+    env = {**as_user(cli_env, *minio_user(minio, exact)), "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
+    started = time.monotonic()
+    message = _denied(run_cli(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/other/", "--storage-class",
+                              "STANDARD", check=False))
+    print(f"exit 2 in {time.monotonic() - started:.1f} s: {message.strip().splitlines()[-1]}")
+    assert "s3:ListBucket" in message and "403 rather than 404" in message
+    assert f"s3://{dst}/other/{src}/logs/2026/11/21." in message
+    assert keys_in(s3, dst, "other/") == [] and open_uploads(s3, dst) == []

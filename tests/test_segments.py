@@ -15,8 +15,12 @@ import zlib
 
 import pytest
 
-from faultproxy import Fault, FaultProxy, is_get, wait_until
+from faultproxy import Fault, is_get, wait_until
 from helpers import ROOT, keys_in, open_uploads, read_archive, run_cli, run_json, run_segment_workers_inline, seed
+
+
+pytestmark = pytest.mark.slow  # segmented runs with worker processes, killed and run again
+
 
 PREFIX = "events/2026/11/21/"
 
@@ -148,7 +152,7 @@ def _worker_pids(parent: int) -> list[int]:
     return out
 
 
-def test_killed_segment_is_run_again_alone_and_the_archive_is_whole(minio, s3, buckets, reliability):
+def test_killed_segment_is_run_again_alone_and_the_archive_is_whole(minio, s3, buckets, reliability, proxy):
     """Segment 2 of 2 is killed with SIGKILL while its parts are being uploaded; the run
     produces that segment again (and only it) and commits one archive, byte for byte."""
     src, dst = buckets
@@ -159,35 +163,31 @@ def test_killed_segment_is_run_again_alone_and_the_archive_is_whole(minio, s3, b
     last = f"{PREFIX}b/199.log"
     objects = {**first, **second}
     seed(s3, src, objects)
-    proxy = FaultProxy(minio.endpoint_url)
     stalled = threading.Event()
+    first_gets = proxy.add(Fault("status", rate=0.0, match=lambda r: is_get(r) and "/a/" in r.key))
+    proxy.add(Fault("stall", seconds=60, count=1, match=lambda r: is_get(r) and r.key.endswith(last),
+                    on_inject=lambda r: stalled.set()))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(minio.env(), PYTHONPATH=str(ROOT), AWS_ENDPOINT_URL_S3=proxy.endpoint_url)
+    cli = subprocess.Popen([__import__("sys").executable, "-m", "s3arch", "archive", f"s3://{src}/{PREFIX}",
+                            f"s3://{dst}/", "--storage-class", "STANDARD", "--segments", "2", "--processes", "2",
+                            "--segment-min-objects", "1", "--json"],
+                           env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        first_gets = proxy.add(Fault("status", rate=0.0, match=lambda r: is_get(r) and "/a/" in r.key))
-        proxy.add(Fault("stall", seconds=60, count=1, match=lambda r: is_get(r) and r.key.endswith(last),
-                        on_inject=lambda r: stalled.set()))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        env.update(minio.env(), PYTHONPATH=str(ROOT), AWS_ENDPOINT_URL_S3=proxy.endpoint_url)
-        cli = subprocess.Popen([__import__("sys").executable, "-m", "s3arch", "archive", f"s3://{src}/{PREFIX}",
-                                f"s3://{dst}/", "--storage-class", "STANDARD", "--segments", "2", "--processes", "2",
-                                "--segment-min-objects", "1", "--json"],
-                               env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            assert wait_until(stalled.is_set, 60), "segment 2 never reached its last object"
-            # Segment 1 is done by now; the one worker left is segment 2's, mid-upload.
-            assert wait_until(lambda: len(_worker_pids(cli.pid)) == 1, 30)
-            uploads = open_uploads(s3, dst)
-            assert len(uploads) == 1
-            parts = s3.list_parts(Bucket=dst, Key=uploads[0]["Key"], UploadId=uploads[0]["UploadId"])
-            assert parts.get("Parts"), "no part of segment 2 was uploaded before the kill"
-            os.kill(_worker_pids(cli.pid)[0], signal.SIGKILL)
-            stdout, stderr = cli.communicate(timeout=180)
-        finally:
-            if cli.poll() is None:
-                cli.kill()
-        assert cli.returncode == 0, stderr.decode()
-        result = __import__("json").loads(stdout.decode().strip().splitlines()[-1])
+        assert wait_until(stalled.is_set, 60), "segment 2 never reached its last object"
+        # Segment 1 is done by now; the one worker left is segment 2's, mid-upload.
+        assert wait_until(lambda: len(_worker_pids(cli.pid)) == 1, 30)
+        uploads = open_uploads(s3, dst)
+        assert len(uploads) == 1
+        parts = s3.list_parts(Bucket=dst, Key=uploads[0]["Key"], UploadId=uploads[0]["UploadId"])
+        assert parts.get("Parts"), "no part of segment 2 was uploaded before the kill"
+        os.kill(_worker_pids(cli.pid)[0], signal.SIGKILL)
+        stdout, stderr = cli.communicate(timeout=180)
     finally:
-        proxy.stop()
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 0, stderr.decode()
+    result = __import__("json").loads(stdout.decode().strip().splitlines()[-1])
     assert result["segments"] == 2 and result["objects"] == len(objects)
     assert first_gets.seen == len(first)  # segment 1 was not produced again
     archive_key = f"{src}/{PREFIX.rstrip('/')}.tar.gz"
@@ -260,7 +260,8 @@ def test_plan_balances_segments_by_bytes_and_objects_and_covers_every_key(minio,
     assert max(weights) < 1.6 * min(weights)
 
 
-def test_segments_as_separate_tasks_plan_produce_in_any_order_retry_one_and_assemble(minio, s3, buckets, clients):
+def test_segments_as_separate_tasks_plan_produce_in_any_order_retry_one_and_assemble(minio, s3, buckets, clients,
+                                                                                     proxy):
     """The Airflow shape without Airflow: a prepare step, segment steps that could run on any
     worker (here out of order, one failing once and retried alone), an assemble step."""
     from s3arch.archive import archive_segment, assemble_segments, prepare_segments
@@ -277,17 +278,13 @@ def test_segments_as_separate_tasks_plan_produce_in_any_order_retry_one_and_asse
     with pytest.raises(SegmentMissing, match=r"segment 1/3 .* was not produced.*\[1/3\]"):
         assemble_segments(spec, clients)  # nothing committed, the upload and segment 3 kept
     assert len(open_uploads(s3, dst)) == 1
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        from helpers import engine_clients
+    from helpers import engine_clients
 
-        # Every write of the segment is refused (its parts, its records, its kept-back bytes).
-        failing = proxy.add(Fault("status", status=403, code="AccessDenied", match=lambda r: r.method == "PUT"))
-        with pytest.raises(AccessDenied, match="access denied"):
-            archive_segment(spec, 0, engine_clients(minio, proxy.endpoint_url))
-        assert failing.injected
-    finally:
-        proxy.stop()
+    # Every write of the segment is refused (its parts, its records, its kept-back bytes).
+    failing = proxy.add(Fault("status", status=403, code="AccessDenied", match=lambda r: r.method == "PUT"))
+    with pytest.raises(AccessDenied, match="access denied"):
+        archive_segment(spec, 0, engine_clients(minio, proxy.endpoint_url))
+    assert failing.injected
     archive_segment(spec, 0, clients)  # the retry, alone
     archive_segment(spec, 1, clients)
     assert archive_segment(spec, 5, clients)["objects"] == 0  # a segment task beyond the plan: nothing
@@ -326,7 +323,7 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
     assert seen == ["token-1", "token-2", "token-3", "token-4"]
 
 
-def test_segments_read_the_plans_listing_and_archive_exactly_what_it_planned(minio, s3, buckets, clients):
+def test_segments_read_the_plans_listing_and_archive_exactly_what_it_planned(minio, s3, buckets, clients, proxy):
     """The prefix is listed once per segmented run: segment steps list nothing (they read the
     listing the plan recorded), and a key written into a segment's range after the plan is
     left for the next run instead of failing the segment."""
@@ -344,13 +341,9 @@ def test_segments_read_the_plans_listing_and_archive_exactly_what_it_planned(min
     assert [k for k in keys_in(s3, dst) if "/listing/" in k], "the plan recorded no listing"
     late = f"{PREFIX}06/event-late.log"
     s3.put_object(Bucket=src, Key=late, Body=b"written after the plan\n")
-    proxy = FaultProxy(minio.endpoint_url)
-    try:
-        lists = proxy.add(Fault("status", rate=0.0, match=lambda r: is_list(r) and r.key.rstrip("/") == src))
-        for k in (2, 0, 1):
-            archive_segment(spec, k, engine_clients(minio, proxy.endpoint_url))
-    finally:
-        proxy.stop()
+    lists = proxy.add(Fault("status", rate=0.0, match=lambda r: is_list(r) and r.key.rstrip("/") == src))
+    for k in (2, 0, 1):
+        archive_segment(spec, k, engine_clients(minio, proxy.endpoint_url))
     assert lists.seen == 0, f"segments listed the source {lists.seen} times"
     result = assemble_segments(spec, clients)
     assert result.status == "archived" and result.objects == len(objects)

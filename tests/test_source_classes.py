@@ -10,7 +10,7 @@ import uuid
 import boto3
 import pytest
 
-from faultproxy import Fault, FaultProxy, is_get, is_list, is_upload_part
+from faultproxy import Fault, is_get, is_list, is_upload_part
 from helpers import keys_in, open_uploads, run_cli, seed
 from s3arch.archive import archive_prefix
 from s3arch.core.config import ArchiveSpec, S3Url
@@ -63,33 +63,30 @@ def _moto_clients(endpoint_url):
     return S3Clients.from_session(session, endpoint_url)
 
 
-def test_glacier_sources_refused_before_any_get_on_moto(moto_server, moto_buckets):
+def test_glacier_sources_refused_before_any_get_on_moto(moto_server, moto_buckets, start_proxy):
     s3, src, dst = moto_buckets
     seed(s3, src, {f"day/{i:04d}.log": b"x" * 100 for i in range(1500)})
     for i in (1200, 1300, 1400):  # on the second page: the first page's GETs may start, none of these
         s3.put_object(Bucket=src, Key=f"day/{i:04d}.log", Body=b"x" * 100, StorageClass="GLACIER")
-    proxy = FaultProxy(moto_server.endpoint_url)
+    proxy = start_proxy(moto_server.endpoint_url)
     gets = proxy.add(Fault("header", match=lambda r: is_get(r) and r.key.startswith(f"{src}/day/1")))
-    try:
-        spec = ArchiveSpec(S3Url(src, "day/"), S3Url(dst, "a/"), storage_class="STANDARD")
-        started = time.monotonic()
-        with pytest.raises(ArchivedObjectNotReadable) as caught:
-            archive_prefix(spec, _moto_clients(proxy.endpoint_url))
-        seconds = time.monotonic() - started
-        message = str(caught.value)
-        assert caught.value.exit_code == 2
-        assert "3 source objects" in message and "GLACIER" in message and "day/1200.log" in message
-        assert "restore-object" in message and "s3arch restore` restores archives, not sources" in message
-        assert gets.seen == 0, "no GET of a GLACIER object (nor of anything listed after it)"
-        assert keys_in(s3, dst) == [] and open_uploads(s3, dst) == []
-        print(f"refused in {seconds:.2f} s")
+    spec = ArchiveSpec(S3Url(src, "day/"), S3Url(dst, "a/"), storage_class="STANDARD")
+    started = time.monotonic()
+    with pytest.raises(ArchivedObjectNotReadable) as caught:
+        archive_prefix(spec, _moto_clients(proxy.endpoint_url))
+    seconds = time.monotonic() - started
+    message = str(caught.value)
+    assert caught.value.exit_code == 2
+    assert "3 source objects" in message and "GLACIER" in message and "day/1200.log" in message
+    assert "restore-object" in message and "s3arch restore` restores archives, not sources" in message
+    assert gets.seen == 0, "no GET of a GLACIER object (nor of anything listed after it)"
+    assert keys_in(s3, dst) == [] and open_uploads(s3, dst) == []
+    print(f"refused in {seconds:.2f} s")
 
-        dry = archive_prefix(spec.previewed(), _moto_clients(proxy.endpoint_url))
-        assert dry.status == "dry_run" and dry.needs_restore == 3 and dry.objects == 1500
-        assert any("3 source objects are in GLACIER" in n and "restore-object" in n for n in dry.notes)
-        assert keys_in(s3, dst) == []
-    finally:
-        proxy.stop()
+    dry = archive_prefix(spec.previewed(), _moto_clients(proxy.endpoint_url))
+    assert dry.status == "dry_run" and dry.needs_restore == 3 and dry.objects == 1500
+    assert any("3 source objects are in GLACIER" in n and "restore-object" in n for n in dry.notes)
+    assert keys_in(s3, dst) == []
 
 
 def test_standard_ia_sources_archive_with_their_retrieval_fee(moto_server, moto_buckets):
@@ -102,27 +99,23 @@ def test_standard_ia_sources_archive_with_their_retrieval_fee(moto_server, moto_
     assert result.cost["source_retrieval"] == pytest.approx(20_000 / GiB * 0.01)
 
 
-def test_cli_exits_2_on_a_glacier_listing_with_no_source_get(minio, s3, buckets, cli_env):
+def test_cli_exits_2_on_a_glacier_listing_with_no_source_get(minio, s3, buckets, cli_env, proxy):
     """The fault proxy answers every listing with StorageClass GLACIER, as S3 lists objects a
     lifecycle rule moved: exit 2 with the message, and the proxy sees no GET of a source."""
     src, dst = buckets
     seed(s3, src, {f"day/{i:03d}.log": b"z" * 50 for i in range(30)})
-    proxy = FaultProxy(minio.endpoint_url)
     proxy.add(Fault("rewrite", match=is_list,
                     rewrite=lambda body: body.replace(b"<StorageClass>STANDARD<", b"<StorageClass>GLACIER<")))
     gets = proxy.add(Fault("header", match=lambda r: is_get(r) and r.key.startswith(f"{src}/")))
     parts = proxy.add(Fault("header", match=is_upload_part))
-    try:
-        env = {**cli_env, "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
-        started = time.monotonic()
-        proc = run_cli(env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
-                       check=False)
-        seconds = time.monotonic() - started
-        err = proc.stderr.decode()
-        assert proc.returncode == 2, err
-        assert "30 source objects" in err and "GLACIER" in err and "restore-object" in err, err
-        assert gets.seen == 0 and parts.seen == 0
-        assert keys_in(s3, dst) == [] and open_uploads(s3, dst) == []
-        print(f"exit 2 in {seconds:.2f} s")
-    finally:
-        proxy.stop()
+    env = {**cli_env, "AWS_ENDPOINT_URL_S3": proxy.endpoint_url}
+    started = time.monotonic()
+    proc = run_cli(env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
+                   check=False)
+    seconds = time.monotonic() - started
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert "30 source objects" in err and "GLACIER" in err and "restore-object" in err, err
+    assert gets.seen == 0 and parts.seen == 0
+    assert keys_in(s3, dst) == [] and open_uploads(s3, dst) == []
+    print(f"exit 2 in {seconds:.2f} s")

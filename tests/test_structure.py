@@ -1,6 +1,7 @@
-"""The package's modules form layers: no import cycle among s3arch and s3arch_airflow modules,
-counting the imports made inside functions (a cycle hidden in a function still ties the two
-modules together; it only moves the failure from import time to the first call).
+"""The package's modules form layers: the engine's stages import only downward (``LAYERS``), and
+no import cycle among s3arch and s3arch_airflow modules, counting the imports made inside
+functions (a cycle hidden in a function still ties the two modules together; it only moves the
+failure from import time to the first call).
 
 Parsed with ``ast``, nothing is imported. ``from package import name`` depends on the module
 ``package.name`` when there is one, else on ``package`` itself (its ``__init__``)."""
@@ -121,3 +122,49 @@ def test_the_cycle_finder_prints_a_cycle():
 def test_no_import_cycle_among_s3arch_modules():
     found = cycles(import_graph())
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in found)
+
+
+# The engine's stages, lowest first: a module imports from its own stage and the stages below
+# it, never from a stage above or beside it (produce and restore, protocol and ops, are
+# siblings that share what is below them). s3arch's __init__ and __main__ sit on the CLI, the
+# Airflow layer on everything.
+LAYERS = (("core",), ("io",), ("format",), ("produce", "restore"), ("protocol", "ops"), ("archive",), ("cli",),
+          ("__init__", "__main__"), ("s3arch_airflow",))
+LEVEL = {stage: level for level, stages in enumerate(LAYERS) for stage in stages}
+
+
+def stage(module: str) -> str:
+    package, _, rest = module.partition(".")
+    return package if package != "s3arch" else (rest.split(".")[0] or "__init__")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a module from a stage above or beside its own, as 'a -> b (stage of a
+    -> stage of b)'."""
+    found = []
+    for module in sorted(graph):
+        for target in sorted(graph[module]):
+            here, there = stage(module), stage(target)
+            if here != there and LEVEL[there] >= LEVEL[here]:
+                found.append(f"{module} -> {target} ({here} imports {there}, "
+                             f"{'beside' if LEVEL[there] == LEVEL[here] else 'above'} it)")
+    return found
+
+
+def test_every_module_is_in_a_stage_of_the_layer_order():
+    unplaced = sorted({stage(module) for module in import_graph()} - set(LEVEL))
+    assert not unplaced, f"stages missing from LAYERS in tests/test_structure.py: {unplaced}"
+
+
+def test_the_layer_check_names_an_upward_and_a_sideways_import():
+    graph = {"s3arch.io.listing": {"s3arch.format.tarwriter", "s3arch.core.cost"},
+             "s3arch.restore.extract": {"s3arch.produce.pipeline"}, "s3arch.cli": {"s3arch.archive"}}
+    assert upward_imports(graph) == [
+        "s3arch.io.listing -> s3arch.format.tarwriter (io imports format, above it)",
+        "s3arch.restore.extract -> s3arch.produce.pipeline (restore imports produce, beside it)"]
+
+
+def test_the_engine_stages_import_only_downward():
+    found = upward_imports(import_graph())
+    order = " < ".join(", ".join(stages) for stages in LAYERS)
+    assert not found, f"imports against the layer order {order}:\n" + "\n".join(found)

@@ -14,19 +14,16 @@ from dataclasses import replace
 
 import pytest
 
-from faultproxy import Fault, FaultProxy, is_get
+from faultproxy import Fault, is_get
 from helpers import keys_in, open_uploads, read_archive, run_cli, seed
 from s3arch.core import backoff
 from s3arch.core.backoff import Backoff
 
 
-@pytest.fixture
-def proxy(minio):
-    p = FaultProxy(minio.endpoint_url, seed=31)
-    yield p
-    p.stop()
+PROXY_SEED = 31  # the conftest proxy's random faults
 
 
+@pytest.mark.slow
 def test_a_prefix_throttled_for_30_seconds_archives_slower_instead_of_failing(s3, buckets, proxy, cli_env,
                                                                              reliability):
     src, dst = buckets
@@ -132,6 +129,7 @@ def test_the_throttled_count_goes_to_the_task_row_and_the_metrics(monkeypatch):
     assert "throttled" not in format_table([result_row("day3/", "archived")])
 
 
+@pytest.mark.slow
 def test_listing_pages_and_uploads_throttled_past_botocores_retries_are_waited_out(s3, buckets, proxy, minio,
                                                                                    reliability):
     """The control plane (boto3): botocore's standard retries (here 2 attempts, so its own give
@@ -276,6 +274,7 @@ def test_gets_in_flight_shrink_while_s3_throttles(monkeypatch):
     assert fetcher.limit.limit > fetcher.limit.lowest  # and grown back after
 
 
+@pytest.mark.slow
 def test_a_segmented_archive_counts_what_its_segments_waited_out(minio, s3, buckets, clients, proxy, monkeypatch):
     """Each segment's throttled GETs travel in its result to the assembled archive's summary.
     The CRT client's own retries are turned off here so that a 3 s throttle reaches the engine."""
@@ -304,6 +303,7 @@ def test_a_segmented_archive_counts_what_its_segments_waited_out(minio, s3, buck
 
 
 @pytest.mark.parametrize("segmented", [False, True], ids=["one-pipeline", "segment-workers"])
+@pytest.mark.slow
 def test_throttle_budget_flag_is_the_budget_the_run_honours(s3, buckets, proxy, cli_env, segmented):
     """--throttle-budget 3 with S3ARCH_THROTTLE_BUDGET=900 in the environment: every source GET
     throttled for good fails the run with exit 3 after seconds, not 15 minutes, naming the

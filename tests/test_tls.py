@@ -17,6 +17,9 @@ from botocore.config import Config
 from helpers import ROOT, make_ca_and_certificate, run_cli, run_json, seed
 
 
+pytestmark = pytest.mark.slow  # a MinIO serving HTTPS with its own CA, every command over it
+
+
 def _make_ca_and_server_cert(directory: Path) -> Path:
     """A CA, and a certificate for 127.0.0.1/localhost it signed, where MinIO's --certs-dir
     wants them (public.crt, private.key). Returns the CA's PEM file."""

@@ -10,19 +10,17 @@ import uuid
 
 import pytest
 
-from faultproxy import Fault, FaultProxy
+from faultproxy import Fault
 from helpers import engine_clients, read_archive, seed
 
 PREFIX = "events/2026/11/21/"
 
 
 @pytest.fixture
-def recording_proxy(minio):
-    proxy = FaultProxy(minio.endpoint_url)
+def recording_proxy(proxy):
     proxy.seen = []
     proxy.add(Fault("status", rate=0.0, match=lambda r: proxy.seen.append(r) and False))  # records, never fires
-    yield proxy
-    proxy.stop()
+    return proxy
 
 
 def seeded(s3, src: str) -> dict[str, bytes]:

@@ -7,7 +7,7 @@ import queue
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Generic, Iterator, Protocol, TypeVar
 
 from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.core.errors import IO_ERRORS, ArchivedObjectNotReadable, translate
@@ -106,16 +106,30 @@ def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None
 _OPTIONAL = {"OptionalObjectAttributes": ["RestoreStatus"]}
 
 
+class PageTally(Protocol):
+    """Sums a listing's pages as the feed lists them (s3arch.format.tally.ListingTally)."""
+
+    objects: int
+    bytes: int
+    classes: SourceClasses
+
+    def add(self, page: list[ListedObject]) -> object: ...
+
+
+Tally = TypeVar("Tally", bound=PageTally)
+
+
 def key_order(key: str) -> bytes:
     """S3 lists keys in the binary order of their UTF-8 bytes, not Python's str order."""
     return key.encode("utf-8", "surrogateescape")
 
 
-class ListingFeed:
+class ListingFeed(Generic[Tally]):
     """Runs the listing in a thread, a bounded number of pages ahead of the consumer.
 
-    Memory stays bounded (``pages_ahead`` x 1,000 entries) whatever the prefix size, and the
-    totals listed so far are visible to the stages that size things from them.
+    Memory stays bounded (``pages_ahead`` x 1,000 entries) whatever the prefix size, and
+    ``tally`` sums each page before it is queued, so the totals listed so far are visible to
+    the stages that size things from them.
 
     A failure of the listing goes to the stream's coordinator (``set_exception``), each page
     request is in its table of requests in flight, and the consumer stops (``Stopped``) once
@@ -125,18 +139,14 @@ class ListingFeed:
 
     _END = object()
 
-    def __init__(self, control, bucket: str, prefix: str, pages_ahead: int = 8,
+    def __init__(self, control, bucket: str, prefix: str, *, tally: Tally, pages_ahead: int = 8,
                  start_after: str | None = None, last_key: str | None = None, pages=None,
                  coordinator: StreamCoordinator | None = None):
         """``pages``: a listing made already (iterated instead of listing again)."""
         self._own = coordinator is None
         self._coordinator = coordinator or StreamCoordinator(f"the listing of s3://{bucket}/{prefix}")
         self._what = f"LIST s3://{bucket}/{prefix}"
-        self.objects_listed = 0
-        self.bytes_listed = 0
-        self.tar_bytes_bound = 0
-        self.short_of_min_billable = 0  # for the cost figures (tasks/core/cost.py)
-        self.classes = SourceClasses()  # objects that need a restore are refused before their GET
+        self.tally = tally  # its source classes: objects that need a restore are refused before their GET
         self._source = f"s3://{bucket}/{prefix}"
         self.finished = False
         self._queue: queue.Queue = queue.Queue(pages_ahead)
@@ -148,10 +158,15 @@ class ListingFeed:
                                         name="s3arch-list", daemon=True)
         self._thread.start()
 
-    def _run(self, pages):
-        from s3arch.core.cost import short_of_minimum
-        from s3arch.format.tarwriter import member_size_bound
+    @property
+    def objects_listed(self) -> int:
+        return self.tally.objects
 
+    @property
+    def bytes_listed(self) -> int:
+        return self.tally.bytes
+
+    def _run(self, pages):
         coordinator = self._coordinator
         pages = iter(pages)
         try:
@@ -164,14 +179,10 @@ class ListingFeed:
                 if page is self._END:
                     break
                 self._pages += 1
-                self.classes.add(page)
-                if self.classes.unreadable:  # before any GET of them: the page never reaches the fetcher
-                    raise self.classes.refusal(self._source, self.objects_listed + len(page), complete=False)
-                for o in page:
-                    self.tar_bytes_bound += member_size_bound(o.key, o.size)
-                    self.short_of_min_billable += short_of_minimum(o.size)
-                self.objects_listed += len(page)
-                self.bytes_listed += sum(o.size for o in page)
+                self.tally.add(page)
+                classes = self.tally.classes
+                if classes.unreadable:  # before any GET of them: the page never reaches the fetcher
+                    raise classes.refusal(self._source, self.tally.objects, complete=False)
                 if not self._put(page):
                     return
             self.finished = True

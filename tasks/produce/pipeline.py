@@ -27,6 +27,7 @@ from s3arch.format.manifest import ArchiveLayout, ManifestWriter
 from s3arch.core.progress import Progress
 from s3arch.io.s3 import S3Clients
 from s3arch.produce.streamed import MemoryPlan, RecordWriter, StreamedArchive, StreamTarget, manifest_header, open_manifest
+from s3arch.format.tally import ListingTally
 from s3arch.format.tarwriter import BlockSink, TarStream, member_name
 from s3arch.io.upload import PartSizer, PartUploader
 
@@ -58,9 +59,9 @@ class WholeArchive:
         return EmptyPrefix(f"{self.spec.source} holds no objects; nothing was written",
                            hint="check the prefix (it must match the keys exactly, trailing / included)")
 
-    def sizer(self, plan: MemoryPlan, feed: ListingFeed) -> PartSizer:
+    def sizer(self, plan: MemoryPlan, feed: ListingFeed[ListingTally]) -> PartSizer:
         # The total is known once the listing ended; until then sizes follow a schedule.
-        return PartSizer(self.spec.min_part_size, lambda: (feed.tar_bytes_bound + MiB) if feed.finished else None,
+        return PartSizer(self.spec.min_part_size, lambda: (feed.tally.tar_bytes + MiB) if feed.finished else None,
                          max_part=plan.max_part, growth_every=self.spec.part_growth_every)
 
     def uploader(self, control, sizer: PartSizer, memory: int, coordinator: StreamCoordinator) -> PartUploader:
@@ -104,7 +105,7 @@ class _Stream:
         self.spec, self.clients, self.target, self.progress = spec, clients, target, progress
         self.coordinator = coordinator
         self.plan = MemoryPlan.for_spec(spec)
-        self.feed = ListingFeed(clients.control, spec.source.bucket, spec.source.key,
+        self.feed = ListingFeed(clients.control, spec.source.bucket, spec.source.key, tally=ListingTally(),
                                 start_after=target.start_after, last_key=target.last_key, pages=listed,
                                 coordinator=coordinator)
 
@@ -186,7 +187,7 @@ class _Stream:
                 tar.end(obj.size)
                 progress.objects_done += 1
                 if progress.objects_done % 1000 == 0:  # fail as soon as the listing shows it
-                    self.sizer.check_capacity(self.feed.tar_bytes_bound)
+                    self.sizer.check_capacity(self.feed.tally.tar_bytes)
             progress.bytes_done += piece.size
             sink.emit_ready()
             if stopping():
@@ -231,8 +232,8 @@ class _Stream:
                                bytes_in=self.progress.bytes_done, bytes_out=out.size,
                                tar_bytes=sink.offset - self.target.tar_start, blocks=sink.blocks,
                                archive_crc32=out.crc32, gets=self.fetcher.gets, peak_buffered=self.budget.peak,
-                               short_of_min_billable=self.feed.short_of_min_billable, raw_crc32=out.raw_crc32,
-                               source_bytes_by_class=self.feed.classes.bytes_by_class,
+                               short_of_min_billable=self.feed.tally.short_of_min_billable, raw_crc32=out.raw_crc32,
+                               source_bytes_by_class=self.feed.tally.classes.bytes_by_class,
                                last_block=sink.blocks - 1, last_block_start=out.last_block_start,
                                tags_unread=self.fetcher.tags_unread, throttled=self.fetcher.throttled)
 

@@ -17,6 +17,7 @@ from s3arch.core.coordinator import StreamCoordinator
 from s3arch.core.errors import ArchiverError, BadArgument
 from s3arch.io.listing import ListingFeed
 from s3arch.format.manifest import MANIFEST_MEMORY, ArchiveLayout, ManifestWriter
+from s3arch.format.tally import ListingTally
 from s3arch.io.upload import PartSizer, PartUploader, upload_memory
 from s3arch.core.version import __version__
 
@@ -115,7 +116,7 @@ class StreamTarget(Protocol):
 
     def nothing_listed(self) -> ArchiverError: ...
 
-    def sizer(self, plan: MemoryPlan, feed: ListingFeed) -> PartSizer: ...
+    def sizer(self, plan: MemoryPlan, feed: ListingFeed[ListingTally]) -> PartSizer: ...
 
     # ``coordinator``: the stream's, handed to each PartUploader (it registers its abort with
     # it, reports failed parts to it, and stops when it stops).

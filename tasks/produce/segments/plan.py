@@ -17,8 +17,9 @@ from typing import Callable, Iterator
 
 from s3arch.core.config import ArchiveSpec, WriteOptions
 from s3arch.core.errors import ArchiverError, EmptyPrefix
-from s3arch.io.listing import LISTING_WORKERS, RangeListing, SourceClasses, iter_pages, key_order
+from s3arch.io.listing import LISTING_WORKERS, RangeListing, iter_pages, key_order
 from s3arch.format.manifest import ArchiveLayout, layout_for
+from s3arch.format.tally import ListingTally
 from s3arch.format.tarwriter import END_OF_ARCHIVE, member_size
 from s3arch.io.upload import MAX_PARTS, create_upload
 from s3arch.produce.segments.keys import plan_key, segment_key
@@ -245,13 +246,10 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int,
     in. The pages a cut falls in are read back from the recording to find the exact key: the
     plan and its segments see one listing, whatever the source does meanwhile. ``stop`` is
     called between pages and raises to stop the plan (its lease was lost)."""
-    from s3arch.core.cost import short_of_minimum
-
     started = time.monotonic()
     run = secrets.token_hex(8)
     pages: list[_Page] = []
-    short = 0
-    classes = SourceClasses()  # objects that need a restore: refused once listed, before any GET
+    tally = ListingTally(member_size)  # exact: the segments' tar offsets follow from it
     layout = layout_for(spec.source, spec.destination)
     listing = RangeListing(control, spec.source.bucket, spec.source.key, workers=LISTING_WORKERS, ordered=False)
     recorder = ListingRecorder(spec.write_options, control, layout, run)
@@ -262,13 +260,11 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int,
             if page is None:
                 recorder.end(source)
                 continue
-            classes.add(page)
+            tar = tally.add(page)
             recorder.add(source, page)
-            tar = sum(member_size(o.key, o.size) for o in page)
             pages.append(_Page(page[0].key, page[-1].key, len(page), sum(o.size for o in page), tar))
-            short += sum(short_of_minimum(o.size) for o in page)
-        if classes.unreadable:
-            raise classes.refusal(str(spec.source), sum(p.objects for p in pages), complete=True)
+        if tally.classes.unreadable:  # refused once listed, before any GET
+            raise tally.classes.refusal(str(spec.source), tally.objects, complete=True)
         recorded = recorder.close()
     except BaseException:
         recorder.abandon()  # what it wrote is left to the temporaries' cleanup
@@ -276,7 +272,7 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int,
     finally:
         listing.close()
     pages.sort(key=lambda p: key_order(p.first))
-    objects = sum(p.objects for p in pages)
+    objects = tally.objects
     if not objects:
         raise EmptyPrefix(f"{spec.source} holds no objects; nothing was written",
                           hint="check the prefix (it must match the keys exactly, trailing / included)")
@@ -312,7 +308,7 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int,
         before = end
     return SegmentPlan(run=run, upload_id="",
                        archive_key=archive_key, objects=objects, bytes=ends[-1][2],
-                       tar_size=ends[-1][3] + END_OF_ARCHIVE, short_of_min_billable=short, ranges=tuple(ranges),
+                       tar_size=ends[-1][3] + END_OF_ARCHIVE, short_of_min_billable=tally.short_of_min_billable, ranges=tuple(ranges),
                        planned_in_s=time.monotonic() - started, listing=recorded)
 
 

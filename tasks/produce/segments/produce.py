@@ -14,6 +14,7 @@ from s3arch.core.stops import Cancel, cancelling
 from s3arch.io.listing import ListingFeed
 from s3arch.core.outcome import Outcome
 from s3arch.format.manifest import MANIFEST_SUFFIX, ArchiveLayout, JsonLinesUpload, layout_for, read_committed
+from s3arch.format.tally import ListingTally
 from s3arch.produce.pipeline import stream_archive
 from s3arch.core.progress import Progress
 from s3arch.io.s3 import S3Clients
@@ -73,7 +74,7 @@ class SegmentTarget:
     def nothing_listed(self) -> PlanOutdated:
         return PlanOutdated(f"{self} lists no objects: the source changed since the plan; a new plan is needed")
 
-    def sizer(self, plan: MemoryPlan, feed: ListingFeed) -> PartSizer:
+    def sizer(self, plan: MemoryPlan, feed: ListingFeed[ListingTally]) -> PartSizer:
         total = self.tar_end - self.tar_start + (1 << 20)
         return PartSizer(self.spec.min_part_size, lambda: total, max_part=plan.max_part, parts=self.range.parts)
 
