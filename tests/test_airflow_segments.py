@@ -179,10 +179,10 @@ def test_one_large_days_failed_prepare_leaves_the_other_large_day_green(af, monk
     bad_day = f"{bad:logs/%Y/%m/%d}/"
     prepare = s3arch.archive.prepare_segments
 
-    def prepare_fails_for_one_day(spec, count, clients=None):
+    def prepare_fails_for_one_day(spec, count, clients=None, cancel=None):
         if spec.source.key == bad_day:
             raise AccessDenied(f"injected: listing {bad_day} was denied")
-        return prepare(spec, count, clients)
+        return prepare(spec, count, clients, cancel)
 
     monkeypatch.setattr(s3arch.archive, "prepare_segments", prepare_fails_for_one_day)
     run, tis = run_dag({"date_from": str(good), "date_to": str(bad)})
