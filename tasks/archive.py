@@ -11,13 +11,15 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from s3arch.protocol.commit import ArchiveResult, CommitProtocol, cost_of
 from s3arch.core.cost import short_of_minimum
 from s3arch.format.compression import codec_for
 from s3arch.core.config import ArchiveSpec, MiB
 from s3arch.core.errors import BadArgument, EmptyPrefix
-from s3arch.io.listing import LISTING_WORKERS, NEEDS_RESTORE, SourceClasses, iter_pages
+from s3arch.io.listing import LISTING_WORKERS, NEEDS_RESTORE, SourceClasses
+from s3arch.io.sources import resolved, source_pages
 from s3arch.format.manifest import layout_for
 from s3arch.core.outcome import Outcome
 from s3arch.produce.producers import OnThisMachine, PlannedAssembly
@@ -33,6 +35,7 @@ def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
     the run: its uploads are aborted and it raises ``Cancelled``; nothing is committed."""
     clients = clients or _clients_for(spec)
     protocol = _checked(spec, clients, cancel)
+    spec = protocol.spec  # a pattern's prefixes expanded
     if spec.dry_run:
         committed = protocol.skipped_if_committed()
         return committed or _dry_run(spec, clients, protocol.result, protocol.started)
@@ -90,7 +93,7 @@ def assemble_segments(spec: ArchiveSpec, clients: S3Clients | None = None, progr
             result.segments = segments
         return result
     protocol = _checked(spec, clients, cancel)
-    return protocol.run(PlannedAssembly(spec, clients, protocol.layout))
+    return protocol.run(PlannedAssembly(protocol.spec, clients, protocol.layout))
 
 
 def delete_sources(spec: ArchiveSpec, clients: S3Clients | None = None) -> ArchiveResult:
@@ -116,9 +119,6 @@ def _check_owner(spec: ArchiveSpec, clients: S3Clients) -> None:
 def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: threading.Event | None = None) -> CommitProtocol:
     layout = layout_for(spec.source, spec.destination)
     archive_key = layout.archive_key(spec.extension)
-    if spec.source.bucket == layout.bucket and archive_key.startswith(spec.source.key):
-        raise BadArgument(f"the destination s3://{layout.bucket}/{archive_key} lies inside the source "
-                          f"prefix {spec.source}", hint="choose a destination outside the source prefix")
     _check_owner(spec, clients)
     with ThreadPoolExecutor(1, thread_name_prefix="s3arch-retention") as pool:
         # The lease's first PUT needs to know whether the destination locks new objects by
@@ -130,7 +130,12 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: threading.Event | No
         retention.result()
     if spec.write_options.locks:
         require_object_lock(clients.control, layout.bucket)
-    return CommitProtocol(spec, clients, cancel)
+    # A pattern's wildcards are expanded before anything is written: no match is exit 2.
+    source = resolved(clients.control, spec.source, spec.max_prefixes)
+    if spec.source.bucket == layout.bucket and any(archive_key.startswith(p) for p in source.prefixes):
+        raise BadArgument(f"the destination s3://{layout.bucket}/{archive_key} lies inside the source "
+                          f"{spec.source}", hint="choose a destination outside the source prefixes")
+    return CommitProtocol(replace(spec, source=source), clients, cancel)
 
 
 # A dry run estimates the ratio from a sample: at most this many bytes, from at most this many
@@ -147,7 +152,7 @@ def _dry_run(spec, clients, result, started) -> ArchiveResult:
     sample: list = []
     sample_bytes = 0
     classes = SourceClasses()
-    for page in iter_pages(clients.control, spec.source.bucket, spec.source.key, workers=LISTING_WORKERS, ordered=False):
+    for page in source_pages(clients.control, spec.source, workers=LISTING_WORKERS, ordered=False):
         classes.add(page)
         for o in page:
             result.objects += 1
