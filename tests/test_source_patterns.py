@@ -89,6 +89,8 @@ def test_a_date_inside_key_names_gives_a_clean_archive_name(s3, buckets, cli_env
                       "--storage-class", "STANDARD", "--quiet")
     assert result["objects"] == 2
     assert f"vault/{src}/logs/2026-11-21.tar.gz" in keys_in(s3, dst)
+    run_cli(cli_env, "extract", f"s3://{dst}/vault/{src}/logs/2026-11-21.tar.gz", "--to", f"s3://{dst}/back/")
+    assert sorted(keys_in(s3, dst, "back/")) == ["back/2026-11-21-10-00-00-ABCDEF", "back/2026-11-21-11-00-00-ABCDEF"]
 
 
 def test_a_wildcard_inside_a_name_is_expanded_at_its_separator(s3, buckets, cli_env):

@@ -139,6 +139,23 @@ def resolved(control, source: S3Url, max_prefixes: int = DEFAULT_MAX_PREFIXES) -
     return Source(source.bucket, source.key, tuple(expand(control, source.bucket, source.key, max_prefixes)))
 
 
+def holds_objects(control, bucket: str, name: str, max_prefixes: int = DEFAULT_MAX_PREFIXES) -> bool:
+    """Whether a source name (a prefix or a pattern) holds at least one object: a LIST of one
+    key per prefix, until one answers (a pattern's levels listed once per set of clients)."""
+    try:
+        prefixes = expand(control, bucket, name, max_prefixes) if is_pattern(name) else [name]
+    except BadArgument:
+        return False  # matches no prefix
+    for prefix in prefixes:
+        try:
+            page = control.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+        except IO_ERRORS as exc:
+            raise translate(exc, f"list s3://{bucket}/{prefix}") from exc
+        if page.get("KeyCount") or page.get("Contents"):
+            return True
+    return False
+
+
 def source_pages(control, source: S3Url, start_after: str | None = None, last_key: str | None = None,
                  workers: int = 1, ordered: bool = True) -> Iterator[list[ListedObject]]:
     """``iter_pages`` over every prefix of ``source``, in key order (unless not ``ordered``),

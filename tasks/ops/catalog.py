@@ -145,6 +145,11 @@ def day_parents(job: ArchiveJob, days: list[date]) -> list[str]:
     return list(dict.fromkeys(parents))
 
 
+def _folder_days(job: ArchiveJob) -> bool:
+    """Whether each day of the job is a folder that a Delimiter='/' listing of its parent shows."""
+    return "*" not in job.prefix_template and job.prefix_template.endswith("/")
+
+
 class _Counter:
     def __init__(self):
         self._lock = threading.Lock()
@@ -245,7 +250,10 @@ class Catalog:
         days = days_between(first, last)
         bucket = job.destination.bucket
         with ThreadPoolExecutor(self.workers, thread_name_prefix="s3arch-catalog") as pool:
-            sources = [pool.submit(self._list_days, parent, counter) for parent in day_parents(job, days)]
+            if _folder_days(job):
+                sources = [pool.submit(self._list_days, parent, counter) for parent in day_parents(job, days)]
+            else:  # wildcards, or the date inside key names: no folder per day to list
+                sources = [pool.submit(self._day_present, job.prefix_for(day), counter) for day in days]
             scrub = pool.submit(self._scrub_results, counter)
             listed = self._list_archives(counter)
             layouts = {day: layout_for(S3Url(job.source.bucket, job.prefix_for(day)), job.destination)
@@ -301,6 +309,13 @@ class Catalog:
         except IO_ERRORS as exc:
             raise translate(exc, f"list the day prefixes of s3://{bucket}/{parent}") from exc
         return found
+
+    def _day_present(self, name: str, counter: _Counter) -> set[str]:
+        """{name} if the day's source (a pattern's prefixes, or a prefix inside key names) holds an object."""
+        from s3arch.io.sources import holds_objects
+
+        counter.add("LIST")
+        return {name} if holds_objects(self.control, self.job.source.bucket, name, self.job.max_prefixes) else set()
 
     def _read_summary(self, layout, indexed: bool, counter: _Counter):
         """((header, summary), problem): from the index, else from the manifest read through; a

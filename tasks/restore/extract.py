@@ -8,7 +8,7 @@ object becomes visible at the target. The whole archive is simply one selection 
 record, read in runs of bounded size.
 
 Targets:
-- S3: each object under the target prefix, by its key relative to the archived prefix (or
+- S3: each object under the target prefix, by its key relative to the archived prefix's folder (or
   its full original key with ``original_keys``); small objects by one PUT, many in flight
   while the archive is read on, large ones by multipart upload completed only after the hash
   matched. Objects already there with the same content are skipped; different ones are left
@@ -248,7 +248,11 @@ def _extract_run(control, bucket: str, key: str, header: dict, run: list[dict], 
 
 
 def _relative(key: str, prefix: str, original_keys: bool) -> str:
-    return key if original_keys or not key.startswith(prefix) else key[len(prefix):]
+    # Relative to the archived prefix's folder: a date inside key names (logs/2026-11-21-)
+    # stays in the restored names, and a pattern's keys are taken from before its first '*'.
+    folder = prefix.split("*", 1)[0]
+    folder = folder[:folder.rfind("/") + 1]
+    return key if original_keys or not key.startswith(folder) else key[len(folder):]
 
 
 class _S3Writer:
