@@ -28,6 +28,9 @@ from s3arch.io.listing import LISTING_WORKERS, RangeListing, iter_pages, key_ord
 WILDCARD = "*"
 DEFAULT_MAX_PREFIXES = ArchiveSpec.max_prefixes  # prefixes a pattern may expand to (a job's max_prefixes)
 EXPAND_THREADS = 16  # delimiter LISTs in flight while expanding one level
+# Prefixes of a pattern listed at once: a day's prefixes hold a page or two each, so the
+# listing is that many round trips deep, not one per prefix.
+PREFIX_WORKERS = 16
 
 
 @dataclass(frozen=True)
@@ -166,18 +169,18 @@ def source_pages(control, source: S3Url, start_after: str | None = None, last_ke
                               workers=workers, ordered=ordered)
         return
     listing = PrefixesListing(control, source.bucket, prefixes, start_after, last_key,
-                              workers=max(workers, 4), ordered=ordered)
+                              workers=max(workers, PREFIX_WORKERS), ordered=ordered)
     try:
         yield from listing
     finally:
         listing.close()
 
 
-def source_listing(control, source: S3Url, workers: int = LISTING_WORKERS):
+def source_listing(control, source: S3Url, workers: int = PREFIX_WORKERS):
     """An unordered parallel listing of ``source`` with ``by_range()`` and ``close()``:
     ``RangeListing`` for one prefix (key ranges in parallel), ``PrefixesListing`` for many."""
     if len(source.prefixes) == 1:
-        return RangeListing(control, source.bucket, source.prefixes[0], workers=workers, ordered=False)
+        return RangeListing(control, source.bucket, source.prefixes[0], workers=LISTING_WORKERS, ordered=False)
     return PrefixesListing(control, source.bucket, list(source.prefixes), workers=workers, ordered=False)
 
 
