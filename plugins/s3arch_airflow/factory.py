@@ -259,6 +259,8 @@ def restore_dag(job: ArchiveJob) -> DAG:
                     raise BadArgument("give a date range or prefixes to restore")
                 prefixes = plan(job, date_from=params.get("date_from"), date_to=params.get("date_to"),
                                 prefixes=params.get("prefixes"))
+                if job.split_by:  # the day's archives: one per value of the split wildcard
+                    prefixes = split_source_names(job, prefixes)
                 if len(prefixes) > conf.getint("core", "max_map_length"):
                     raise BadArgument(f"{len(prefixes)} prefixes are more than one run maps",
                                       hint="restore a shorter range per run")
