@@ -78,7 +78,8 @@ def test_segments_cut_the_union_of_the_prefixes(s3, trail, cli_env, tmp_path):
     run_cli(cli_env, "extract", archive, "--to-dir", str(tmp_path / "out"))
     extracted = {str(p.relative_to(tmp_path / "out")): p.read_bytes()
                  for p in (tmp_path / "out").rglob("*") if p.is_file()}
-    assert extracted == day
+    # Relative to the pattern's fixed folder, as a prefix's keys are to the prefix.
+    assert extracted == {k.removeprefix("AWSLogs/o-abc123/"): v for k, v in day.items()}
 
 
 def test_a_date_inside_key_names_gives_a_clean_archive_name(s3, buckets, cli_env):
@@ -119,3 +120,40 @@ def test_a_pattern_past_its_bound_is_exit_2_before_any_write(s3, trail, cli_env)
     assert proc.returncode == 2
     assert "expands to more than 4 prefixes" in proc.stderr.decode()
     assert keys_in(s3, dst) == []
+
+
+def test_segment_tasks_plan_produce_and_assemble_a_pattern_day(s3, trail, clients):
+    """The Airflow shape without Airflow: prepare lists the day's prefixes as one source and
+    plans key ranges over their union; segments run out of order; assemble commits."""
+    from s3arch.archive import archive_segment, assemble_segments, prepare_segments
+    from s3arch.core.config import ArchiveSpec, S3Url
+
+    src, dst, day = trail
+    spec = ArchiveSpec(S3Url(src, DAY_PATTERN), S3Url(dst, "v/"), storage_class="STANDARD", processes=1)
+    assert prepare_segments(spec, 3, clients).status == "planned"
+    produced = [archive_segment(spec, k, clients)["objects"] for k in (2, 0, 1)]
+    assert sum(produced) == len(day) and all(produced)
+    result = assemble_segments(spec, clients, segments=3)
+    assert result.status == "archived" and result.objects == len(day)
+    assert read_archive(s3, dst, f"v/{src}/AWSLogs/o-abc123/*/CloudTrail/*/2026/11/21.tar.gz") == day
+
+
+def test_each_level_is_listed_once_for_the_life_of_the_clients(trail, clients):
+    from s3arch.io.sources import expand, expansion_requests
+
+    src, _, _ = trail
+    first = expand(clients.control, src, DAY_PATTERN)
+    spent = expansion_requests(clients.control)
+    assert len(first) == len(ACCOUNTS) * len(REGIONS) and spent == 1 + len(ACCOUNTS)
+    other_day = expand(clients.control, src, DAY_PATTERN.replace("/21/", "/22/"))
+    assert expansion_requests(clients.control) == spent  # the levels above the date: listed already
+    assert [p.replace("/22/", "/21/") for p in other_day] == first
+
+
+def test_dry_run_of_a_pattern_prices_the_day(trail, cli_env):
+    src, dst, day = trail
+    result = run_json(cli_env, "archive", f"s3://{src}/{DAY_PATTERN}", f"s3://{dst}/vault/", "--dry-run",
+                      "--storage-class", "DEEP_ARCHIVE")
+    cost = result["cost"]
+    assert cost["objects"] == len(day) and cost["storage_class"] == "DEEP_ARCHIVE"
+    assert 0 < cost["archive_requests"] < cost["separate_requests"]
