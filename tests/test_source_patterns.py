@@ -6,6 +6,7 @@ extract; and refuses a pattern that matches nothing or too much with exit 2, wri
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -142,7 +143,10 @@ def test_each_level_is_listed_once_for_the_life_of_the_clients(trail, clients):
     from s3arch.io.sources import expand, expansion_requests
 
     src, _, _ = trail
-    first = expand(clients.control, src, DAY_PATTERN)
+    with ThreadPoolExecutor(8) as pool:  # eight tasks of one process expanding the day at once
+        expanded = list(pool.map(lambda _: expand(clients.control, src, DAY_PATTERN), range(8)))
+    first = expanded[0]
+    assert all(e == first for e in expanded)
     spent = expansion_requests(clients.control)
     assert len(first) == len(ACCOUNTS) * len(REGIONS) and spent == 1 + len(ACCOUNTS)
     other_day = expand(clients.control, src, DAY_PATTERN.replace("/21/", "/22/"))

@@ -13,9 +13,10 @@ their union.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -59,14 +60,17 @@ def check_pattern(pattern: str, what: str) -> None:
 
 
 class _Levels:
-    """Delimiter listings made for one set of S3 clients: each (bucket, prefix, delimiter) once."""
+    """Delimiter listings made for one set of S3 clients: each (bucket, prefix, delimiter) once
+    (threads that ask for one being listed wait for it), again only after ``LEVELS_TTL``."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.found: dict[tuple[str, str, str], list[str]] = {}
+        self.found: dict[tuple[str, str, str], tuple[Future, float]] = {}
         self.requests = 0
 
 
+# A long-lived process (the catalog's) sees accounts and regions added since: a run is shorter.
+LEVELS_TTL = 300.0
 _LEVELS: "weakref.WeakKeyDictionary[object, _Levels]" = weakref.WeakKeyDictionary()
 _LEVELS_LOCK = threading.Lock()
 
@@ -80,9 +84,28 @@ def _levels_of(control) -> _Levels:
 
 
 def _common_prefixes(control, levels: _Levels, bucket: str, prefix: str, delimiter: str) -> list[str]:
-    cached = levels.found.get((bucket, prefix, delimiter))
-    if cached is not None:
-        return cached
+    key = (bucket, prefix, delimiter)
+    with levels.lock:
+        entry = levels.found.get(key)
+        if entry is not None and time.monotonic() - entry[1] < LEVELS_TTL:
+            future, mine = entry[0], False
+        else:
+            future, mine = Future(), True
+            levels.found[key] = (future, time.monotonic())
+    if not mine:
+        return future.result()
+    try:
+        found = _list_level(control, levels, bucket, prefix, delimiter)
+    except BaseException as exc:
+        with levels.lock:
+            levels.found.pop(key, None)  # a failure is not remembered: the next caller lists again
+        future.set_exception(exc)
+        raise
+    future.set_result(found)
+    return found
+
+
+def _list_level(control, levels: _Levels, bucket: str, prefix: str, delimiter: str) -> list[str]:
     found: list[str] = []
     try:
         for page in control.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix,
@@ -93,10 +116,7 @@ def _common_prefixes(control, levels: _Levels, bucket: str, prefix: str, delimit
     except IO_ERRORS as exc:
         raise translate(exc, f"list s3://{bucket}/{prefix} (delimiter {delimiter!r})") from exc
     # A value never spans a '/': '*' is a path segment, or a part of a name.
-    found = [p for p in found if p[len(prefix):-1] and "/" not in p[len(prefix):-1]]
-    with levels.lock:
-        levels.found[(bucket, prefix, delimiter)] = found
-    return found
+    return [p for p in found if p[len(prefix):-1] and "/" not in p[len(prefix):-1]]
 
 
 def expand(control, bucket: str, pattern: str, max_prefixes: int = DEFAULT_MAX_PREFIXES,
@@ -142,21 +162,22 @@ def resolved(control, source: S3Url, max_prefixes: int = DEFAULT_MAX_PREFIXES) -
     return Source(source.bucket, source.key, tuple(expand(control, source.bucket, source.key, max_prefixes)))
 
 
-def holds_objects(control, bucket: str, name: str, max_prefixes: int = DEFAULT_MAX_PREFIXES) -> bool:
-    """Whether a source name (a prefix or a pattern) holds at least one object: a LIST of one
-    key per prefix, until one answers (a pattern's levels listed once per set of clients)."""
+def holds_objects(control, bucket: str, name: str, max_prefixes: int = DEFAULT_MAX_PREFIXES) -> tuple[bool, int]:
+    """(whether a source name, a prefix or a pattern, holds at least one object; the LISTs of
+    one key it made to tell): one per prefix until one answers. A pattern's levels are listed
+    once per set of clients (``expansion_requests`` counts those)."""
     try:
         prefixes = expand(control, bucket, name, max_prefixes) if is_pattern(name) else [name]
     except BadArgument:
-        return False  # matches no prefix
-    for prefix in prefixes:
+        return False, 0  # matches no prefix
+    for probes, prefix in enumerate(prefixes, 1):
         try:
             page = control.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
         except IO_ERRORS as exc:
             raise translate(exc, f"list s3://{bucket}/{prefix}") from exc
         if page.get("KeyCount") or page.get("Contents"):
-            return True
-    return False
+            return True, probes
+    return False, len(prefixes)
 
 
 def source_pages(control, source: S3Url, start_after: str | None = None, last_key: str | None = None,
@@ -223,7 +244,6 @@ class PrefixesListing:
         self._coordinator = StreamCoordinator(f"the listing of {len(prefixes):,} prefixes of s3://{bucket}/")
         self._cond = threading.Condition()
         self._stopped = False
-        self.requests = 0
         for i in range(max(1, min(workers, len(prefixes)))):
             threading.Thread(target=self._work, name=f"s3arch-list-prefixes-{i}", daemon=True).start()
 
@@ -278,12 +298,14 @@ class PrefixesListing:
                 for page in iter_pages(self._control, self._bucket, item.prefix, self._after(item.prefix),
                                        self._last_key):
                     with self._cond:
-                        self.requests += 1
                         while self._full(item) and not self._stopped:
                             self._cond.wait(0.2)
                         if self._stopped:
                             return
-                        (item.pages if self._ordered else self._ready).append(page if self._ordered else (item, page))
+                        if self._ordered:
+                            item.pages.append(page)
+                        else:
+                            self._ready.append((item, page))
                         self._cond.notify_all()
                 with self._cond:
                     item.more = False

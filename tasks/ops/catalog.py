@@ -31,6 +31,7 @@ from datetime import date, datetime, timedelta, timezone
 from s3arch.core.config import S3Url
 from s3arch.core.cost import estimate, prices_with
 from s3arch.core.errors import IO_ERRORS, ArchiverError, IntegrityError, translate
+from s3arch.io.sources import expansion_requests, holds_objects
 from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.io.listed import ListedObject, _listed
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, iter_manifest, layout_for
@@ -250,6 +251,7 @@ class Catalog:
         days = days_between(first, last)
         bucket = job.destination.bucket
         with ThreadPoolExecutor(self.workers, thread_name_prefix="s3arch-catalog") as pool:
+            expansions = expansion_requests(self.control)
             if _folder_days(job):
                 sources = [pool.submit(self._list_days, parent, counter) for parent in day_parents(job, days)]
             else:  # wildcards, or the date inside key names: no folder per day to list
@@ -277,6 +279,7 @@ class Catalog:
             present: set[str] = set()
             for future in sources:
                 present |= future.result()
+            counter.add("LIST", expansion_requests(self.control) - expansions)  # a pattern's levels
             scrub_days = scrub.result()
             restored_until = {day: f.result() for day, f in restored.items()}
         out = [self._day(day, layouts[day], listed, present, scrub_days.get(day.isoformat()),
@@ -312,10 +315,9 @@ class Catalog:
 
     def _day_present(self, name: str, counter: _Counter) -> set[str]:
         """{name} if the day's source (a pattern's prefixes, or a prefix inside key names) holds an object."""
-        from s3arch.io.sources import holds_objects
-
-        counter.add("LIST")
-        return {name} if holds_objects(self.control, self.job.source.bucket, name, self.job.max_prefixes) else set()
+        holds, lists = holds_objects(self.control, self.job.source.bucket, name, self.job.max_prefixes)
+        counter.add("LIST", lists)
+        return {name} if holds else set()
 
     def _read_summary(self, layout, indexed: bool, counter: _Counter):
         """((header, summary), problem): from the index, else from the manifest read through; a
