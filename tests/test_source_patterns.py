@@ -68,6 +68,18 @@ def test_delete_source_removes_only_the_archived_day(s3, trail, cli_env):
     assert set(keys_in(s3, src)) == before - set(day)
 
 
+def test_delete_sources_later_finds_the_pattern_in_the_manifest(s3, trail, cli_env):
+    src, dst, day = trail
+    before = set(keys_in(s3, src))
+    run_json(cli_env, "archive", f"s3://{src}/{DAY_PATTERN}", f"s3://{dst}/vault/",
+             "--storage-class", "STANDARD", "--quiet")
+    assert set(keys_in(s3, src)) == before
+    result = run_json(cli_env, "delete-sources",
+                      f"s3://{dst}/vault/{src}/AWSLogs/o-abc123/*/CloudTrail/*/2026/11/21.tar.gz")
+    assert result["deletion"]["deleted"] == len(day)
+    assert set(keys_in(s3, src)) == before - set(day)
+
+
 def test_segments_cut_the_union_of_the_prefixes(s3, trail, cli_env, tmp_path):
     src, dst, day = trail
     result = run_json(cli_env, "archive", f"s3://{src}/{DAY_PATTERN}", f"s3://{dst}/vault/",
