@@ -173,3 +173,46 @@ def test_dry_run_of_a_pattern_prices_the_day(trail, cli_env):
     cost = result["cost"]
     assert cost["objects"] == len(day) and cost["storage_class"] == "DEEP_ARCHIVE"
     assert 0 < cost["archive_requests"] < cost["separate_requests"]
+
+
+def _expanding(request) -> bool:
+    return request.method == "GET" and "delimiter" in request.query
+
+
+def test_a_pattern_expanded_through_throttling_archives_the_same_day(s3, trail, minio):
+    from faultproxy import Fault, FaultProxy
+    from helpers import engine_clients
+
+    from s3arch.archive import archive_prefix
+    from s3arch.core.config import ArchiveSpec, S3Url
+
+    src, dst, day = trail
+    proxy = FaultProxy(minio.endpoint_url, seed=3)
+    try:
+        fault = proxy.add(Fault("status", status=503, rate=0.5, match=_expanding))
+        spec = ArchiveSpec(S3Url(src, DAY_PATTERN), S3Url(dst, "v/"), storage_class="STANDARD")
+        result = archive_prefix(spec, engine_clients(minio, proxy.endpoint_url))
+    finally:
+        proxy.stop()
+    assert fault.injected >= 1 and result.objects == len(day)
+    assert read_archive(s3, dst, f"v/{src}/AWSLogs/o-abc123/*/CloudTrail/*/2026/11/21.tar.gz") == day
+
+
+def test_an_expansion_that_keeps_failing_is_retryable_and_writes_nothing(s3, trail, minio):
+    from faultproxy import Fault, FaultProxy
+    from helpers import engine_clients
+
+    from s3arch.archive import archive_prefix
+    from s3arch.core.config import ArchiveSpec, S3Url
+    from s3arch.core.errors import TransientError
+
+    src, dst, _ = trail
+    proxy = FaultProxy(minio.endpoint_url, seed=3)
+    try:
+        proxy.add(Fault("status", status=500, match=_expanding))
+        spec = ArchiveSpec(S3Url(src, DAY_PATTERN), S3Url(dst, "v/"), storage_class="STANDARD")
+        with pytest.raises(TransientError, match="delimiter"):
+            archive_prefix(spec, engine_clients(minio, proxy.endpoint_url, max_attempts=2))
+    finally:
+        proxy.stop()
+    assert keys_in(s3, dst) == []
