@@ -161,3 +161,9 @@ def test_a_cloudtrail_job_split_by_account_makes_one_archive_per_account(s3, buc
         assert archive_prefix(job.spec_for(name), clients).objects == 1
     assert sorted(k for k in keys_in(s3, dst) if k.endswith(".tar.gz")) == sorted(
         f"archive/{src}/{n.rstrip('/')}.tar.gz" for n in names)
+    clean = scrub(job, clients.control, DAY, DAY, sample=1, seed=1)
+    assert clean.ok and clean.checked == len(ACCOUNTS) and clean.verified == [DAY.isoformat()], clean.table()
+    s3.delete_object(Bucket=dst, Key=f"archive/{src}/{names[1].rstrip('/')}.tar.gz")
+    damaged = scrub(job, clients.control, DAY, DAY, sample=1, seed=1)
+    assert [(d.day, d.kind) for d in damaged.drift] == [(DAY.isoformat(), "archive missing")]
+    assert damaged.verified == []

@@ -123,8 +123,9 @@ class CatalogView:
 
 def archive_prefix(job: ArchiveJob) -> str:
     """The destination prefix every archive of the job is under: the stem of its day prefixes
-    up to the first date field of the template (``archive/app-logs/logs/``)."""
-    literal = next(iter(string.Formatter().parse(job.prefix_template)))[0]
+    up to the first date field or wildcard of the template (``archive/app-logs/logs/``)."""
+    # Up to a wildcard too: a split job's archives have its value in place of the '*'.
+    literal = next(iter(string.Formatter().parse(job.prefix_template)))[0].split("*")[0]
     dest = job.destination.key
     if dest and not dest.endswith("/"):
         dest += "/"

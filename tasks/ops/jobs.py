@@ -126,6 +126,24 @@ class ArchiveJob:
                 out.append("(?P<date>.+?)")
         return re.compile("".join(out), re.S)
 
+    def parts_archived(self, day: date, keys) -> list[str]:
+        """The names of ``day``'s archives: its one name, or a split job's parts whose
+        manifests are among the destination ``keys`` (none: the day's name, so that a day
+        whose archives vanished is still looked at)."""
+        name = self.prefix_for(day)
+        if not self.split_by:
+            return [name]
+        from s3arch.format.manifest import layout_for
+
+        pieces = name.split(WILDCARD)
+        before, after = WILDCARD.join(pieces[:self.split_by]), WILDCARD.join(pieces[self.split_by:])
+        mark = "\0"  # no key holds it: where the part's value goes in the manifest key
+        head, tail = layout_for(S3Url(self.source.bucket, before + mark + after), self.destination) \
+            .manifest_key.split(mark)
+        part = re.compile(re.escape(head) + r"([^/*]+)" + re.escape(tail))
+        found = sorted(before + m.group(1) + after for key in keys if (m := part.fullmatch(key)))
+        return found or [name]
+
     def split(self, control, names: list[str]) -> list[str]:
         """Each day's name as one name per value of the split wildcard (a LIST per level,
         once per level); a job without ``split_by``: the names as they are."""
