@@ -426,7 +426,9 @@ def segments_line(names: list[str], server, env, repeat: int) -> dict:
         one, two = [], []
         for i in range(min(repeat, SLOW_SETS.get(name, repeat))):
             one.append(run_ours(ds, server, env, ("--processes", "1")))
-            two.append(run_ours(ds, server, env, ("--processes", "2", "--segment-min-objects", "1")))
+            # 320 MiB: a budget that holds two workers (and their interpreters) besides the assembler
+            two.append(run_ours(ds, server, env, ("--processes", "2", "--segment-min-objects", "1",
+                                                  "--memory-budget", "320MiB")))
             print(f"  segments {name} #{i + 1}: 1 process {one[-1]['wall_s']:.2f}s, 2 segments {two[-1]['wall_s']:.2f}s "
                   f"(plan {two[-1]['plan_s']:.2f}s, slowest segment {two[-1]['slowest_segment_s']:.2f}s, assembly "
                   f"{two[-1]['assemble_archive_s']:.2f}s + manifest {two[-1]['assemble_manifest_s']:.2f}s)", flush=True)

@@ -66,13 +66,15 @@ def seed_segments(keys: int) -> None:
     """The record files 8 segments of an N-key day would leave (as SegmentRecords writes them)."""
     import threading
 
+    from s3arch.core.coordinator import StreamCoordinator
     from s3arch.produce.segments.produce import SegmentRecords
 
     control = _clients(os.environ["AWS_ENDPOINT_URL_S3"]).control
     per = keys // SEGMENTS
 
     def write(k: int) -> None:
-        records = SegmentRecords(control, STAGE_BUCKET, f"merge/seg/{k:05d}.manifest.jsonl.gz", {}, threading.Event())
+        records = SegmentRecords(control, STAGE_BUCKET, f"merge/seg/{k:05d}.manifest.jsonl.gz", {},
+                                 StreamCoordinator(f"segment {k} records"))
         for i in range(k * per, (k + 1) * per):
             records.add_object(_record(i, (i - k * per) * 2048))
         records.close({"segment": k, "objects": per})

@@ -8,7 +8,6 @@ overwrite, commit and source deletion.
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -18,6 +17,7 @@ from s3arch.core.cost import short_of_minimum
 from s3arch.format.compression import codec_for
 from s3arch.core.config import ArchiveSpec, MiB
 from s3arch.core.errors import BadArgument, EmptyPrefix
+from s3arch.core.stops import Cancel
 from s3arch.io.listing import LISTING_WORKERS, NEEDS_RESTORE, SourceClasses
 from s3arch.io.sources import resolved, source_pages
 from s3arch.format.manifest import layout_for
@@ -25,14 +25,16 @@ from s3arch.core.outcome import Outcome
 from s3arch.produce.producers import OnThisMachine, PlannedAssembly
 from s3arch.core.progress import Progress
 from s3arch.io.retention import has_default_retention, require_object_lock
-from s3arch.io.s3 import S3Clients, read_object
+from s3arch.io.reads import read_object
+from s3arch.io.s3 import S3Clients
 from s3arch.format.tarwriter import member_size_bound
 
 
 def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
-                   progress: Progress | None = None, cancel: threading.Event | None = None) -> ArchiveResult:
+                   progress: Progress | None = None, cancel: Cancel | None = None) -> ArchiveResult:
     """Archive one prefix. Setting ``cancel`` (from another thread or a signal handler) stops
-    the run: its uploads are aborted and it raises ``Cancelled``; nothing is committed."""
+    the run: its uploads are aborted and it raises ``Cancelled`` with the reason given to
+    ``cancel.set``; nothing is committed (tasks/core/stops.py)."""
     clients = clients or _clients_for(spec)
     protocol = _checked(spec, clients, cancel)
     spec = protocol.spec  # a pattern's prefixes expanded
@@ -43,7 +45,7 @@ def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
 
 
 def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = None,
-                     cancel: threading.Event | None = None) -> ArchiveResult:
+                     cancel: Cancel | None = None) -> ArchiveResult:
     """A segmented run spread over tasks, step one: plan ``count`` segments and open the
     archive's upload (``result.status`` "planned"), or skip a committed prefix. A dry run
     plans nothing and writes nothing: the assemble step's dry run lists and estimates.
@@ -62,7 +64,7 @@ def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = 
 
 
 def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
-                    progress: Progress | None = None, cancel: threading.Event | None = None) -> dict:
+                    progress: Progress | None = None, cancel: Cancel | None = None) -> dict:
     """Step two, one task per segment, anywhere: produce segment ``k`` of the plan in progress.
     The result's ``status`` is produced, skipped (the prefix is committed and not to be
     overwritten: there is nothing to produce) or dry_run (nothing read or written)."""
@@ -83,7 +85,7 @@ def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
 
 
 def assemble_segments(spec: ArchiveSpec, clients: S3Clients | None = None, progress: Progress | None = None,
-                      cancel: threading.Event | None = None, segments: int = 1) -> ArchiveResult:
+                      cancel: Cancel | None = None, segments: int = 1) -> ArchiveResult:
     """Step three: assemble the produced segments and commit, as ``archive_prefix`` commits.
     A dry run estimates the prefix as ``archive_prefix`` does, for ``segments`` segments."""
     clients = clients or _clients_for(spec)
@@ -116,7 +118,7 @@ def _check_owner(spec: ArchiveSpec, clients: S3Clients) -> None:
                           hint="build them with S3Clients.from_session(expected_owner=...)")
 
 
-def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: threading.Event | None = None) -> CommitProtocol:
+def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: Cancel | None = None) -> CommitProtocol:
     layout = layout_for(spec.source, spec.destination)
     archive_key = layout.archive_key(spec.extension)
     _check_owner(spec, clients)

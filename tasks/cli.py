@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from s3arch.core.config import (DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_OBJECTS, SSE_MODES, ArchiveSpec,
-                     S3Url, check_lease_ttl, parse_size, resolve_throttle_budget)
-from s3arch.core.errors import ArchiverError
+                     S3Url, check_lease_ttl, default_processes, parse_size, resolve_throttle_budget)
+from s3arch.core.errors import ArchiverError, outcome
 from s3arch.core.progress import Progress, TerminalLine, human_bytes
 from s3arch.core.version import __version__
 
@@ -95,6 +95,16 @@ def _parser() -> argparse.ArgumentParser:
                         "(JSON Lines, one line per object; docs/FORMAT.md)")
     x.add_argument("--json", action="store_true")
 
+    pl = command("plan", help="the days a job archives in a date range and their sizes, from the newest S3 "
+                              "Inventory report (nothing is listed; each day is listed when it is archived)")
+    pl.add_argument("job", help="a job of the jobs file (docs/JOBS.md)")
+    pl.add_argument("--jobs-file", type=Path, help="default: $S3ARCH_JOBS_FILE, else jobs.yaml")
+    pl.add_argument("--from", dest="date_from", help="first day, YYYY-MM-DD (default: the oldest in the report)")
+    pl.add_argument("--to", dest="date_to", help="last day, YYYY-MM-DD (default: the newest the job archives)")
+    pl.add_argument("--inventory", help="s3://BUCKET/DEST-PREFIX/SOURCE-BUCKET/CONFIG-ID/ (default: the job's)")
+    pl.add_argument("--inventory-max-age-days", type=float, help="refuse an older report (default: the job's, 2)")
+    pl.add_argument("--json", action="store_true")
+
     c = command("cat", help="write one archived object to stdout (one ranged GET)")
     c.add_argument("archive")
     c.add_argument("key")
@@ -116,7 +126,8 @@ def _archive_arguments(a: argparse.ArgumentParser) -> None:
                         "cgroup quota included; capped so their blocks fit a quarter of the budget)")
     a.add_argument("--processes", type=int,
                    help="local worker processes that produce a large prefix's segments (default: the CPUs this "
-                        "process may use; 1: one process, never segments)")
+                        "process may use, half of them when the endpoint is on loopback, as many as "
+                        "--memory-budget holds at 108 MiB each; 1: one process, never segments)")
     a.add_argument("--segments", type=int, default=0,
                    help="a prefix of at least --segment-min-objects objects or --segment-min-bytes is cut into "
                         "this many segments, assembled into one archive; smaller ones stay one pipeline; "
@@ -159,15 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _run(args)
-    except ArchiverError as exc:
+    except (ArchiverError, KeyboardInterrupt) as exc:  # a bug goes on as itself: its traceback, exit 1
+        failure = outcome(exc)
+        if isinstance(exc, KeyboardInterrupt):
+            print(failure.message, file=sys.stderr)
+            return failure.exit_code
         if getattr(args, "json", False):
-            print(json.dumps({"status": "failed", "error": type(exc).__name__, "message": str(exc),
-                              "retryable": exc.retryable}))
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted; uploads in progress were aborted", file=sys.stderr)
-        return 130
+            print(json.dumps({"status": "failed", "error": failure.error, "message": failure.message,
+                              "retryable": failure.retryable}))
+        print(f"error: {failure.message}", file=sys.stderr)
+        return failure.exit_code
 
 
 def _clients(args):
@@ -187,6 +199,8 @@ def _run(args) -> int:
     if args.command == "archive":
         return _archive(args)
     clients = _clients(args)
+    if args.command == "plan":
+        return _plan(args, clients)
     layout = layout_from_url(S3Url.parse(args.archive))
     if args.command == "delete-sources":
         return _delete_sources(args, clients, layout)
@@ -229,6 +243,7 @@ def _run(args) -> int:
 def _archive(args) -> int:
     from s3arch.archive import archive_prefix
 
+    clients = _clients(args)
     spec = ArchiveSpec(
         source=S3Url.parse(args.source), destination=S3Url.parse(args.destination),
         storage_class=args.storage_class, codec=args.codec, level=args.level,
@@ -241,8 +256,7 @@ def _archive(args) -> int:
         max_prefixes=args.max_prefixes,
         lease_ttl=check_lease_ttl(args.lease_ttl), throttle_budget=resolve_throttle_budget(getattr(args, "throttle_budget", None)),
         **({"compress_threads": args.threads} if args.threads else {}),
-        **({"processes": args.processes} if args.processes else {}))
-    clients = _clients(args)
+        processes=args.processes or default_processes(clients.endpoint_url))
     spec = sized(spec, clients.control)
     show = not (args.json or args.quiet)
     live = TerminalLine(sys.stderr) if show and sys.stderr.isatty() else None
@@ -300,6 +314,33 @@ def sized(spec: ArchiveSpec, control) -> ArchiveSpec:
     if size.large(spec.segment_min_objects, spec.segment_min_bytes):
         return spec
     return replace(spec, segments=0, processes=1)
+
+
+def _plan(args, clients) -> int:
+    import os
+
+    from s3arch.ops.inventory import plan_from_inventory
+    from s3arch.ops.jobs import check_inventory_location, load_jobs
+
+    jobs = load_jobs(args.jobs_file or os.environ.get("S3ARCH_JOBS_FILE") or "jobs.yaml")
+    if args.job not in jobs:
+        from s3arch.core.errors import BadArgument
+
+        raise BadArgument(f"no job {args.job!r} in the jobs file", hint=f"its jobs: {', '.join(sorted(jobs))}")
+    location = check_inventory_location(S3Url.parse(args.inventory)) if args.inventory else None
+    planned = plan_from_inventory(jobs[args.job], clients.control, date_from=args.date_from, date_to=args.date_to,
+                                  location=location, max_age_days=args.inventory_max_age_days)
+    if args.json:
+        print(json.dumps(planned))
+    else:
+        for d in planned["days"]:
+            size = (f"{d['objects']:>12,} objects  {human_bytes(d['bytes'])}" if d["objects"] is not None
+                    else "  after the report: sized when it is listed")
+            print(f"{d['day']}  {d['prefix']}  {size}")
+        source = planned["inventory"]
+        print(f"{len(planned['days'])} day(s), {planned['objects']:,} objects, {human_bytes(planned['bytes'])}, from "
+              f"{source['report']} (made {source['created']}; {source['rows']:,} rows read in {source['seconds']:.1f}s)")
+    return 0 if planned["days"] else 4
 
 
 def _restore(args, clients, layout) -> int:

@@ -168,6 +168,19 @@ def run_segment_workers_inline(monkeypatch, worker) -> None:
     monkeypatch.setattr(workers, "_segment_worker", worker)
 
 
+def run_one_segment_inline(monkeypatch, worker) -> dict:
+    """A plan of one segment run by the CLI's workers loop, ``worker`` (as
+    ``run_segment_workers_inline`` takes it) standing for its process; the loop's result."""
+    import s3arch.produce.segments.workers as workers
+    from s3arch.core.coordinator import StreamCoordinator
+    from s3arch.produce.segments import SegmentPlan, SegmentRange
+
+    run_segment_workers_inline(monkeypatch, worker)
+    monkeypatch.setattr(workers, "_connection_of", lambda clients, server: {})
+    plan = SegmentPlan("run", "upload", "a.tar.gz", 1, 1, 1024, 0, (SegmentRange(0, None, "k", 1, 1, 0, 512, 2, 10),))
+    return workers._run_workers(None, None, None, plan, 1, StreamCoordinator("the segments"))
+
+
 def make_ca_and_certificate(directory: Path, names: list[str]) -> tuple[Path, Path, Path]:
     """A throwaway CA and a server certificate it signed for ``names`` (DNS names, wildcards or
     IP addresses): (CA file, certificate file, key file), PEM, in ``directory``."""

@@ -330,20 +330,21 @@ def test_openlineage_sees_the_prefix_as_input_and_archive_and_manifest_as_output
 
 
 def test_a_task_process_whose_supervisor_dies_cancels_itself(tmp_path):
-    """An orphaned task process (its Celery worker SIGKILLed) sets its cancel event within
-    about a second; one whose supervisor lives never does."""
+    """An orphaned task process (its Celery worker SIGKILLed) sets its cancel within about a
+    second, with the reason its run then reads; one whose supervisor lives never does."""
     import subprocess
     import sys
     import textwrap
 
     child = textwrap.dedent("""
-        import logging, sys, threading
+        import logging, sys
         sys.path.insert(0, sys.argv[1])
+        from s3arch.core.stops import Cancel
         from s3arch_airflow.operators import cancel_if_orphaned
-        cancel = threading.Event()
+        cancel = Cancel()
         cancel_if_orphaned(cancel, logging.getLogger("t"), interval=0.1)
         print("watching", flush=True)
-        outcome = "cancelled" if cancel.wait(float(sys.argv[3])) else "not cancelled"
+        outcome = cancel.reason if cancel.wait(float(sys.argv[3])) else "not cancelled"
         open(sys.argv[2], "w").write(outcome)
     """)
     parent = textwrap.dedent("""
@@ -354,7 +355,9 @@ def test_a_task_process_whose_supervisor_dies_cancels_itself(tmp_path):
             os._exit(0)  # the supervisor dies; the task process lives on
         child.wait()
     """)
-    for wait, expected in (("4", "cancelled"), ("3", "not cancelled")):
+    from s3arch_airflow.operators import ORPHANED
+
+    for wait, expected in (("4", ORPHANED), ("3", "not cancelled")):
         outcome = tmp_path / f"outcome-{wait}"
         subprocess.run([sys.executable, "-c", parent, child, str(ROOT / "plugins"), str(outcome), wait],
                        check=True, timeout=60)

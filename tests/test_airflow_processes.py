@@ -26,9 +26,9 @@ def af(minio, tmp_path_factory):
     from devtools.airflow_local import write_jobs_file
 
     home = tmp_path_factory.mktemp("airflow-proc")
-    # Over the threshold: 48 objects against 20; a budget that holds several pipelines (so
-    # only the job's processes setting can keep the task to one process).
-    small_threshold = {"segment_min_objects": 20, "memory_budget": "256MiB"}
+    # Over the threshold: 48 objects against 20; a budget that holds two workers and the
+    # assembler (so only the job's processes setting can keep the task to one process).
+    small_threshold = {"segment_min_objects": 20, "memory_budget": "320MiB"}
     airflow, s3, src, dst = airflow_with_log_job(minio, home, "proc", **small_threshold)
     import yaml
 

@@ -189,7 +189,7 @@ def test_a_body_fault_is_typed_and_anything_else_stays_a_bug():
     import urllib3.exceptions
     from botocore.exceptions import IncompleteReadError, ResponseStreamingError
 
-    from s3arch.io.s3 import body_fault
+    from s3arch.io.reads import body_fault
 
     for exc in (ResponseStreamingError(error="reset"), IncompleteReadError(actual_bytes=5, expected_bytes=9),
                 urllib3.exceptions.ProtocolError("Connection broken"), ConnectionResetError(104, "reset")):
@@ -202,7 +202,7 @@ def test_a_body_fault_is_typed_and_anything_else_stays_a_bug():
 def test_small_reads_and_ranged_streams_resume_byte_for_byte_through_resets(s3, buckets, proxy, minio):
     """The two helpers every body read goes through (the lease, the index, segment temporaries;
     the manifest, the archive): resets are resumed and the bytes joined are the object's."""
-    from s3arch.io.s3 import read_object, stream_object
+    from s3arch.io.reads import read_object, stream_object
 
     src, _ = buckets
     data = os.urandom(300 << 10)

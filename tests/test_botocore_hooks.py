@@ -1,5 +1,5 @@
 """The two private corners of botocore the control client's speed rests on
-(``s3._keep_timestamps_as_text``: ``client._endpoint._response_parser_factory``;
+(``botocore_hooks.keep_timestamps_as_text``: ``client._endpoint._response_parser_factory``;
 ``listed.install_page_parser``: ``botocore.handlers._handle_200_error``). Where botocore moves
 either, the client still works, only slower, and says so in a warning: these tests fail
 instead, on a real client against MinIO, so that an upgrade of botocore cannot slow the
@@ -21,7 +21,7 @@ def test_botocore_still_has_the_private_hooks(minio):
     control = minio.client()
     assert isinstance(getattr(getattr(control, "_endpoint", None), "_response_parser_factory", None),
                       ResponseParserFactory), \
-        f"botocore {botocore.__version__} moved client._endpoint._response_parser_factory (s3._keep_timestamps_as_text)"
+        f"botocore {botocore.__version__} moved client._endpoint._response_parser_factory (botocore_hooks.keep_timestamps_as_text)"
 
 
 def test_a_listing_goes_through_the_fast_path_and_botocore_checks_only_what_is_left(minio, s3, buckets, monkeypatch):
@@ -56,14 +56,14 @@ def test_a_listing_goes_through_the_fast_path_and_botocore_checks_only_what_is_l
 def test_a_moved_hook_is_a_warning_not_a_silent_slowdown(minio, s3, buckets, monkeypatch, caplog):
     import botocore.handlers
     from s3arch.io.listing import iter_pages
-    from s3arch.io.s3 import _keep_timestamps_as_text
+    from s3arch.io.botocore_hooks import keep_timestamps_as_text
 
     src, _ = buckets
     seed(s3, src, {f"day/{i}.log": b"x" for i in range(3)})
     monkeypatch.delattr(botocore.handlers, "_handle_200_error")
     with caplog.at_level(logging.WARNING):
         clients = engine_clients(minio)
-        _keep_timestamps_as_text(object())
+        keep_timestamps_as_text(object())
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("handlers._handle_200_error" in m for m in warned), warned
     assert any("_endpoint._response_parser_factory" in m for m in warned), warned

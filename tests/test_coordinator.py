@@ -57,9 +57,11 @@ def test_a_stream_that_ended_well_hands_its_resources_on_and_cannot_be_cancelled
     assert not c.cancel("lease lost during the commit") and ran == [] and c.exception is None
 
 
-def test_the_watchdog_cancels_a_stalled_request_once_and_turns_the_callers_event_into_a_cancel():
-    cancel = threading.Event()
-    c = StreamCoordinator("x", stall_timeout=0.3, cancel_event=cancel)
+def test_the_watchdog_cancels_a_stalled_request_once_and_a_cancel_from_above_stops_the_rest_with_its_reason():
+    from s3arch.core.stops import Cancel, cancelling
+
+    cancel = Cancel()
+    c = StreamCoordinator("x", stall_timeout=0.3)
     cancelled = []
     stalled = c.track("GetObjectTagging s3://b/day/1.log")
     c.cancellable(stalled, lambda: cancelled.append("tagging"))
@@ -72,8 +74,11 @@ def test_the_watchdog_cancels_a_stalled_request_once_and_turns_the_callers_event
         time.sleep(0.05)
     assert cancelled == ["tagging"] and c.stalls_cancelled == 1
     assert {r.what for r in c.in_flight()} == {stalled.what, moving.what, listing.what}
-    cancel.set()
-    assert c.wait(2) and isinstance(c.exception, Cancelled) and "was stopped" in str(c.exception)
+    with cancelling(c, cancel, "archiving s3://b/day/"):
+        cancel.set("cancelled by a person")
+        assert c.wait(2) and isinstance(c.exception, Cancelled)
+    assert str(c.exception) == ("cancelled by a person while archiving s3://b/day/: its uploads were aborted "
+                                "and nothing was committed")
     assert cancelled == ["tagging", "get"]  # the cancel cancels what is still in flight
     c.stop_watchdog()
 

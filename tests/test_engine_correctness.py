@@ -12,6 +12,7 @@ import s3arch.produce.pipeline
 from s3arch.archive import archive_prefix
 from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.core.errors import Cancelled, ConcurrentRun, SourceChanged
+from s3arch.core.stops import Cancel
 from s3arch.format.manifest import ManifestWriter, layout_for, read_index
 
 from helpers import keys_in, open_uploads, read_archive, seed
@@ -97,7 +98,7 @@ def test_a_cancelled_segment_says_cancelled(s3, buckets, clients, monkeypatch):
     seed(s3, src, {f"day/{i:03d}.bin": bytes([i]) * (1 << 20) for i in range(12)})  # 12 blocks
     spec = _spec(src, dst, segments=2, segment_min_objects=1, compress_threads=1)
     assert prepare_segments(spec, 2, clients).status == "planned"
-    cancel = threading.Event()
+    cancel = Cancel()
     real = s3arch.format.compression.ParallelCompressor._compress
 
     def cancel_at_first_block(self, *args):
@@ -229,7 +230,7 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
             raise
 
     monkeypatch.setattr(s3arch.produce.pipeline._Stream, "_stop", recording_stop)
-    result = archive_prefix(_spec(src, dst, processes=2, segment_min_objects=1_200), clients)
+    result = archive_prefix(_spec(src, dst, processes=2, segment_min_objects=1_200, memory_budget=320 << 20), clients)
     assert stopped and stopped[0].__name__ == "PrefixIsLarge", "the pipeline never started before the sizing"
     assert (result.status, result.segments, result.objects) == ("archived", 2, len(objects))
     assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == objects

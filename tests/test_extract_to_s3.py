@@ -153,6 +153,7 @@ def test_a_stalled_put_is_cancelled_and_sent_again_and_slowdown_is_waited_out(mi
     with no answer is cancelled by the writer's watchdog and sent again, and SlowDown, which
     the connections leave to the writer, is waited out within the throttle budget. Everything comes back byte for byte, and the stalled PUT did not hold the run."""
     import s3arch.restore.extract as extract
+    import s3arch.restore.to_s3 as to_s3
     from helpers import engine_clients
     from s3arch.core.config import S3Url
     from s3arch.format.manifest import layout_for
@@ -162,7 +163,7 @@ def test_a_stalled_put_is_cancelled_and_sent_again_and_slowdown_is_waited_out(mi
     objects[PREFIX + VICTIM] = b"the object every fault is aimed at\n" * 100
     seed(s3, src, objects)
     _archive(cli_env, src, dst)
-    monkeypatch.setattr(extract, "_PUT_STALL_SECONDS", 2.0)
+    monkeypatch.setattr(to_s3, "_PUT_STALL_SECONDS", 2.0)
     proxy = FaultProxy(minio.endpoint_url)
     try:
         def victim_put(r):
@@ -191,6 +192,7 @@ def test_a_bug_while_sending_a_put_surfaces_as_itself_and_nothing_waits_for_it(m
     import pytest
 
     import s3arch.restore.extract as extract
+    import s3arch.restore.to_s3 as to_s3
     from helpers import engine_clients
     from s3arch.core.config import S3Url
     from s3arch.format.manifest import layout_for
@@ -202,7 +204,7 @@ def test_a_bug_while_sending_a_put_surfaces_as_itself_and_nothing_waits_for_it(m
     def broken(args):
         raise KeyError("a header this code cannot map")
 
-    monkeypatch.setattr(extract.attributes, "put_headers", broken)
+    monkeypatch.setattr(to_s3.attributes, "put_headers", broken)
     outcome: list = []
 
     def run():

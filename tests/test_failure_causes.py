@@ -17,11 +17,10 @@ from xml.etree import ElementTree
 import pytest
 
 import s3arch.io.attributes
-import s3arch.io.connections
-import s3arch.io.fetching
 from faultproxy import Fault, FaultProxy, is_get
 from helpers import engine_clients, keys_in, open_uploads, read_archive, seed
 from s3arch.archive import archive_prefix
+from s3arch.core import backoff
 from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.core.errors import AccessDenied, ArchiverError, SourceChanged, TransientError
 from s3arch.format.manifest import iter_manifest, layout_for
@@ -135,6 +134,26 @@ def test_stalled_tag_reads_are_cancelled_and_retried_and_the_prefix_archives(s3,
     assert tags == {k: {"team": "logs", "n": k[4:7]} for k in objects}
     reliability.record("2 of 40 GetObjectTagging requests stall (never answer)", "stall timeout 2 s",
                        f"cancelled and retried; archived with every tag in {took:.0f} s")
+
+
+def test_stalls_longer_than_the_servers_keep_alive_leave_no_dead_connection_to_fail_on(
+        s3, buckets, minio, proxy, reliability):
+    """2 of 400 GetObjectTagging requests stall past MinIO's 30 s keep-alive: meanwhile every
+    pooled connection idles, and the server closes its side (the proxy, as a load balancer
+    would, answers the next request on one with a reset: ``reconnect_stale`` off). The
+    cancelled tag reads are sent again on connections that work, and the day archives."""
+    assert not proxy.reconnect_stale
+    src, dst = buckets
+    objects = _tagged_day(s3, src, 400)
+    fault = proxy.add(Fault("stall", seconds=90, count=2, after=200, match=is_tagging))
+    started = time.monotonic()
+    result = archive_prefix(_spec(src, dst, stall_timeout=34.0), engine_clients(minio, proxy.endpoint_url))
+    took = time.monotonic() - started
+    assert fault.injected == 2 and result.objects == len(objects)
+    assert _archived_tags(engine_clients(minio), src, dst) == {k: {"team": "logs", "n": k[4:7]} for k in objects}
+    reliability.record("2 of 400 GetObjectTagging requests stall past the server's 30 s keep-alive",
+                       "stall timeout 34 s, stale connections reset by the proxy",
+                       f"resent on live connections; archived with every tag in {took:.0f} s")
 
 
 def test_a_tag_read_reset_more_often_than_the_crt_retries_is_sent_again(s3, buckets, minio, proxy, reliability):
@@ -297,7 +316,7 @@ def test_a_checksum_read_failing_past_the_retries_fails_the_run_as_retryable_nam
     error, message = caught.value, str(caught.value)
     assert type(error) is TransientError and error.exit_code == 3, (type(error).__name__, message)
     assert f"HeadObject s3://{src}/{failing}" in message and "500" in message, message
-    assert fault.injected == s3arch.io.fetching._ATTEMPTS * (s3arch.io.connections.RETRIES + 1), fault.injected
+    assert fault.injected == backoff.FETCH.tries * backoff.CONNECTION.tries, fault.injected
     _assert_nothing_left(s3, dst)
     reliability.record("one object's checksum HEAD answers 500 every time", f"{fault.injected} answers",
                        f"exit 3 naming the HEAD and the key after {took:.0f} s; nothing committed, no upload open")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from faultproxy import Fault, FaultProxy, is_complete_upload, is_get, is_upload_part
-from helpers import engine_clients, keys_in, open_uploads, read_archive, seed
+from helpers import engine_clients, keys_in, open_uploads, read_archive, run_cli, seed
 from s3arch.archive import archive_prefix
 from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.core.errors import TransientError
@@ -107,3 +107,22 @@ def test_persistent_multipart_failure_fails_prefix_aborts_upload_and_writes_no_m
     assert_nothing_committed(s3, buckets)
     reliability.record(f"every {call} answered 500", f"{fault.injected} requests",
                        f"prefix failed (retryable): {message[:80]}...; upload aborted, no manifest")
+
+
+def test_a_completion_whose_answer_was_lost_is_recognised_as_this_runs_own_and_committed(
+        s3, buckets, source, proxy, cli_env, reliability):
+    """The store completed the upload but its answer never arrived: botocore sends the
+    completion again, and the store answers as for another writer (412, or NoSuchUpload).
+    The object there has this upload's size and checksum, so the run commits it."""
+    src, dst = buckets
+    parts = proxy.add(Fault("status", status=500, count=2, match=is_upload_part))
+    lost = proxy.add(Fault("reset", at=0, count=1, match=is_complete_upload))
+    done = run_cli(cli_env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
+                   "--endpoint-url", proxy.endpoint_url, check=False)
+    assert (parts.injected, lost.injected) == (2, 1)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert_complete(s3, buckets, source)
+    assert run_cli(cli_env, "verify", f"s3://{dst}/a/{src}/day.tar.gz").returncode == 0
+    reliability.record("500 on 2 UploadParts, then the CompleteMultipartUpload's answer lost after the store did it",
+                       "2 + 1 requests", "its own object recognised by size and CRC32C, committed: exit 0, "
+                                         "verify passes")

@@ -238,9 +238,10 @@ def test_a_prepare_can_be_cancelled_and_writes_no_upload_or_plan(s3, buckets, da
     cancel event stops the plan between pages, before it opens an upload or writes plan.json."""
     from s3arch.archive import prepare_segments
     from s3arch.core.errors import Cancelled
+    from s3arch.core.stops import Cancel
 
     src, dst = buckets
-    cancel = threading.Event()
+    cancel = Cancel()
     cancel.set()
     with pytest.raises(Cancelled, match="cancelled while planning"):
         prepare_segments(spec(src, dst), 2, clients, cancel=cancel)

@@ -53,6 +53,35 @@ def test_peak_memory_stays_under_budget_on_a_prefix_many_times_larger(s3, bucket
     assert growth <= 64 << 20, f"memory grew by {growth >> 20} MiB, budget is 64 MiB"
 
 
+def test_process_tree_of_a_run_on_three_processes_stays_within_the_budget_plus_64_mib(s3, buckets, cli_env):
+    """--memory-budget is what the run's processes hold together, the segment workers'
+    interpreters included: the summed RSS of the tree, sampled from /proc as `top` would add it
+    up, peaks within the budget plus 64 MiB (the parent's own interpreter) on a prefix of 4x
+    the budget in objects that fill every worker's GETs."""
+    from bench.bench import RssSampler
+
+    src, dst = buckets
+    rng = random.Random(39)
+    lines = [f"2026-11-21T{h:02d}:00:00Z GET /api/v1/items/{rng.randrange(10**6)} 200\n".encode() for h in range(24)]
+    seed(s3, src, {f"day/{i:03d}.log": b"".join(rng.choices(lines, k=(4 << 20) // len(lines[0]))) for i in range(400)})
+    budget = 400
+    process = subprocess.Popen([sys.executable, "-m", "s3arch", "archive", f"s3://{src}/day/", f"s3://{dst}/",
+                                "--storage-class", "STANDARD", "--memory-budget", f"{budget}MiB", "--processes", "3",
+                                "--segments", "3", "--segment-min-objects", "1", "--json"],
+                               env=cli_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    sampler = RssSampler(process.pid)
+    sampler.start()
+    stdout, stderr = process.communicate(timeout=600)
+    sampler.done.set()
+    sampler.join()
+    assert process.returncode == 0, stderr.decode()
+    result = json.loads(stdout.decode().strip().splitlines()[-1])
+    assert result["segments"] == 3 and result["objects"] == 400 and not result["notes"]
+    peak = sampler.peak_tree >> 20
+    print(f"peak RSS of the process tree: {peak} MiB at a {budget} MiB budget, 3 worker processes")
+    assert peak <= budget + 64, f"the process tree peaked at {peak} MiB, over the {budget} MiB budget + 64 MiB"
+
+
 def test_unsafe_keys_cannot_escape_the_extraction_directory():
     assert member_name("/etc/passwd", 5) == ("%2F/etc/passwd", False)
     assert member_name("a/../../b", 5) == ("a/%2E%2E/%2E%2E/b", False)

@@ -11,12 +11,14 @@ import os
 import threading
 import time
 import uuid
+from dataclasses import replace
 
 import pytest
 
 from faultproxy import Fault, FaultProxy, is_get
 from helpers import engine_clients, minio_user, put_exact_key, read_archive, run_cli, seed
 from s3arch.archive import archive_prefix
+from s3arch.core import backoff
 from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.core.errors import AccessDenied, CertificateUntrusted, SourceChanged, TransientError
 
@@ -130,9 +132,7 @@ def test_slowdown_is_left_to_the_fetchers_throttle_handling(minio, s3, buckets, 
 
 def test_a_fault_that_outlasts_the_retries_is_exit_3_and_resets_mid_body_are_refetched(minio, s3, buckets, proxy,
                                                                                      monkeypatch):
-    import s3arch.io.connections
-
-    monkeypatch.setattr(s3arch.io.connections, "RETRY_BASE", 0.01)
+    monkeypatch.setattr(backoff, "CONNECTION", replace(backoff.CONNECTION, base=0.02))
     src, dst = buckets
     objects = {f"day/{i:03d}.log": os.urandom(20_000 + i) for i in range(60)}
     seed(s3, src, objects)
@@ -140,12 +140,67 @@ def test_a_fault_that_outlasts_the_retries_is_exit_3_and_resets_mid_body_are_ref
     always = proxy.add(Fault("status", status=500, match=lambda r: r.key.endswith("day/007.log")))
     error, _, _, _ = fetch(clients.data_for(src, 8), "day/007.log")
     assert isinstance(error, TransientError) and error.exit_code == 3
-    assert always.injected == 1 + s3arch.io.connections.RETRIES
+    assert always.injected == backoff.CONNECTION.tries
     proxy.clear()
     resets = proxy.add(Fault("reset", rate=0.3, count=10, match=is_get))  # half the body sent, then RST
     archive_prefix(ArchiveSpec(S3Url(src, "day/"), S3Url(dst, "a/"), storage_class="STANDARD"), clients)
     assert resets.injected == 10
     assert read_archive(s3, dst, f"a/{src}/day.tar.gz") == objects
+
+
+def test_a_request_that_dies_on_a_reused_connection_before_its_answer_is_resent_without_spending_a_retry(
+        minio, s3, buckets, proxy, monkeypatch):
+    """No retries at all, one pooled connection: the second GET goes out on it and is reset
+    before any byte of the answer (as on a connection the server closed while it idled).
+    It is sent again on a new connection and succeeds; the same fault on a new connection
+    is the request's own and fails it."""
+    monkeypatch.setattr(backoff, "CONNECTION", replace(backoff.CONNECTION, retries=0))
+    src, _ = buckets
+    seed(s3, src, {"day/a.log": b"a" * 100})
+    plane = engine_clients(minio, proxy.endpoint_url).data_for(src, 1)
+    assert fetch(plane, "day/a.log")[:2] == (None, b"a" * 100)
+    dropped = proxy.add(Fault("drop", count=1, match=is_get))
+    assert fetch(plane, "day/a.log")[:2] == (None, b"a" * 100)
+    assert dropped.injected == 1
+    proxy.clear()
+    twice = proxy.add(Fault("drop", count=2, match=is_get))  # the reused one, then the new one
+    error, _, _, _ = fetch(plane, "day/a.log")
+    assert isinstance(error, TransientError) and twice.injected == 2
+
+
+class _Connection:
+    """What the pool asks of a connection: whether it is open, and to close it."""
+
+    def __init__(self):
+        self.closed = False
+
+    def is_open(self) -> bool:
+        return not self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_pooled_connection_idle_past_the_limit_is_closed_instead_of_reused(monkeypatch):
+    from s3arch.io import connections
+
+    monkeypatch.setattr(connections, "IDLE_LIMIT", 0.05)
+    pool = connections.ConnectionPool(None, "s3.example", 80, None, None, size=1)
+    opened: list[_Connection] = []
+    monkeypatch.setattr(pool, "_open", lambda ready: (opened.append(_Connection()), ready(opened[-1], None, False)))
+    handed: list[tuple[_Connection, bool]] = []
+    take = lambda **kw: pool.acquire(lambda connection, error, reused: handed.append((connection, reused)), **kw)  # noqa: E731
+    take()
+    pool.release(opened[0])
+    take()  # at once: the same connection, reused
+    assert handed == [(opened[0], False), (opened[0], True)]
+    pool.release(opened[0])
+    time.sleep(0.1)  # idle past the limit
+    take()
+    assert handed[-1] == (opened[1], False) and opened[0].closed and pool.opened == 1
+    pool.release(opened[1])
+    take(fresh=True)  # a new connection asked for: the idle one's slot opens it
+    assert handed[-1] == (opened[2], False) and opened[1].closed and pool.opened == 1
 
 
 def test_a_stalled_answer_is_cancelled_at_once_and_the_pool_goes_on(minio, s3, buckets, proxy):
@@ -212,9 +267,9 @@ def test_https_gets_trust_the_ca_bundle_and_an_untrusted_certificate_is_exit_2_n
     server, ca_file = minio_tls
     monkeypatch.setenv("S3ARCH_GET_PATH", path)
     if path == "crt":  # its own retries would take minutes: what is tested is what it ends in
-        import s3arch.io.s3
+        import s3arch.io.crt
 
-        monkeypatch.setattr(s3arch.io.s3, "crt_retry_config",
+        monkeypatch.setattr(s3arch.io.crt, "crt_retry_config",
                             lambda s3, io: s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
     monkeypatch.delenv("AWS_CA_BUNDLE", raising=False)
     control = boto3.client("s3", endpoint_url=server.endpoint_url, aws_access_key_id=server.access_key,

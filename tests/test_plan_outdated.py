@@ -6,11 +6,11 @@ run aborts the records uploads its killed workers left."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
-from helpers import keys_in, open_uploads, read_archive, run_segment_workers_inline, seed
+from helpers import keys_in, open_uploads, read_archive, run_one_segment_inline, seed
+from s3arch.core.coordinator import StreamCoordinator
+from s3arch.core.errors import Cancelled
 
 PREFIX = "events/2026/11/21/"
 
@@ -159,8 +159,7 @@ def test_a_plan_outdated_segment_is_not_run_again_by_the_cli_workers(monkeypatch
     """The CLI's workers run a failed segment again up to three times; a plan that no longer
     matches the source fails the same way each time, so PlanOutdated ends the run at once,
     retryable for the run (its next run plans again)."""
-    import s3arch.produce.segments.workers as workers
-    from s3arch.produce.segments import PlanOutdated, SegmentPlan, SegmentRange
+    from s3arch.produce.segments import PlanOutdated
 
     attempts = []
 
@@ -169,32 +168,25 @@ def test_a_plan_outdated_segment_is_not_run_again_by_the_cli_workers(monkeypatch
         send.send({"error": "PlanOutdated", "message": "the source changed since the plan; a new plan is needed"})
         send.close()
 
-    run_segment_workers_inline(monkeypatch, worker)
-    monkeypatch.setattr(workers, "_connection_of", lambda clients, server: {})
-    plan = SegmentPlan("run", "upload", "a.tar.gz", 1, 1, 1024, 0, (SegmentRange(0, None, "k", 1, 1, 0, 512, 2, 10),))
     with pytest.raises(PlanOutdated, match="segment 1/1: the source changed since the plan") as outdated:
-        workers._run_workers(None, None, None, plan, 1, threading.Event())
+        run_one_segment_inline(monkeypatch, worker)
     assert attempts == [0]
     assert outdated.value.retryable and outdated.value.exit_code == 3
 
 
 def test_a_plan_outdated_segment_tells_the_cli_user_what_to_do_once(monkeypatch):
     """What the user reads after a worker's PlanOutdated: the cause and the hint, the hint once."""
-    import s3arch.produce.segments.workers as workers
-    from s3arch.produce.segments import PlanOutdated, SegmentPlan, SegmentRange
+    from s3arch.produce.segments import PlanOutdated
 
     hint = "run the prefix again: a new plan is made"
 
     def worker(spec, connection, layout, plan, k, send):
         error = PlanOutdated("segment 1/1 of s3://b/p/: the source changed since the plan; a new plan is needed")
-        send.send(workers.error_outcome(error))  # as _segment_worker sends it
+        send.send(error.to_dict())  # as _segment_worker sends it
         send.close()
 
-    run_segment_workers_inline(monkeypatch, worker)
-    monkeypatch.setattr(workers, "_connection_of", lambda clients, server: {})
-    plan = SegmentPlan("run", "upload", "a.tar.gz", 1, 1, 1024, 0, (SegmentRange(0, None, "k", 1, 1, 0, 512, 2, 10),))
     with pytest.raises(PlanOutdated) as outdated:
-        workers._run_workers(None, None, None, plan, 1, threading.Event())
+        run_one_segment_inline(monkeypatch, worker)
     assert str(outdated.value).count(hint) == 1, str(outdated.value)
     assert str(outdated.value).count("segment 1/1") == 1, str(outdated.value)
 
@@ -212,20 +204,22 @@ def test_a_cli_segmented_run_aborts_the_records_uploads_its_killed_workers_left(
     the_spec = spec(src, dst, segments=2, segment_min_objects=1)
     layout = layout_for(the_spec.source, the_spec.destination)
 
-    def killed(spec, clients_, layout_, plan, processes, abort):
+    def killed(spec, clients_, layout_, plan, processes, coordinator):
         for k in range(plan.count):  # each worker had opened its records upload, then was killed
             s3.create_multipart_upload(Bucket=dst, Key=plan.temp_key(layout_, k, MANIFEST_SUFFIX))
         raise TransientError("segment 2/2: its process ended with exit code -9 before it finished")
 
     monkeypatch.setattr(workers, "_run_workers", killed)
     with pytest.raises(TransientError, match="exit code -9"):
-        workers.stream_segmented(the_spec, clients, layout, layout.archive_key(the_spec.extension))
+        workers.stream_segmented(the_spec, clients, layout, layout.archive_key(the_spec.extension),
+                                 StreamCoordinator("the segments"))
     assert open_uploads(s3, dst) == []
 
 
 def test_a_cli_segmented_plan_stops_when_its_run_is_stopped(s3, buckets, clients):
     """The CLI's plan runs inside the archive run, under its lease: a lost lease or a cancel
-    (the abort event) stops the plan between pages, before the archive's upload is opened."""
+    (the run's coordinator cancelled) stops the plan between pages, before the archive's
+    upload is opened, and the run raises the cancel's reason."""
     import s3arch.produce.segments.workers as workers
     from s3arch.format.manifest import layout_for
 
@@ -233,8 +227,8 @@ def test_a_cli_segmented_plan_stops_when_its_run_is_stopped(s3, buckets, clients
     seed(s3, src, {f"{PREFIX}{i:02d}.log": b"x" * i for i in range(30)})
     the_spec = spec(src, dst, segments=2, segment_min_objects=1)
     layout = layout_for(the_spec.source, the_spec.destination)
-    stopped = threading.Event()
-    stopped.set()
-    with pytest.raises(InterruptedError, match="aborted while planning"):
-        workers.stream_segmented(the_spec, clients, layout, layout.archive_key(the_spec.extension), abort=stopped)
+    stopped = StreamCoordinator("the segments")
+    stopped.cancel("cancelled while planning the segments")
+    with pytest.raises(Cancelled, match="cancelled while planning"):
+        workers.stream_segmented(the_spec, clients, layout, layout.archive_key(the_spec.extension), stopped)
     assert open_uploads(s3, dst) == []

@@ -50,7 +50,7 @@ def archives(minio):
     out = {}
     for n in (0, 1, 2, 7):
         flags = ("--processes", "1") if n == 0 else ("--segments", str(n), "--processes", "2",
-                                                     "--segment-min-objects", "1")
+                                                     "--segment-min-objects", "1", "--memory-budget", "400MiB")
         result = run_json(env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/n{n}/",
                           "--storage-class", "STANDARD", *flags)
         key = f"n{n}/{src}/{PREFIX.rstrip('/')}.tar.gz"
@@ -203,10 +203,36 @@ def test_processes_beyond_the_memory_budget_run_fewer_at_once_and_say_so(cli_env
     objects = {f"{PREFIX}{i:02d}.log": b"x" * i for i in range(40)}
     seed(s3, src, objects)
     result = run_json(cli_env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/", "--storage-class", "STANDARD",
-                      "--segments", "4", "--processes", "4", "--memory-budget", "128MiB", "--segment-min-objects", "1")
+                      "--segments", "4", "--processes", "4", "--memory-budget", "300MiB", "--segment-min-objects", "1")
     assert result["segments"] == 4 and result["objects"] == 40
-    assert any("4 segments ran on 1 process(es), not 4: --memory-budget 128MiB" in n for n in result["notes"])
+    # 300 MiB: the assembler's 48 MiB and two workers of 48 MiB and a 60 MiB interpreter each.
+    assert any("4 segments ran on 2 process(es), not 4: --memory-budget 300MiB" in n for n in result["notes"])
     assert read_archive(s3, dst, f"{src}/{PREFIX.rstrip('/')}.tar.gz") == objects
+
+
+def test_default_processes_are_half_the_cpus_when_the_s3_server_is_on_loopback(monkeypatch):
+    import s3arch.core.config as config
+
+    monkeypatch.setattr(config, "available_cpus", lambda: 8)
+    for shared in ("http://127.0.0.1:9000", "http://localhost:9000", "https://[::1]:9443", "http://127.0.0.2/"):
+        assert config.default_processes(shared) == 4, shared
+    for remote in (None, "https://s3.eu-west-1.amazonaws.com", "http://minio:9000", "http://10.0.0.5:9000"):
+        assert config.default_processes(remote) == 8, remote
+    monkeypatch.setattr(config, "available_cpus", lambda: 1)
+    assert config.default_processes("http://127.0.0.1:9000") == 1
+
+
+def test_segments_on_a_budget_that_cannot_hold_a_worker_fail_with_exit_2_naming_the_least_budget(cli_env, s3,
+                                                                                                  buckets):
+    src, dst = buckets
+    seed(s3, src, {f"{PREFIX}{i:02d}.log": b"x" * i for i in range(10)})
+    proc = run_cli(cli_env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/", "--storage-class", "STANDARD",
+                   "--segments", "2", "--memory-budget", "128MiB", "--segment-min-objects", "1", check=False)
+    assert proc.returncode == 2, proc.stderr
+    stderr = proc.stderr.decode()
+    assert "--memory-budget 128MiB cannot hold a segment's worker process" in stderr
+    assert "at least 156MiB" in stderr
+    assert keys_in(s3, dst) == [] and open_uploads(s3, dst) == []
 
 
 def test_plan_balances_segments_by_bytes_and_objects_and_covers_every_key(minio, s3, buckets, clients):
@@ -279,9 +305,8 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
     """Worker processes get the credentials the session holds when each one starts: a segment
     retried after CredentialsExpired must not get the expired copy again, and ExpiredToken is
     not counted as one of its three attempts (here it ends three starts in a row)."""
-    import threading
-
     import s3arch.produce.segments.workers as workers
+    from s3arch.core.coordinator import StreamCoordinator
     from s3arch.produce.segments import SegmentPlan, SegmentRange
 
     issued = iter(range(1, 10))
@@ -296,7 +321,7 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
     run_segment_workers_inline(monkeypatch, worker)
     plan = SegmentPlan("run", "upload", "a.tar.gz", 1, 1, 1024, 0,
                        (SegmentRange(0, None, "k", 1, 1, 0, 512, 2, 10),))
-    durations = workers._run_workers(None, None, None, plan, 1, threading.Event())
+    durations = workers._run_workers(None, None, None, plan, 1, StreamCoordinator("the segments"))
     assert list(durations) == [0]
     assert seen == ["token-1", "token-2", "token-3", "token-4"]
 

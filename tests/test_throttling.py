@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 
 from faultproxy import Fault, FaultProxy, is_get
 from helpers import keys_in, open_uploads, read_archive, run_cli, seed
+from s3arch.core import backoff
+from s3arch.core.backoff import Backoff
 
 
 @pytest.fixture
@@ -209,8 +212,7 @@ def _fetch(plane, keys, monkeypatch, budget=60.0, concurrency=8, cooldown=1.0, f
     from s3arch.core.coordinator import StreamCoordinator
     from s3arch.io.listed import ListedObject
 
-    monkeypatch.setattr(fetching, "THROTTLE_BASE", 0.01)  # the same growth, in milliseconds
-    monkeypatch.setattr(fetching, "THROTTLE_CAP", 0.2)
+    monkeypatch.setattr(backoff, "THROTTLED", Backoff(base=0.02, cap=0.2, retries=None))  # the same growth, in ms
     monkeypatch.setenv("S3ARCH_THROTTLE_BUDGET", str(budget))
     coordinator = StreamCoordinator("test")
     fetcher = fetching.Fetcher(plane, "src", budget=fetching.ByteBudget(1 << 20), concurrency=concurrency,
@@ -278,7 +280,7 @@ def test_a_segmented_archive_counts_what_its_segments_waited_out(minio, s3, buck
     """Each segment's throttled GETs travel in its result to the assembled archive's summary.
     The CRT client's own retries are turned off here so that a 3 s throttle reaches the engine."""
     import s3arch.io.fetching
-    import s3arch.io.s3
+    import s3arch.io.crt
     from helpers import engine_clients
     from s3arch.archive import archive_segment, assemble_segments, prepare_segments
     from s3arch.core.config import ArchiveSpec, S3Url
@@ -287,8 +289,8 @@ def test_a_segmented_archive_counts_what_its_segments_waited_out(minio, s3, buck
     prefix = "events/"
     objects = {f"{prefix}{i:04d}.log": b"id=%d ok\n" % i for i in range(300)}
     seed(s3, src, objects)
-    monkeypatch.setattr(s3arch.io.s3, "crt_retry_config", lambda s3, io: s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
-    monkeypatch.setattr(s3arch.io.fetching, "THROTTLE_CAP", 2.0)  # pauses up to 2 s, not 20: a short test
+    monkeypatch.setattr(s3arch.io.crt, "crt_retry_config", lambda s3, io: s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE))
+    monkeypatch.setattr(backoff, "THROTTLED", replace(backoff.THROTTLED, cap=2.0))  # pauses up to 2 s, not 20
     spec = ArchiveSpec(S3Url(src, prefix), S3Url(dst, "v/"), storage_class="STANDARD", processes=1)
     assert prepare_segments(spec, 2, clients).segments == 2
     fault = proxy.add(Fault("status", status=503, window=3.0,

@@ -24,7 +24,7 @@ from airflow.sdk import DAG, AssetAlias, Param, TaskGroup, TriggerRule, task
 from s3arch.ops.jobs import ArchiveJob, load_jobs
 from s3arch_airflow.operators import (ROWS_XCOM_KEY, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
                                       S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
-from s3arch_airflow.report import job_task_args
+from s3arch_airflow.report import job_retry_args, job_task_args
 from s3arch_airflow.restore import RESTORE_ROWS_XCOM_KEY, S3RestoreArchiveOperator
 
 JOBS_FILE_ENV = "S3ARCH_JOBS_FILE"
@@ -104,17 +104,16 @@ def archive_dag(job: ArchiveJob) -> DAG:
         @task(task_id="plan", execution_timeout=timedelta(minutes=10))
         def plan_prefixes(params: dict, dag_run=None, logical_date=None) -> list[list[str]]:
             from airflow.sdk import conf
-            from airflow.sdk.exceptions import AirflowFailException
 
-            from s3arch.core.errors import ArchiverError
             from s3arch.ops.jobs import batches, plan
+            from s3arch_airflow.failures import fail_task
 
             reference = logical_date or dag_run.run_after
             try:
                 prefixes = plan(job, date_from=params.get("date_from"), date_to=params.get("date_to"),
                                 prefixes=params.get("prefixes"), logical_date=reference.date())
-            except ArchiverError as exc:
-                raise AirflowFailException(f"bad parameters, nothing was started: {exc}") from exc
+            except BaseException as exc:
+                fail_task("bad parameters, nothing was started", exc)
             if job.split_by:  # one task per value of the split wildcard (an account's day, say)
                 prefixes = split_source_names(job, prefixes)
             planned = batches(prefixes, conf.getint("core", "max_map_length"))
@@ -128,18 +127,23 @@ def archive_dag(job: ArchiveJob) -> DAG:
         # Airflow maps only over a task's whole return value, so the three lists the sizing
         # makes are handed out by three one-line tasks folded into the size group.
         with TaskGroup("size", tooltip="Which prefixes are large enough for segment tasks"):
-            @task(task_id="measure", execution_timeout=timedelta(minutes=30))
+            @task(task_id="measure", execution_timeout=timedelta(minutes=30), **job_retry_args(job))
             def size_prefixes(planned: list[list[str]]) -> dict:
                 """Large prefixes go to segment tasks: each prefix is listed up to the job's
-                threshold (no listing at all for a job without segments)."""
+                threshold (no listing at all for a job without segments). Retried as the
+                archive tasks are: only what another try can help."""
                 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+                from s3arch_airflow.failures import fail_task
                 from s3arch_airflow.operators import engine_clients
 
                 from s3arch.ops.jobs import split_by_size
 
-                control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner,
-                                         job.throttle_budget).control if job.segment_tasks else None
-                split = split_by_size(job, planned, control)
+                try:
+                    control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner,
+                                             job.throttle_budget).control if job.segment_tasks else None
+                    split = split_by_size(job, planned, control)
+                except BaseException as exc:
+                    fail_task("sizing the prefixes", exc)
                 for size in split["sizes"]:
                     print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} "
                           f"objects, {size['bytes']:,} bytes ({size['requests']} LIST requests, "
@@ -249,10 +253,10 @@ def restore_dag(job: ArchiveJob) -> DAG:
         @task(task_id="plan", execution_timeout=timedelta(minutes=10))
         def plan_prefixes(params: dict) -> list[str]:
             from airflow.sdk import conf
-            from airflow.sdk.exceptions import AirflowFailException
 
-            from s3arch.core.errors import ArchiverError, BadArgument
+            from s3arch.core.errors import BadArgument
             from s3arch.ops.jobs import plan
+            from s3arch_airflow.failures import fail_task
 
             try:
                 if not (params.get("prefixes") or params.get("date_from") or params.get("date_to")):
@@ -264,8 +268,8 @@ def restore_dag(job: ArchiveJob) -> DAG:
                 if len(prefixes) > conf.getint("core", "max_map_length"):
                     raise BadArgument(f"{len(prefixes)} prefixes are more than one run maps",
                                       hint="restore a shorter range per run")
-            except ArchiverError as exc:
-                raise AirflowFailException(f"bad parameters, nothing was started: {exc}") from exc
+            except BaseException as exc:
+                fail_task("bad parameters, nothing was started", exc)
             print(f"{len(prefixes)} prefix(es) to restore: {prefixes[0]}"
                   f"{' .. ' + prefixes[-1] if len(prefixes) > 1 else ''}")
             return prefixes

@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from s3arch.core.stops import Cancel
 
 ROWS_XCOM_KEY = "archive_rows"
 # Encryption, Object Lock, owner and tags: operator parameters named as ArchiveSpec's fields.
@@ -133,12 +134,14 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
             for option, value in spec_options.items():
                 setattr(self, option, value)
         self.progress_interval = progress_interval
-        self._cancel = threading.Event()
+        self._cancel: Cancel | None = None  # the try's, made when it starts (``_run_each``)
 
     def on_kill(self) -> None:
+        # Airflow calls it in its SIGTERM handler: Cancel.set only records and sets.
         self.log.warning("task killed: cancelling the archive (%s); its uploads are aborted and nothing "
                          "is committed", self.action)
-        self._cancel.set()
+        if self._cancel is not None:
+            self._cancel.set(KILLED)
 
     @property
     def _spec_kwargs(self) -> dict[str, Any]:
@@ -167,10 +170,13 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
 
     def _run_each(self, context: Context, prefixes: list[str], run: Callable[[Any, str], dict]) -> list[dict]:
         """``run(clients, prefix)`` for each prefix, one row each; fails the task (retryable
-        or not, as the errors are) if any prefix failed."""
-        from s3arch.core.errors import ArchiverError
+        or not, as the errors are: ``failures``) if any prefix failed. An engine error fails its
+        prefix and the next one runs; anything else (a bug, a timeout) fails the task at once."""
+        from s3arch.core.errors import ArchiverError, outcome
+        from s3arch.core.stops import Cancel
+        from s3arch_airflow.failures import fail_task, failed_fields, task_error
 
-        self._cancel = threading.Event()  # a fresh one per try
+        self._cancel = Cancel()  # a fresh one per try
         orphan_watch = cancel_if_orphaned(self._cancel, self.log)
         rows: list[dict] = []
         failed: list[tuple[str, ArchiverError]] = []
@@ -181,33 +187,23 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
                     clients = clients or engine_clients(self.hook, expected_owner=self.expected_owner,
                                                         throttle_budget=self.throttle_budget)
                     rows.append(run(clients, prefix))
-                except ArchiverError as exc:
+                except BaseException as exc:  # the row says what happened, whatever it was
+                    rows.append(result_row(prefix, "failed", **failed_fields(exc)))
+                    if not isinstance(exc, ArchiverError):
+                        fail_task(prefix, exc)
                     self.log.error("%s: %s (%s)", prefix, exc, "retryable" if exc.retryable else "permanent: no retry")
-                    rows.append(result_row(prefix, "failed", error=str(exc), retryable=exc.retryable))
                     failed.append((prefix, exc))
-                except AirflowException:
-                    rows.append(result_row(prefix, "failed", error="see the task log", retryable=True))
-                    raise
-                except Exception as exc:
-                    # A bug in this code (S3 and the network arrive as ArchiverError): another
-                    # try would only repeat it, so none is spent; the traceback stays chained.
-                    rows.append(result_row(prefix, "failed", error=f"{type(exc).__name__}: {exc}", retryable=False))
-                    raise AirflowFailException(f"{prefix}: a bug, not retried: {type(exc).__name__}: {exc}") from exc
-                except BaseException as exc:
-                    # A timeout or a kill signal: the row still says what happened.
-                    rows.append(result_row(prefix, "failed", error=f"{type(exc).__name__}: {exc}", retryable=True))
-                    raise
         finally:
             orphan_watch.set()
             context["ti"].xcom_push(key=ROWS_XCOM_KEY, value=rows)
             for row in rows:
                 self._emit_metrics(row)
         if failed:
-            summary = "; ".join(f"{p}: {e}" for p, e in failed)
-            if any(e.retryable for _, e in failed):
-                raise AirflowException(f"{len(failed)} of {len(rows)} prefix(es) failed: {summary}")
-            raise AirflowFailException(f"{len(failed)} of {len(rows)} prefix(es) failed "
-                                       f"permanently (not retried): {summary}")
+            # Retried if any prefix can be helped by another try (the done ones skip).
+            failures = [outcome(e) for _, e in failed]
+            worst = next((f for f in failures if f.retryable), failures[0])
+            raise task_error(f"{len(failed)} of {len(rows)} prefix(es) failed",
+                             worst._replace(message="; ".join(f"{p}: {e}" for p, e in failed)))
         return rows
 
     def _row(self, prefix: str, result, context: Context | None = None) -> dict:
@@ -351,7 +347,7 @@ class S3PrepareSegmentsOperator(S3ArchiveBaseOperator):
         from s3arch.archive import prepare_segments
 
         return self._run_each(context, [self.prefix], lambda clients, prefix: self._row(
-            prefix, prepare_segments(self._spec(prefix), self.segments, clients)))
+            prefix, prepare_segments(self._spec(prefix), self.segments, clients, cancel=self._cancel)))
 
 
 class S3ArchiveSegmentOperator(S3ArchiveBaseOperator):
@@ -421,7 +417,12 @@ class S3AssembleSegmentsOperator(S3ArchiveBaseOperator):
         return self._run_each(context, [self.prefix], assemble)
 
 
-def cancel_if_orphaned(cancel: threading.Event, log, interval: float = 1.0) -> threading.Event:
+# The reasons a task's run reads when it is stopped from above (tasks/core/stops.py).
+KILLED = "cancelled by Airflow (the task was killed: marked failed or cleared, or it timed out)"
+ORPHANED = "cancelled: this task's supervisor is gone, and Airflow retries the work elsewhere"
+
+
+def cancel_if_orphaned(cancel: Cancel, log, interval: float = 1.0) -> threading.Event:
     """Set ``cancel`` if this task process loses its supervisor.
 
     Airflow runs each task in its own process group under a supervisor process that
@@ -440,7 +441,7 @@ def cancel_if_orphaned(cancel: threading.Event, log, interval: float = 1.0) -> t
             if os.getppid() != parent:
                 log.error("this task's supervisor (pid %d) is gone: cancelling, so that the retry Airflow "
                           "schedules elsewhere is the only run of this work", parent)
-                cancel.set()
+                cancel.set(ORPHANED)
                 return
 
     threading.Thread(target=watch, name="s3arch-orphan-watch", daemon=True).start()

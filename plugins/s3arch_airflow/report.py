@@ -119,11 +119,16 @@ def failed_task_instances(ti) -> list[str]:
                   if state in ("failed", "upstream_failed") and name != ti.task_id)
 
 
-def job_task_args(job) -> dict:
-    """What every mapped task of a job's DAGs shares: its connection, pool and retry policy
-    (exponential backoff, capped at an hour; permanent errors are never retried)."""
+def job_retry_args(job) -> dict:
+    """A job's retry policy: exponential backoff, capped at an hour; permanent errors are never
+    retried (s3arch_airflow/failures.py)."""
     from datetime import timedelta
 
-    return {"aws_conn_id": job.aws_conn_id, "pool": job.pool, "retries": job.retries,
-            "retry_delay": timedelta(seconds=job.retry_delay_seconds), "retry_exponential_backoff": True,
-            "max_retry_delay": timedelta(hours=1), "map_index_template": "{{ task.label }}"}
+    return {"retries": job.retries, "retry_delay": timedelta(seconds=job.retry_delay_seconds),
+            "retry_exponential_backoff": True, "max_retry_delay": timedelta(hours=1)}
+
+
+def job_task_args(job) -> dict:
+    """What every mapped task of a job's DAGs shares: its connection, pool and retry policy."""
+    return {"aws_conn_id": job.aws_conn_id, "pool": job.pool, **job_retry_args(job),
+            "map_index_template": "{{ task.label }}"}

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from s3arch_airflow.operators import as_bool, engine_clients, result_row
 
@@ -109,11 +108,15 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
                                                    timeout=self.wait_timeout, interval=interval))
         return self._extract(context, clients, layout)
 
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict:
-        if event.get("status") != "restored":
-            row = result_row(self.prefix, "failed", error=event.get("message"), retryable=True)
+    def execute_complete(self, context: Context, event: dict[str, Any] | None) -> dict:
+        from s3arch_airflow.failures import task_error
+        from s3arch_airflow.triggers import event_failure
+
+        if event is None or event.get("status") != "restored":
+            failure = event_failure(event)
+            row = result_row(self.prefix, "failed", error=failure.message, retryable=failure.retryable)
             context["ti"].xcom_push(key=RESTORE_ROWS_XCOM_KEY, value=[row])
-            raise AirflowException(event.get("message") or f"restore of {self.prefix} failed")
+            raise task_error(self.prefix, failure)
         self.log.info("%s is restored until %s", event["archive"], event.get("expiry"))
         return self._extract(context, engine_clients(self.hook, self.expected_owner), self._layout())
 
@@ -143,15 +146,13 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
         return row
 
     def _guard(self, context: Context, step):
-        """Run an engine step; a failure pushes the prefix's row and fails the task, without
-        retries when the engine says another try cannot help."""
-        from s3arch.core.errors import ArchiverError
+        """Run an engine step; a failure pushes the prefix's row and fails the task as
+        ``failures`` says: retried only when another try can help (a bug never is)."""
+        from s3arch_airflow.failures import fail_task, failed_fields
 
         try:
             return step()
-        except ArchiverError as exc:
-            row = result_row(self.prefix, "failed", error=str(exc), retryable=exc.retryable)
+        except BaseException as exc:
+            row = result_row(self.prefix, "failed", **failed_fields(exc))
             context["ti"].xcom_push(key=RESTORE_ROWS_XCOM_KEY, value=[row])
-            if exc.retryable:
-                raise AirflowException(f"{self.prefix}: {exc}") from exc
-            raise AirflowFailException(f"{self.prefix}: {exc} (permanent: not retried)") from exc
+            fail_task(self.prefix, exc)

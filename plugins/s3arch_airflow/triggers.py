@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+if TYPE_CHECKING:
+    from s3arch.core.errors import Failure
 
 
 class ArchiveRestoredTrigger(BaseTrigger):
@@ -46,7 +49,7 @@ class ArchiveRestoredTrigger(BaseTrigger):
                                      verify=self.verify, config=self.botocore_config), self.expected_owner).control
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from s3arch.core.errors import ArchiverError
+        from s3arch.core.errors import RestoreLapsed, RestoreNotFinished
         from s3arch.restore.glacier import archive_state
 
         url = f"s3://{self.bucket}/{self.key}"
@@ -58,15 +61,32 @@ class ArchiveRestoredTrigger(BaseTrigger):
                     yield TriggerEvent({"status": "restored", "archive": url, "expiry": state.expiry})
                     return
                 if state.state == "not-restored":
-                    yield TriggerEvent({"status": "error", "archive": url,
-                                        "message": f"{url} is {state.storage_class} and no restore is in progress "
-                                                   "(it expired or was never requested)"})
-                    return
+                    raise RestoreLapsed(f"{url} is {state.storage_class} and no restore is in progress (it "
+                                        "expired or was never requested)", hint="the task's next try requests it")
                 if self.deadline is not None and time.time() >= self.deadline:
-                    yield TriggerEvent({"status": "timeout", "archive": url,
-                                        "message": f"{url} was still being restored at the deadline"})
+                    yield failed_event("timeout", url, RestoreNotFinished(
+                        f"{url} was still being restored at the deadline", hint="the task's next try waits again"))
                     return
                 self.log.info("%s: restore in progress; next check in %.0fs", url, self.poll_interval)
                 await asyncio.sleep(self.poll_interval)
-        except ArchiverError as exc:
-            yield TriggerEvent({"status": "error", "archive": url, "message": str(exc)})
+        except Exception as exc:  # noqa: BLE001 - the engine's errors and bugs alike, as the task reads them
+            yield failed_event("error", url, exc)
+
+
+def failed_event(status: str, url: str, exc: Exception) -> TriggerEvent:
+    """The event of a wait that failed: the engine's ``outcome`` of ``exc`` (exit code,
+    retryable, bug, message), so the task fails as the same error would fail it on a worker."""
+    from s3arch.core.errors import outcome
+
+    return TriggerEvent({"status": status, "archive": url, **outcome(exc)._asdict()})
+
+
+def event_failure(event: dict[str, Any] | None) -> Failure:
+    """What a failed event means (``failed_event``). An event of a trigger older than these
+    fields, or none at all (the triggerer lost it), is retried as such events always were."""
+    from s3arch.core.errors import Failure, TransientError, outcome
+
+    if event is not None and all(name in event for name in Failure._fields):
+        return Failure(**{name: event[name] for name in Failure._fields})
+    message = (event or {}).get("message") or "the wait for the restore ended without a result"
+    return outcome(TransientError(message, hint="the task's next try waits again"))

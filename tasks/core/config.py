@@ -22,6 +22,7 @@ DEFAULT_CONCURRENCY = 128  # GETs in flight
 DEFAULT_LEASE_TTL = 180.0  # seconds
 DEFAULT_SEGMENT_MIN_OBJECTS = 50_000
 DEFAULT_SEGMENT_MIN_BYTES = 4 * GiB
+DEFAULT_INVENTORY_MAX_AGE_DAYS = 2.0  # a daily S3 Inventory report is at most a day old; a weekly one needs 8
 
 MIN_LEASE_TTL = 10.0  # the least a user may set (tests of the lease go lower through ArchiveSpec)
 # Seconds a request may stay throttled (503 SlowDown) before the run gives up with exit 3:
@@ -71,6 +72,32 @@ def available_cpus() -> int:
     if quota is not None:
         cpus = min(cpus, max(1, int(quota + 0.999)))
     return max(1, cpus)
+
+
+def default_processes(endpoint_url: str | None) -> int:
+    """``--processes`` when not given: the CPUs this process may use, or half of them when the
+    S3 endpoint is this machine's loopback, where the server spends the same CPUs (the demo,
+    the bench: two segment workers on two cores shared with MinIO ran the 200,000-object set
+    1.25x slower than one process, bench/results/latest.json). The budget may allow fewer."""
+    cpus = available_cpus()
+    return max(1, cpus // 2) if endpoint_on_loopback(endpoint_url) else cpus
+
+
+def endpoint_on_loopback(endpoint_url: str | None) -> bool:
+    """Whether ``endpoint_url`` names this machine (localhost, 127.0.0.0/8, ::1): the S3
+    server then shares this machine's CPUs. AWS's endpoints (None) never do."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = urlsplit(endpoint_url).hostname if endpoint_url else None
+    if host is None:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:

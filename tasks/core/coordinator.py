@@ -8,7 +8,7 @@ requests in flight (the way s3transfer's ``TransferCoordinator`` keeps a transfe
   recorded, and whoever catches it raises the coordinator's exception instead. So the user
   always gets the first real cause, whichever thread saw it first.
 - **Cancel is one-way, from above only** (a person or Ctrl-C, Airflow's ``on_kill``, a lost
-  lease): ``cancel(reason)`` records the reason as the exception (unless a real failure came
+  lease: tasks/core/stops.py says how each arrives): ``cancel(reason)`` records the reason as the exception (unless a real failure came
   first), cancels every request in flight and runs the failure cleanups. No stage ever
   cancels: a stage that fails calls ``set_exception``.
 - **Failure cleanups are registered by whoever creates a resource** (an upload registers its
@@ -56,13 +56,9 @@ class Request:
 class StreamCoordinator:
     """The status, exception, cleanups and requests in flight of one archive stream."""
 
-    def __init__(self, what: str = "the stream", *, stall_timeout: float = 60.0,
-                 cancel_event: threading.Event | None = None):
-        """``cancel_event``: an event set from above (the caller's own, never set by the
-        stream); the watchdog turns it into ``cancel``."""
+    def __init__(self, what: str = "the stream", *, stall_timeout: float = 60.0):
         self.what = what
         self.stall_timeout = stall_timeout
-        self._cancel_event = cancel_event
         self._lock = threading.Lock()
         self._status = RUNNING
         self._exception: BaseException | None = None
@@ -72,6 +68,7 @@ class StreamCoordinator:
         self._requests: dict[int, Request] = {}
         self._ids = itertools.count()
         self._watching: threading.Event | None = None
+        self._attempts: list[StreamCoordinator] = []
         self.stalls_cancelled = 0
 
     def __repr__(self) -> str:
@@ -119,11 +116,28 @@ class StreamCoordinator:
             if self._status != RUNNING:
                 return False
             self._exception, self._status = exc, CANCELLED
+            attempts, self._attempts = self._attempts, []
         self._stopping.set()
+        for attempt in attempts:
+            attempt.cancel(exc)
         self.cancel_requests()
         for problem in self.run_failure_cleanups():
             exc.add_note(f"cleanup also failed: {problem}")
         return True
+
+    def attempt(self, what: str) -> "StreamCoordinator":
+        """A coordinator for a stream this one may give up and go on without (the pipeline of
+        a prefix that proves large, which segments then produce): a cancel of this one cancels
+        it with the same reason (at once if this one is cancelled already), while its own
+        failure stops only itself."""
+        attempt = StreamCoordinator(what, stall_timeout=self.stall_timeout)
+        with self._lock:
+            if self._status != CANCELLED:
+                self._attempts.append(attempt)
+                return attempt
+        assert self._exception is not None  # a cancel records its reason
+        attempt.cancel(self._exception)
+        return attempt
 
     def announce_done(self) -> bool:
         """The stream ended well: its resources are handed on (the cleanups are dropped, not
@@ -136,8 +150,15 @@ class StreamCoordinator:
         return True
 
     def raise_if_stopped(self) -> None:
+        """For a stage: the signal that the stream stopped (the cause is raised above it)."""
         if self._stopping.is_set():
             raise Stopped(f"{self.what} stopped")
+
+    def raise_cause_if_stopped(self) -> None:
+        """For whoever raises the stream's outcome (a plan between pages, the loop that waits
+        for segments): the cause, once the stream stopped."""
+        if self._stopping.is_set() and self._exception is not None:
+            raise self._exception
 
     def failure(self, caught: BaseException) -> BaseException:
         """What the stream raises once it stopped with ``caught`` in hand: the first real
@@ -202,13 +223,8 @@ class StreamCoordinator:
                 request.cancelled = True
                 _quietly(request.cancel)
 
-    def cancel_on(self, event: threading.Event) -> None:
-        """Cancel when ``event`` is set (the caller's own, read by the watchdog, never set
-        here): for callers that stop a stream by an event rather than by ``cancel``."""
-        self._cancel_event = event
-
     def start_watchdog(self) -> None:
-        """Watch the requests in flight for stalls, and the caller's cancel event."""
+        """Watch the requests in flight for stalls (it never stops the stream itself)."""
         if self._watching is not None:
             return
         self._watching = finished = threading.Event()
@@ -221,8 +237,6 @@ class StreamCoordinator:
     def _watch(self, finished: threading.Event) -> None:
         interval = max(0.05, min(0.2, self.stall_timeout / 4))
         while not finished.wait(interval):
-            if self._cancel_event is not None and self._cancel_event.is_set():
-                self.cancel(f"{self.what} was stopped: its uploads were aborted and nothing was committed")
             if self._status != RUNNING:
                 return
             self.cancel_stalled()

@@ -10,7 +10,7 @@ person to change something, and the message says what. The exit code follows fro
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 
 class ArchiverError(Exception):
@@ -24,6 +24,27 @@ class ArchiverError(Exception):
     @property
     def exit_code(self) -> int:
         return 3 if self.retryable else 2
+
+    def to_dict(self) -> dict:
+        """The error as plain data, for another process (a segment worker's parent)."""
+        return {"error": type(self).__name__, "message": self.message, "hint": self.hint,
+                "retryable": self.retryable, "status": self.status}
+
+    @staticmethod
+    def from_dict(data: dict) -> "ArchiverError":
+        """The error ``to_dict`` made, as its own class (any loaded subclass; else ArchiverError),
+        with its ``retryable`` and ``status``."""
+        classes = {cls.__name__: cls for cls in _subclasses(ArchiverError)}
+        error = classes.get(data["error"], ArchiverError)(data["message"], hint=data.get("hint"))
+        error.retryable, error.status = data.get("retryable", error.retryable), data.get("status")
+        return error
+
+
+def _subclasses(cls: type[ArchiverError]) -> list[type[ArchiverError]]:
+    found = [cls]
+    for direct in cls.__subclasses__():
+        found += _subclasses(direct)
+    return found
 
 
 class BadArgument(ArchiverError):
@@ -106,6 +127,13 @@ class ArchivedObjectNotReadable(ArchiverError):
 class RestoreNotFinished(ArchivedObjectNotReadable):
     """``restore --wait`` reached its timeout while S3 was still restoring: the restore goes on
     in S3, so running the same command again keeps waiting. Retryable (exit 3)."""
+
+    retryable = True
+
+
+class RestoreLapsed(ArchivedObjectNotReadable):
+    """A wait for a restore found none in progress (it expired, or was never requested): the
+    restore operator's next try requests it again. Retryable (exit 3)."""
 
     retryable = True
 
@@ -211,6 +239,31 @@ class EmptyPrefix(ArchiverError):
     @property
     def exit_code(self) -> int:
         return 4
+
+
+class Failure(NamedTuple):
+    """What a failure means to whoever ran the engine (``outcome``)."""
+
+    exit_code: int  # the CLI's: 2 fix something, 3 try again later, 4 empty, 1 a bug, 130 Ctrl-C
+    retryable: bool  # another try can help: Airflow retries it, and nothing else
+    bug: bool  # a bug in s3arch: never retried; its traceback is kept
+    error: str  # the exception's type, as a JSON result names it
+    message: str  # what the user reads
+
+
+def outcome(exc: BaseException) -> Failure:
+    """The one mapping from an exception to what it means: the CLI's exit code, and for Airflow
+    retry, fail or (a bug) fail saying so. The engine's own errors say it themselves; anything
+    else raised as an ``Exception`` is a bug; a stop from outside the engine (Ctrl-C, a timeout
+    or kill signal of the scheduler) may be run again."""
+    name = type(exc).__name__
+    if isinstance(exc, ArchiverError):
+        return Failure(exc.exit_code, exc.retryable, exc.exit_code == 1, name, str(exc))
+    if isinstance(exc, Exception):
+        return Failure(1, False, True, name, f"{name}: {exc}")
+    if isinstance(exc, KeyboardInterrupt):
+        return Failure(130, True, False, name, "interrupted; uploads in progress were aborted")
+    return Failure(3, True, False, name, f"{name}: {exc}")
 
 
 # What a 404 or 412 means depends on what was asked for, never on the words in a name:

@@ -19,7 +19,7 @@ from typing import Iterator
 from s3arch.core.config import S3Url
 from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, ArchiverError, BadArgument, DestinationConflict, translate
 from s3arch.io.listing import key_order
-from s3arch.io.s3 import none_if_missing, read_object, stream_object
+from s3arch.io.reads import none_if_missing, read_object, stream_object
 from s3arch.io.upload import PartSizer, PartUploader, UploadResult, upload_memory
 from s3arch.core.version import __version__
 
@@ -170,15 +170,16 @@ class ManifestWriter:
     the manifest is completed (docs/FORMAT.md, "Manifest index").
     """
 
-    def __init__(self, control, layout: ArchiveLayout, header: dict, abort_event=None,
+    def __init__(self, control, layout: ArchiveLayout, header: dict, coordinator=None,
                  extra_args: dict | None = None):
+        """``coordinator``: the stream's, if any (tasks/core/coordinator.py): it stops the upload."""
         self._control = control
         self._layout = layout
         self._extra_args = extra_args or {}
         self._uploader = PartUploader(control, layout.bucket, layout.manifest_key,
                                       storage_class="STANDARD", sizer=PartSizer(MANIFEST_PART_SIZE),
                                       memory=MANIFEST_PART_SIZE, threads=1, extra_args=extra_args,
-                                      abort_event=abort_event)
+                                      coordinator=coordinator)
         self._lines = JsonLinesUpload(self._uploader)
         self._chunks: list[list] = []  # [first key, compressed offset, ordinal of its first record]
         self._index: dict = {}

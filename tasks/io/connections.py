@@ -1,6 +1,6 @@
 """The plain GET path: source GETs, HEADs and tag reads on a pool of ``awscrt.http``
 connections, each signed with awscrt's SigV4 signer; an extract's PUTs of small objects go
-the same way (``PlainDataPlane.put``, tasks/restore/extract.py).
+the same way (``PlainDataPlane.put``, tasks/restore/to_s3.py).
 
 awscrt's S3 client wraps every request in a meta-request (part splitting, its own queues and
 retries); for an object smaller than a part that machinery buys nothing and costs client CPU
@@ -10,9 +10,14 @@ to a plain-HTTP one, found as botocore finds it (the client config's ``proxies``
 HTTPS_PROXY / HTTP_PROXY / NO_PROXY).
 
 One request per connection at a time, kept alive and handed to the next request; a closed
-or broken connection is dropped and a new one opened when a request needs it. A connection
-failure before the first byte of the answer, and a 5xx other than throttling, are sent
-again here (full-jitter backoff, ``RETRIES`` times): the fetcher never sees them. An answer
+or broken connection is dropped and a new one opened when a request needs it. As in Go's
+net/http and urllib3, a connection idle longer than ``IDLE_LIMIT`` is closed instead of
+reused (the server, or a load balancer on the way, may have dropped it without a word), and a
+request that fails on a reused connection before any byte of the answer is sent again at
+once on a new connection, without spending a retry: it met a connection that had died while
+idle, not a fault of the request. Any other connection failure before the first byte of the
+answer, and a 5xx other than throttling, are sent again here (``backoff.CONNECTION``): the
+fetcher never sees them. An answer
 of up to ``HOLD_LIMIT`` bytes (tag sets, small objects) is held until it is complete, so a
 reset in its body is sent again here too, as the CRT client did with a whole part. Throttling
 is the fetcher's (tasks/io/fetching.py: it waits it out and sends fewer requests), and a fault
@@ -24,21 +29,22 @@ from __future__ import annotations
 
 import io
 import os
-import random
 import threading
 import time
 import urllib.parse
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
+from s3arch.core import backoff
 from s3arch.core.errors import THROTTLE_CODES, ArchiverError, BadArgument, Subject, error_for, tls_failure
 from s3arch.io.dataplane import BucketRoute, SourceRequests, parse_error_body
 
-RETRIES = 5  # as many as the CRT S3 client made on its own
-RETRY_BASE = 0.1  # seconds: the n-th retry waits uniform(0, min(RETRY_CAP, RETRY_BASE * 2**n))
-RETRY_CAP = 20.0
 HOLD_LIMIT = 64 << 10  # bytes: at 64 in flight, 4 MiB held at most
+# Seconds a pooled connection may idle and still be reused: under the keep-alive after which
+# common servers close one (S3 about 20 s, MinIO 30 s, nginx 75 s; Apache's 5 s is the odd
+# one out, and a close it sends in time is seen by ``is_open``).
+IDLE_LIMIT = 15.0
 CONNECT_TIMEOUT_MS = 10_000  # botocore's connect_timeout in S3Clients
 
 
@@ -100,7 +106,8 @@ def proxy_for(tls: bool, host: str, botocore_config=None) -> Proxy | None:
 
 class ConnectionPool:
     """Up to ``size`` keep-alive connections to one endpoint (host, port, TLS, proxy). A
-    request waits for a free connection; one found closed is replaced by a new one."""
+    request waits for a free connection; one found closed, or idle past ``IDLE_LIMIT``, is
+    replaced by a new one."""
 
     def __init__(self, bootstrap, host: str, port: int, tls_context, proxy: Proxy | None, size: int):
         from awscrt import http, io
@@ -115,47 +122,60 @@ class ConnectionPool:
         self._socket.keep_alive = True
         self.size = max(1, size)
         self.opened = 0  # connections open or opening
-        self._idle: list = []
-        self._waiting: deque[Callable] = deque()
+        self._idle: deque[tuple[Any, float]] = deque()  # (connection, when it was released), newest last
+        self._waiting: deque[tuple[Callable, bool]] = deque()  # (ready, fresh)
         self._lock = threading.Lock()
 
-    def acquire(self, ready: Callable[[object, BaseException | None], None]) -> None:
-        """Call ``ready(connection, None)`` with a connection for one request, now or once one is
-        free, or ``ready(None, error)`` if opening one failed."""
+    def acquire(self, ready: Callable[[object, BaseException | None, bool], None], *, fresh: bool = False) -> None:
+        """Call ``ready(connection, None, reused)`` with a connection for one request, now or once
+        one is free, or ``ready(None, error, False)`` if opening one failed. ``reused``: the
+        connection carried an earlier request. ``fresh`` asks for a newly opened one."""
+        retired = []
+        waits = False
         with self._lock:
-            while self._idle:
-                connection = self._idle.pop()
-                if connection.is_open():
-                    break
-                self.opened -= 1
-            else:
-                connection = None
-                if self.opened >= self.size:
-                    self._waiting.append(ready)
-                    return
-                self.opened += 1
+            now = time.monotonic()
+            while self._idle and now - self._idle[0][1] > IDLE_LIMIT:  # the oldest are first
+                retired.append(self._idle.popleft()[0])
+            connection = None
+            while self._idle and connection is None and not fresh:
+                candidate = self._idle.pop()[0]
+                if candidate.is_open():
+                    connection = candidate
+                else:
+                    retired.append(candidate)
+            if fresh and self._idle and self.opened - len(retired) >= self.size:
+                retired.append(self._idle.popleft()[0])  # its slot opens the new connection
+            self.opened -= len(retired)
+            if connection is None:
+                waits = self.opened >= self.size
+                if waits:
+                    self._waiting.append((ready, fresh))
+                else:
+                    self.opened += 1
+        for old in retired:
+            old.close()
         if connection is not None:
-            ready(connection, None)
-        else:
+            ready(connection, None, True)
+        elif not waits:
             self._open(ready)
 
     def release(self, connection) -> None:
         """Give ``connection`` back after its request ended (closed ones are dropped)."""
         with self._lock:
-            if not connection.is_open():
-                self.opened -= 1
-                if not self._waiting:
-                    return
-                self.opened += 1
-                connection = None
-            elif not self._waiting:
-                self._idle.append(connection)
+            reusable = connection.is_open()
+            if not self._waiting:
+                if reusable:
+                    self._idle.append((connection, time.monotonic()))
+                else:
+                    self.opened -= 1
                 return
-            ready = self._waiting.popleft()
-        if connection is not None:
-            ready(connection, None)
-        else:
-            self._open(ready)
+            ready, fresh = self._waiting.popleft()
+        if reusable and not fresh:
+            ready(connection, None, True)
+            return
+        if reusable:
+            connection.close()  # the waiter asked for a new connection: this slot opens one
+        self._open(ready)
 
     def _open(self, ready) -> None:
         tls = None
@@ -169,14 +189,14 @@ class ConnectionPool:
             error = future.exception()
             if error is not None:
                 with self._lock:  # a request waiting for a connection gets this one's place
-                    waiter = self._waiting.popleft() if self._waiting else None
+                    waiter = self._waiting.popleft()[0] if self._waiting else None
                     if waiter is None:
                         self.opened -= 1
                 if waiter is not None:
                     self._open(waiter)
-                ready(None, error)
+                ready(None, error, False)
             else:
-                ready(future.result(), None)
+                ready(future.result(), None, False)
 
         future.add_done_callback(opened)
 
@@ -215,7 +235,7 @@ class Call:
     once with a retryable error (the stall watchdog's and the stream's cancel)."""
 
     __slots__ = ("_plane", "_build", "_what", "_subject", "_on_headers", "_on_body", "_on_done", "_attempt",
-                 "_connection", "_status", "_error_body", "_held", "_delivered", "_cancelled", "_finished", "_lock")
+                 "_fresh", "_reused", "_connection", "_status", "_error_body", "_held", "_delivered", "_cancelled", "_finished", "_lock")
 
     def __init__(self, plane, build, what, on_headers, on_body, on_done, subject: Subject = "source"):
         self._plane = plane
@@ -226,6 +246,8 @@ class Call:
         self._on_body = on_body
         self._on_done = on_done
         self._attempt = 0
+        self._fresh = False  # the next attempt asks the pool for a new connection
+        self._reused = False  # the connection of this attempt carried an earlier request
         self._connection = None
         self._status = 0
         self._error_body: list[bytes] = []
@@ -258,9 +280,12 @@ class Call:
         if error is not None:
             self._finish(error_for("", None, f"signing failed: {error}", what=self._what, subject=self._subject))
         elif not self._cancelled:
-            self._plane.pool.acquire(lambda connection, error: self._connected(future.result(), connection, error))
+            fresh, self._fresh = self._fresh, False
+            self._plane.pool.acquire(lambda connection, error, reused: self._connected(future.result(), connection,
+                                                                                      error, reused), fresh=fresh)
 
-    def _connected(self, request, connection, error) -> None:
+    def _connected(self, request, connection, error, reused: bool) -> None:
+        self._reused = reused
         if error is not None:
             self._failed(error)
             return
@@ -338,14 +363,17 @@ class Call:
         untrusted = tls_failure(name, self._what, self._plane.endpoint)
         if untrusted is not None:
             self._finish(untrusted)
+        elif self._reused and not self._status:  # died while idle in the pool: not this request's fault
+            self._fresh = True
+            self.start()
         elif self._delivered or not self._retry():  # bytes handed on: only the fetcher can drop them
             self._finish(error_for("", None, f"{name}: {error}", what=self._what, subject=self._subject))
 
     def _retry(self) -> bool:
-        if self._cancelled or self._attempt >= RETRIES:
+        if self._cancelled or not backoff.CONNECTION.allows(self._attempt + 1):
             return False
         self._attempt += 1
-        timer = threading.Timer(random.uniform(0.0, min(RETRY_CAP, RETRY_BASE * 2 ** self._attempt)), self._again)
+        timer = threading.Timer(backoff.CONNECTION.pause(self._attempt), self._again)
         timer.daemon = True
         timer.start()
         return True

@@ -15,12 +15,12 @@ retried with the same backoff, and whatever a callback raises on CRT's thread se
 piece with that error (CRT swallows exceptions: uncaught, the piece would never settle).
 
 Throttling (503 SlowDown) is not a failure to count down: a throttled request is sent again
-after a pause drawn at random up to a ceiling that doubles with each throttled answer (full
-jitter, capped at ``THROTTLE_CAP``), for as long as S3 keeps throttling, until the throttle
+after a pause drawn at random up to a ceiling that doubles with each throttled answer
+(``backoff.THROTTLED``), for as long as S3 keeps throttling, until the throttle
 budget (``ArchiveSpec.throttle_budget``: --throttle-budget, else S3ARCH_THROTTLE_BUDGET, else
 15 minutes) runs out; meanwhile the
 requests in flight are fewer (``InFlightLimit``: halved on a throttle, grown back by one per
-window of successes). Other faults keep their few tries.
+window of successes). Other faults keep their few tries (``backoff.FETCH``).
 
 Failures go to the stream's coordinator (tasks/core/coordinator.py), the one place a stream's
 failure is kept; a fetch stage stopped by the stream raises ``Stopped``, which is no cause.
@@ -28,32 +28,18 @@ failure is kept; a fetch stage stopped by the stream raises ``Stopped``, which i
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from s3arch.io import attributes
+from s3arch.core import backoff
 from s3arch.core.config import resolve_throttle_budget
 from s3arch.core.coordinator import Request, Stopped, StreamCoordinator
 from s3arch.core.errors import AccessDenied, ArchiverError, CredentialsExpired, IntegrityError, Throttled, TransientError
 from s3arch.io.listed import ListedObject
 
-_ATTEMPTS = 3  # of each GET, tag read and checksum read, beyond the GET path's own retries
-_BACKOFF = 0.2  # seconds times the attempts made
-
-# Throttled requests: a pause of random.uniform(0, min(THROTTLE_CAP, THROTTLE_BASE * 2**n)) after
-# the n-th throttled answer (with S3ARCH_GET_PATH=crt, each after the CRT client's retries),
-# until a request has been throttled for the budget's seconds.
-THROTTLE_BASE = 0.5
-THROTTLE_CAP = 20.0
-
-
-def throttle_pause(throttles: int) -> float:
-    """The pause after a request's ``throttles``-th throttled answer: full jitter under a
-    ceiling that doubles each time, up to ``THROTTLE_CAP``."""
-    return random.uniform(0.0, min(THROTTLE_CAP, THROTTLE_BASE * 2 ** min(throttles, 16)))
 
 # What a piece holds besides its payload while it is in flight or waits for the tar writer:
 # the Piece, its listed object and record fields, its callbacks and its entry in the table of
@@ -153,12 +139,12 @@ class InFlightLimit:
 
 @dataclass(slots=True)
 class Tries:
-    """One request's answers that called for another try: faults (retried ``_ATTEMPTS``
-    times) and throttles (retried until the throttle budget runs out)."""
+    """One request's answers that called for another try: faults (``backoff.FETCH``) and
+    throttles (retried until the throttle budget runs out; with S3ARCH_GET_PATH=crt, each
+    after the CRT client's own retries)."""
 
     failures: int = 0
-    throttles: int = 0
-    throttled_since: float | None = None
+    throttling: backoff.Throttling = field(default_factory=backoff.Throttling)
 
 
 @dataclass(slots=True)
@@ -296,22 +282,17 @@ class Fetcher:
         if isinstance(error, Throttled):
             self.throttled += 1
             self.limit.throttled()
-            now = time.monotonic()
-            if tries.throttled_since is None:
-                tries.throttled_since = now
-            left = self.throttle_budget - (now - tries.throttled_since)
-            if left <= 0:
-                return Throttled(f"S3 kept throttling for {now - tries.throttled_since:.0f} s, longer than the "
+            delay = tries.throttling.next_pause(self.throttle_budget)
+            if delay is None:
+                return Throttled(f"S3 kept throttling for {tries.throttling.lasted():.0f} s, longer than the "
                                  f"throttle budget ({self.throttle_budget:g} s, --throttle-budget): {error}")
-            tries.throttles += 1
-            delay = min(left, throttle_pause(tries.throttles))
             self._release(piece)  # fewer in flight while it lasts: the retry waits for a slot
             self._later(delay, seq, piece, self._resend, seq, piece, again)
             return None
         tries.failures += 1
-        if tries.failures >= _ATTEMPTS:
+        if not backoff.FETCH.allows(tries.failures):
             return error
-        self._later(_BACKOFF * tries.failures, seq, piece, again)
+        self._later(backoff.FETCH.pause(tries.failures), seq, piece, again)
         return None
 
     def _later(self, delay: float, seq: int, piece: Piece, call, *args) -> None:

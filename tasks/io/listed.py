@@ -56,7 +56,7 @@ def _listed(page: dict) -> list[ListedObject]:
 
 
 
-# ListObjectsV2 pages read without botocore's XML parser (tasks/io/s3.py installs it): one regex
+# ListObjectsV2 pages read without botocore's XML parser (tasks/io/botocore_hooks.py installs it): one regex
 # over the page's bytes makes the ListedObjects, and botocore parses what is left (the
 # continuation token). S3 writes each <Contents> with its elements in one order (Key,
 # LastModified, ETag, checksums, Size, ...); a page any of whose entries does not match is

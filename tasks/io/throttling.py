@@ -6,7 +6,7 @@ retry quota shared by the whole client; a prefix that S3 throttles for minutes w
 re-partitions would fail its listing or an upload after that. ``install`` adds a
 ``needs-retry`` handler after botocore's own: while botocore retries, its delay is the one used;
 once botocore gives up on a throttled answer (attempts or quota spent), this handler goes on
-with the fetcher's backoff (full jitter, doubling up to ``THROTTLE_CAP``) until the call has
+with ``backoff.THROTTLED`` (tasks/core/backoff.py, as the fetcher does) until the call has
 been throttled for the budget's seconds (--throttle-budget, else ``S3ARCH_THROTTLE_BUDGET``).
 Faults other than throttling keep botocore's attempts. Throttled answers are counted per client
 (``throttled``), for the run's summary.
@@ -15,13 +15,12 @@ Faults other than throttling keep botocore's attempts. Throttled answers are cou
 from __future__ import annotations
 
 import threading
-import time
 
+from s3arch.core.backoff import Throttling
 from s3arch.core.errors import THROTTLE_CODES
 from s3arch.core.config import resolve_throttle_budget
-from s3arch.io.fetching import THROTTLE_BASE, THROTTLE_CAP, throttle_pause
 
-__all__ = ["THROTTLE_BASE", "THROTTLE_CAP", "ControlThrottling", "install", "throttled"]
+__all__ = ["ControlThrottling", "install", "throttled"]
 
 
 class ControlThrottling:
@@ -42,14 +41,9 @@ class ControlThrottling:
             return None
         with self._lock:
             self.throttled += 1
-        context = request_dict.setdefault("context", {})
-        now = time.monotonic()
-        since = context.setdefault("s3arch_throttled_since", now)
-        throttles = context["s3arch_throttles"] = context.get("s3arch_throttles", 0) + 1
-        left = self.budget - (now - since)
-        if left <= 0:
-            return None  # the budget is spent: the call fails as botocore raises it (Throttled)
-        return min(left, throttle_pause(throttles))
+        # One Throttling per call: botocore keeps the context across the call's attempts.
+        throttling = request_dict.setdefault("context", {}).setdefault("s3arch_throttling", Throttling())
+        return throttling.next_pause(self.budget)  # None once spent: botocore raises it (Throttled)
 
 
 def install(client, budget: float | None = None) -> ControlThrottling:

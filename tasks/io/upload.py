@@ -99,7 +99,7 @@ class PartUploader:
 
     def __init__(self, control, bucket: str, key: str, *, storage_class: str = "STANDARD",
                  sizer: PartSizer | None = None, memory: int = 32 << 20, threads: int = 4,
-                 extra_args: dict | None = None, abort_event: "threading.Event | StreamCoordinator | None" = None,
+                 extra_args: dict | None = None, coordinator: StreamCoordinator | None = None,
                  upload_id: str | None = None, first_part: int = 1, max_parts: int = MAX_PARTS,
                  head_size: int = 0, owns_upload: bool = True):
         """``upload_id``, ``first_part`` and ``max_parts`` attach the stream to an upload that
@@ -108,9 +108,9 @@ class PartUploader:
         that does not ``own_upload`` never aborts it: ``abort`` only stops its own parts (the
         upload is shared by segments, or kept for a retry of the assembly).
 
-        ``abort_event`` stops the uploader from above and is never set by it: an event, or the
-        stream's coordinator, with which the uploader registers its ``abort`` as a failure
-        cleanup, reports a failed part, and lists its parts in flight."""
+        ``coordinator`` (the stream's) stops the uploader from above: the uploader registers its
+        ``abort`` with it as a failure cleanup, reports a failed part, and lists its parts in
+        flight."""
         self.control = control
         self.bucket = bucket
         self.key = key
@@ -122,8 +122,7 @@ class PartUploader:
         self.first_part = first_part
         self.max_parts = max_parts
         self.bytes_written = 0
-        self._stop_signal = abort_event  # read, never set: a stop from above
-        self._coordinator = abort_event if isinstance(abort_event, StreamCoordinator) else None
+        self._coordinator = coordinator
         self._aborted = threading.Event()  # this uploader's own abort
         self._buf: deque[bytes] = deque()
         self._buffered = 0
@@ -145,7 +144,7 @@ class PartUploader:
             self._coordinator.add_failure_cleanup(self.abort)
 
     def _stopping(self) -> bool:
-        return self._aborted.is_set() or (self._stop_signal is not None and self._stop_signal.is_set())
+        return self._aborted.is_set() or (self._coordinator is not None and self._coordinator.is_set())
 
     @property
     def url(self) -> str:
@@ -358,8 +357,10 @@ def complete_upload(control, bucket: str, key: str, upload_id: str, parts: list[
                     if_none_match: bool = False, if_match: str | None = None, extra_args: dict | None = None,
                     full_crc32c: int | None = None) -> UploadResult:
     """CompleteMultipartUpload with exactly ``parts`` (in order; parts not listed are dropped
-    by S3), conditional as asked, then check S3's size and CRC32C against the parts."""
-    url = f"s3://{bucket}/{key}"
+    by S3), conditional as asked, then check S3's size and CRC32C against the parts. A
+    completion the store did but whose answer was lost is sent again by botocore, and the
+    store answers that resend as if another writer had been first (412 to the condition, or
+    NoSuchUpload): an object there with this upload's size and checksum is its own."""
     condition = {"IfNoneMatch": "*"} if if_none_match else {"IfMatch": if_match} if if_match else {}
     try:
         control.complete_multipart_upload(
@@ -367,13 +368,23 @@ def complete_upload(control, bucket: str, key: str, upload_id: str, parts: list[
             MultipartUpload={"Parts": [{"PartNumber": p.number, "ETag": p.etag, "ChecksumCRC32C": _b64_crc(p.crc32c)}
                                        for p in parts]}, **condition)
     except IO_ERRORS as exc:
-        raise translate(exc, f"complete upload of {url}", "commit") from exc
+        refused = translate(exc, f"complete upload of s3://{bucket}/{key}", "commit")
+        if refused.status not in (404, 412):
+            raise refused from exc
+        try:
+            return _check_stored(control, bucket, key, parts, extra_args, full_crc32c, proof=True)
+        except ArchiverError:  # not this upload's object, or no way to tell: the refusal stands
+            raise refused from exc
+    return _check_stored(control, bucket, key, parts, extra_args, full_crc32c)
+
+
+def _check_stored(control, bucket: str, key: str, parts: list[UploadedPart], extra_args: dict | None,
+                  full_crc32c: int | None, *, proof: bool = False) -> UploadResult:
+    """HEAD the completed object: its size and CRC32C must be what ``parts`` sent (``proof``: and reported)."""
+    url = f"s3://{bucket}/{key}"
     composite = _b64_crc(checksums.crc32c(b"".join(struct.pack(">I", p.crc32c) for p in parts)))
-    # S3 reports the composite ("-N" suffixed) for multipart uploads; some servers
-    # report the full-object CRC instead. Either one proves the bytes.
-    accepted = {f"{composite}-{len(parts)}", composite}
-    if full_crc32c is not None:
-        accepted.add(_b64_crc(full_crc32c))
+    # S3 reports the composite ("-N" suffixed) of a multipart upload, some servers the whole object's: either proves it.
+    accepted = {f"{composite}-{len(parts)}", composite, *([_b64_crc(full_crc32c)] if full_crc32c is not None else [])}
     try:
         head = control.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED",
                                    **_sse_customer_args(extra_args or {}))
@@ -383,7 +394,7 @@ def complete_upload(control, bucket: str, key: str, upload_id: str, parts: list[
     if head["ContentLength"] != size:
         raise IntegrityError(f"{url}: S3 holds {head['ContentLength']} bytes, {size} were written")
     reported = head.get("ChecksumCRC32C")
-    if reported is not None and reported not in accepted:
+    if (reported is not None or proof) and reported not in accepted:
         raise IntegrityError(f"{url}: S3 reports CRC32C {reported}, expected one of {sorted(accepted)}")
     return UploadResult(key, size, len(parts), reported or "", head["ETag"])
 

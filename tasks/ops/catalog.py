@@ -27,6 +27,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from s3arch.core.config import S3Url
 from s3arch.core.cost import estimate, prices_with
@@ -35,7 +36,9 @@ from s3arch.io.sources import expansion_requests, holds_objects
 from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.io.listed import ListedObject, _listed
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, iter_manifest, layout_for
-from s3arch.io.s3 import read_object
+from s3arch.io.reads import read_object
+if TYPE_CHECKING:
+    from s3arch.ops.inventory import InventoryDays
 from s3arch.core.timestamps import parse_s3_time
 
 # Day states, in the order the page's legend shows them.
@@ -78,6 +81,7 @@ class DayState:
     restored_until: str | None = None  # a restored copy of a GLACIER-class archive (restore_hint)
     scrub: dict | None = None         # the last scrub's verdict on this day
     airflow: dict | None = None       # filled by the Airflow layer: last run, state, link
+    inventory: dict | None = None     # not archived, and the job's inventory report holds objects of it
     problem: str | None = None        # a manifest or index that could not be read
 
     def to_dict(self) -> dict:
@@ -93,6 +97,9 @@ class CatalogView:
     days: list[DayState]
     requests: dict = field(default_factory=dict)  # what this read cost: lists, gets, heads
     seconds: float = 0.0
+    # The job's inventory report (if it names one): what it is, and every day it holds objects
+    # of that is not archived, in or out of the viewed range; or the problem reading it.
+    inventory: dict | None = None
 
     @property
     def totals(self) -> dict:
@@ -118,13 +125,12 @@ class CatalogView:
     def to_dict(self) -> dict:
         return {"job": self.job, "first": self.first, "last": self.last, "as_of": self.as_of,
                 "seconds": round(self.seconds, 3), "requests": self.requests, "totals": self.totals,
-                "days": [d.to_dict() for d in self.days]}
+                "days": [d.to_dict() for d in self.days], **({"inventory": self.inventory} if self.inventory else {})}
 
 
 def archive_prefix(job: ArchiveJob) -> str:
     """The destination prefix every archive of the job is under: the stem of its day prefixes
     up to the first date field or wildcard of the template (``archive/app-logs/logs/``)."""
-    # Up to a wildcard too: a split job's archives have its value in place of the '*'.
     literal = next(iter(string.Formatter().parse(job.prefix_template)))[0].split("*")[0]
     dest = job.destination.key
     if dest and not dest.endswith("/"):
@@ -145,11 +151,6 @@ def day_parents(job: ArchiveJob, days: list[date]) -> list[str]:
         cut = prefix.rstrip("/").rfind("/")
         parents.append(prefix[:cut + 1] if cut >= 0 else "")
     return list(dict.fromkeys(parents))
-
-
-def _folder_days(job: ArchiveJob) -> bool:
-    """Whether each day of the job is a folder that a Delimiter='/' listing of its parent shows."""
-    return "*" not in job.prefix_template and job.prefix_template.endswith("/")
 
 
 class _Counter:
@@ -229,6 +230,7 @@ class Catalog:
         self._summaries: dict[str, tuple[str, tuple[dict, dict] | None, str | None]] = {}  # manifest key -> (etag, (header, summary), problem)
         self._cached: dict[tuple[str, str, frozenset[date]], tuple[float, CatalogView]] = {}
         self._lock = threading.Lock()
+        self._inventory: InventoryDays | None = None  # the last report's days: read again for a newer report
 
     def view(self, first: date, last: date, *, refresh: bool = False, today: date | None = None,
              restore_hint: set[date] | None = None) -> CatalogView:
@@ -253,10 +255,9 @@ class Catalog:
         bucket = job.destination.bucket
         with ThreadPoolExecutor(self.workers, thread_name_prefix="s3arch-catalog") as pool:
             expansions = expansion_requests(self.control)
-            if _folder_days(job):
-                sources = [pool.submit(self._list_days, parent, counter) for parent in day_parents(job, days)]
-            else:  # wildcards, or the date inside key names: no folder per day to list
-                sources = [pool.submit(self._day_present, job.prefix_for(day), counter) for day in days]
+            sources = ([pool.submit(self._list_days, parent, counter) for parent in day_parents(job, days)]
+                       if job.days_are_folders else  # wildcards, or a date inside key names: no day folders
+                       [pool.submit(self._day_present, job.prefix_for(day), counter) for day in days])
             scrub = pool.submit(self._scrub_results, counter)
             listed = self._list_archives(counter)
             layouts = {day: layout_for(S3Url(job.source.bucket, job.prefix_for(day)), job.destination)
@@ -285,9 +286,36 @@ class Catalog:
             restored_until = {day: f.result() for day, f in restored.items()}
         out = [self._day(day, layouts[day], listed, present, scrub_days.get(day.isoformat()),
                          restored_until.get(day), today) for day in days]
+        inventory = self._inventory_days(listed, out, counter)
         return CatalogView(job.name, first.isoformat(), last.isoformat(),
                            datetime.now(timezone.utc).isoformat(timespec="seconds"), out,
-                           requests=dict(counter.counts), seconds=time.monotonic() - started)
+                           requests=dict(counter.counts), seconds=time.monotonic() - started, inventory=inventory)
+
+    def _inventory_days(self, listed: dict, out: list[DayState], counter: _Counter) -> dict | None:
+        """The job's inventory: the days its newest report holds objects of that have no
+        manifest (each marked on its DayState too), or the problem that kept it unread."""
+        job = self.job
+        if job.inventory is None:
+            return None
+        from s3arch.ops.inventory import inventory_days, latest_report
+
+        try:
+            counter.add("LIST")
+            counter.add("GET", 2)  # the newest manifest.json and its manifest.checksum
+            report = latest_report(self.control, job.inventory, job.source.bucket, job.inventory_max_age_days)
+            known = self._inventory
+            if known is None or known.report.url != report.url:
+                counter.add("GET", len(report.files))
+                known = self._inventory = inventory_days(job, self.control, report)
+        except ArchiverError as exc:
+            return {"problem": str(exc)}
+        unarchived = {size.day: size for size in known.days.values()
+                      if layout_for(S3Url(job.source.bucket, size.prefix), job.destination).manifest_key not in listed}
+        for d in out:
+            size = unarchived.get(date.fromisoformat(d.day))
+            if size is not None:
+                d.inventory = {"objects": size.objects, "bytes": size.bytes}
+        return {**known.summary(), "unarchived": [s.to_dict() for s in unarchived.values()]}
 
     def _list_archives(self, counter: _Counter) -> dict[str, ListedObject]:
         bucket, prefix = self.job.destination.bucket, archive_prefix(self.job)
@@ -314,8 +342,7 @@ class Catalog:
             raise translate(exc, f"list the day prefixes of s3://{bucket}/{parent}") from exc
         return found
 
-    def _day_present(self, name: str, counter: _Counter) -> set[str]:
-        """{name} if the day's source (a pattern's prefixes, or a prefix inside key names) holds an object."""
+    def _day_present(self, name: str, counter: _Counter) -> set[str]:  # {name} if its source holds an object
         holds, lists = holds_objects(self.control, self.job.source.bucket, name, self.job.max_prefixes)
         counter.add("LIST", lists)
         return {name} if holds else set()

@@ -16,8 +16,8 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from s3arch.core.config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_BYTES,
-                     DEFAULT_SEGMENT_MIN_OBJECTS, STORAGE_CLASSES, ArchiveSpec, S3Url, check_lease_ttl,
+from s3arch.core.config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_INVENTORY_MAX_AGE_DAYS, DEFAULT_LEASE_TTL,
+                     DEFAULT_SEGMENT_MIN_BYTES, DEFAULT_SEGMENT_MIN_OBJECTS, STORAGE_CLASSES, ArchiveSpec, S3Url, check_lease_ttl,
                      check_throttle_budget, parse_size)
 from s3arch.core.errors import BadArgument
 from s3arch.io.sources import WILDCARD, check_pattern, is_pattern
@@ -81,6 +81,11 @@ class ArchiveJob:
     segment_min_objects: int = DEFAULT_SEGMENT_MIN_OBJECTS
     segment_min_bytes: int = DEFAULT_SEGMENT_MIN_BYTES
     description: str = ""
+    # An S3 Inventory configuration's destination (s3://BUCKET/DEST-PREFIX/SOURCE-BUCKET/CONFIG-ID/):
+    # days and their sizes are planned from its newest report, refused when older than
+    # inventory_max_age_days (tasks/ops/inventory.py). Each day is still listed when archived.
+    inventory: S3Url | None = None
+    inventory_max_age_days: float = DEFAULT_INVENTORY_MAX_AGE_DAYS
     # A template with '*' wildcards (tasks/io/sources.py): the prefixes they may expand to, and
     # the wildcard (its number, from 1) whose values split a day into one archive each.
     max_prefixes: int = ArchiveSpec.max_prefixes
@@ -125,6 +130,11 @@ class ArchiveJob:
             if field_name is not None:
                 out.append("(?P<date>.+?)")
         return re.compile("".join(out), re.S)
+
+    @property
+    def days_are_folders(self) -> bool:
+        """Whether each day is a folder that a Delimiter='/' listing of its parent shows."""
+        return WILDCARD not in self.prefix_template and self.prefix_template.endswith("/")
 
     def parts_archived(self, day: date, keys) -> list[str]:
         """The names of ``day``'s archives: its one name, or a split job's parts whose
@@ -293,6 +303,13 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
     values = dict(body)
     values["source"] = S3Url.parse(values["source"])
     values["destination"] = S3Url.parse(values["destination"])
+    if values.get("inventory") is not None:
+        values["inventory"] = check_inventory_location(S3Url.parse(values["inventory"]), f"job {name!r}: inventory")
+    if "inventory_max_age_days" in values and (not isinstance(values["inventory_max_age_days"], (int, float))
+                                               or isinstance(values["inventory_max_age_days"], bool)
+                                               or values["inventory_max_age_days"] <= 0):
+        raise BadArgument(f"job {name!r}: inventory_max_age_days must be a number of days > 0",
+                          hint=f"{DEFAULT_INVENTORY_MAX_AGE_DAYS:g} (the default) suits a daily inventory, 8 a weekly one")
     for size in ("memory_budget", "segment_min_bytes"):
         if size in values:
             values[size] = parse_size(values[size])
@@ -357,6 +374,16 @@ def _with_preset(name: str, body: dict) -> dict:
                               hint=f"its wildcards: {', '.join(wildcards) or 'none'}")
         body["split_by"] = wildcards.index(body["split_by"]) + 1
     return body
+
+
+def check_inventory_location(url: S3Url, name: str = "--inventory") -> S3Url:
+    """An S3 Inventory configuration's destination as a job or the CLI names it: the folder
+    that holds the report folders, ``s3://BUCKET/DEST-PREFIX/SOURCE-BUCKET/CONFIG-ID/``."""
+    if not url.key.endswith("/") or url.key.count("/") < 2:
+        raise BadArgument(f"{name} {url} is not an inventory configuration's destination",
+                          hint="name the folder S3 writes the reports under: "
+                               "s3://DEST-BUCKET/[DEST-PREFIX/]SOURCE-BUCKET/CONFIG-ID/")
+    return url
 
 
 def _whole(value) -> bool:

@@ -44,7 +44,7 @@ from s3arch.io.listed import _listed
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for, read_chunk
 from s3arch.restore.reading import DECODE_CHUNK, member_data
 from s3arch.restore.glacier import NEEDS_RESTORE
-from s3arch.io.s3 import none_if_missing, read_object, stream_object
+from s3arch.io.reads import none_if_missing, read_object, stream_object
 from s3arch.core.timestamps import parse_s3_time
 
 # Request prices (us-east-1 list prices, as tasks/core/cost.py dates its table): LIST per 1,000,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import threading
 from collections import deque
 from dataclasses import dataclass
 from datetime import timezone
@@ -65,35 +64,31 @@ class WholeArchive:
         return PartSizer(self.spec.min_part_size, lambda: (feed.tar_bytes_bound + MiB) if feed.finished else None,
                          max_part=plan.max_part, growth_every=self.spec.part_growth_every)
 
-    def uploader(self, control, sizer: PartSizer, memory: int, abort: StreamCoordinator) -> PartUploader:
+    def uploader(self, control, sizer: PartSizer, memory: int, coordinator: StreamCoordinator) -> PartUploader:
         options = self.spec.write_options
         return PartUploader(control, self.layout.bucket, self.archive_key, storage_class=options.storage_class,
                             sizer=sizer, memory=memory, extra_args={**options.encryption_args, **options.lock_args()},
-                            abort_event=abort)
+                            coordinator=coordinator)
 
-    def records(self, control, abort: StreamCoordinator) -> ManifestWriter:
+    def records(self, control, coordinator: StreamCoordinator) -> ManifestWriter:
         return open_manifest(control, self.layout, manifest_header(self.spec, self.layout, self.archive_key),
-                             self.spec.write_options, abort)
+                             self.spec.write_options, coordinator)
 
     def check_produced(self, objects: int, tar_end: int) -> None:
         pass  # the listing check below covers a whole archive
 
 
 def stream_archive(spec: ArchiveSpec, clients: S3Clients, target: StreamTarget, progress: Progress | None = None,
-                   abort: threading.Event | None = None, listed: Iterable[list] | None = None,
+                   listed: Iterable[list] | None = None,
                    coordinator: StreamCoordinator | None = None) -> StreamedArchive:
     """Stream ``target``'s objects into its uploads, and return them open.
 
-    A stream stops from above in either of two ways: ``abort``, an event of the caller's (the
-    task killed) that the stream reads and never sets, or ``coordinator.cancel(reason)``
-    (a lost lease: ``reason`` is then what the stream raises). On any failure the uploads
-    are aborted and the first real failure is raised, whichever stage saw it; ``Cancelled``
-    (or the cancel's reason) only when it was cancelled. ``listed``: the prefix's pages, when
-    an earlier step listed it already."""
+    A stream stops from above one way: ``coordinator.cancel(reason)`` (a lost lease, a
+    cancel: tasks/core/stops.py); ``reason`` is then what it raises. On any failure the
+    uploads are aborted and the first real failure is raised, whichever stage saw it.
+    ``listed``: the prefix's pages, when an earlier step listed it already."""
     if coordinator is None:
         coordinator = StreamCoordinator(f"the archive of {target}", stall_timeout=spec.stall_timeout)
-    if abort is not None:
-        coordinator.cancel_on(abort)
     return _Stream(spec, clients, target, progress or Progress(), coordinator, listed).run()
 
 

@@ -15,10 +15,10 @@ prefix proves large. The third is ``PlannedAssembly``.
 
 from __future__ import annotations
 
-import threading
 from typing import Protocol
 
 from s3arch.core.config import ArchiveSpec
+from s3arch.core.coordinator import StreamCoordinator
 from s3arch.core.errors import ObjectMissing
 from s3arch.format.manifest import ArchiveLayout
 from s3arch.produce.pipeline import WholeArchive, stream_archive
@@ -45,8 +45,8 @@ class Producer(Protocol):
     def start(self) -> None:
         """Beside the reads of the prefix's state: begin what can begin before them."""
 
-    def produce(self, abort: threading.Event) -> StreamedArchive:
-        """Both uploads, open; ``abort`` (which it only reads) stops it from above."""
+    def produce(self, coordinator: StreamCoordinator) -> StreamedArchive:
+        """Both uploads, open; ``coordinator`` (the commit protocol's) stops it from above."""
 
 
 class OnThisMachine:
@@ -73,19 +73,20 @@ class OnThisMachine:
             self._sizing = SizingListing(self.clients.control, spec.source,
                                          spec.segment_min_objects, spec.segment_min_bytes)
 
-    def produce(self, abort: threading.Event) -> StreamedArchive:
+    def produce(self, coordinator: StreamCoordinator) -> StreamedArchive:
         spec = self.spec
         if not spec.segments:
+            target = WholeArchive(spec, self.layout, self.archive_key)
             try:
-                # The stream only reads the event (a stop from above, never its own), so
-                # the segments that follow a PrefixIsLarge do not start aborted.
-                return stream_archive(spec, self.clients, WholeArchive(spec, self.layout, self.archive_key),
-                                      self.progress, abort=abort,
-                                      listed=self._sizing.pages() if self._sizing else None)
+                # An attempt of its own: the PrefixIsLarge that stops it does not stop the
+                # segments that follow, while a stop from above stops either.
+                return stream_archive(spec, self.clients, target, self.progress,
+                                      listed=self._sizing.pages() if self._sizing else None,
+                                      coordinator=coordinator.attempt(f"the archive of {target}"))
             except PrefixIsLarge:
                 if self.progress:
                     self.progress.reset()
-        streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key, self.progress, abort=abort)
+        streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key, coordinator, self.progress)
         self.segmented = True
         return streamed
 
@@ -110,6 +111,6 @@ class PlannedAssembly:
     def start(self) -> None:
         pass
 
-    def produce(self, abort: threading.Event) -> StreamedArchive:
+    def produce(self, coordinator: StreamCoordinator) -> StreamedArchive:
         assert self.keep is not None  # claim() read it
-        return assemble(self.spec, self.clients, self.layout, self.keep, abort, keep_open=True)
+        return assemble(self.spec, self.clients, self.layout, self.keep, coordinator, keep_open=True)

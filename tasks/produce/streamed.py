@@ -7,7 +7,6 @@ budget is split between the stages; ``open_manifest`` starts a manifest's upload
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -118,11 +117,11 @@ class StreamTarget(Protocol):
 
     def sizer(self, plan: MemoryPlan, feed: ListingFeed) -> PartSizer: ...
 
-    # ``abort``: the stream's coordinator, handed to each PartUploader as its ``abort_event``
-    # (it registers its abort with it, reports failed parts to it, and stops when it stops).
-    def uploader(self, control, sizer: PartSizer, memory: int, abort: StreamCoordinator) -> PartUploader: ...
+    # ``coordinator``: the stream's, handed to each PartUploader (it registers its abort with
+    # it, reports failed parts to it, and stops when it stops).
+    def uploader(self, control, sizer: PartSizer, memory: int, coordinator: StreamCoordinator) -> PartUploader: ...
 
-    def records(self, control, abort: StreamCoordinator) -> RecordWriter: ...
+    def records(self, control, coordinator: StreamCoordinator) -> RecordWriter: ...
 
     def check_produced(self, objects: int, tar_end: int) -> None: ...
 
@@ -145,10 +144,10 @@ def manifest_header(spec: ArchiveSpec, layout: ArchiveLayout, archive_key: str) 
 
 
 def open_manifest(control, layout: ArchiveLayout, header: dict, options: WriteOptions,
-                  abort: "threading.Event | StreamCoordinator | None" = None) -> ManifestWriter:
+                  coordinator: StreamCoordinator | None = None) -> ManifestWriter:
     """The manifest's upload, ``header`` written; encrypted and locked like the archive, since
     it names every key."""
-    return ManifestWriter(control, layout, header, abort_event=abort,
+    return ManifestWriter(control, layout, header, coordinator=coordinator,
                           extra_args={**options.encryption_args, **options.lock_args()})
 
 

@@ -19,7 +19,6 @@ first one committed.
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -27,14 +26,17 @@ from datetime import datetime, timezone
 from enum import Enum
 
 from s3arch.core.config import ArchiveSpec
+from s3arch.core.coordinator import Stopped, StreamCoordinator
+from s3arch.core.stops import Cancel, cancelling
 from s3arch.protocol.deletion import DeletionResult, delete_archived_sources
-from s3arch.core.errors import (IO_ERRORS, AccessDenied, ArchiveDamaged, ArchiverError, BadArgument, Cancelled,
+from s3arch.core.errors import (IO_ERRORS, AccessDenied, ArchiveDamaged, ArchiverError, BadArgument,
                      ConcurrentRun, DestinationConflict, IntegrityError, status_of, translate)
 from s3arch.protocol.lease import Held, PrefixLease
 from s3arch.core.outcome import Outcome
 from s3arch.format.manifest import ArchiveLayout, Committed, layout_for, read_committed
 from s3arch.io.retention import check_applied, refuse_locked_overwrite, retention_of
-from s3arch.io.s3 import S3Clients, none_if_missing
+from s3arch.io.reads import none_if_missing
+from s3arch.io.s3 import S3Clients
 from s3arch.produce.streamed import StreamedArchive
 from s3arch.produce.producers import Producer
 from s3arch.produce.segments import SegmentPlan, delete_temporaries, open_upload, plan_segments, write_plan
@@ -87,9 +89,10 @@ class ArchiveResult:
 
 
 class CommitProtocol:
-    def __init__(self, spec: ArchiveSpec, clients: S3Clients, cancel: threading.Event | None = None):
+    def __init__(self, spec: ArchiveSpec, clients: S3Clients, cancel: Cancel | None = None):
+        """``cancel``: the caller's stop from above (tasks/core/stops.py)."""
         self.spec = spec
-        self.cancel = cancel or threading.Event()
+        self.cancel = cancel
         self.clients = clients
         self.control = clients.control
         self.layout = layout_for(spec.source, spec.destination)
@@ -147,21 +150,23 @@ class CommitProtocol:
                     # 3. --overwrite must not lose archived data: refuse a shrunken source
                     #    before reading any of it (one listing pass), and a locked archive.
                     self._check_overwrite(committed)
-                # 5. Stream the archive and manifest as two open uploads.
-                lost = _LeaseWatch(held, self.cancel)
-                try:
-                    streamed = self._produce(producer, lost)
-                except BaseException as exc:
-                    lost.stop()
-                    lost.raise_if_stopped(exc)
-                    raise
-                # 6-7. Complete and verify the archive (PRODUCED), then the manifest (COMMITTED);
-                #      its index is written while the lease is released.
-                try:
-                    index = self._commit(streamed, committed, etag.result(), held, lost, reads)
+                # 5. Stream the archive and manifest as two open uploads, on the run's one
+                #    coordinator: a lost lease and the caller's cancel stop it directly, with
+                #    their reason (tasks/core/stops.py).
+                coordinator = StreamCoordinator(f"the archive of {spec.source}", stall_timeout=spec.stall_timeout)
+                held.on_lost(coordinator.cancel)
+                with cancelling(coordinator, self.cancel, f"archiving {spec.source}"):
+                    try:
+                        streamed = self._produce(producer, coordinator)
+                    except BaseException as exc:
+                        error = coordinator.failure(exc)
+                        if error is exc:
+                            raise
+                        raise error from exc
+                    # 6-7. Complete and verify the archive (PRODUCED), then the manifest
+                    #      (COMMITTED); its index is written while the lease is released.
+                    index = self._commit(streamed, committed, etag.result(), held, coordinator, reads)
                     held.after.append(index)  # the index is the winner's, written under its lease
-                finally:
-                    lost.stop()
                 if producer.segmented:
                     delete_temporaries(self.control, self.layout)
                 # 8. Only now, and only if asked, delete the archived sources.
@@ -171,9 +176,9 @@ class CommitProtocol:
             index.result()
         return self._done()
 
-    def _produce(self, producer: Producer, lost: "_LeaseWatch") -> StreamedArchive:
-        """Step 5: the archive and manifest as two open uploads; ``lost`` stops the producer."""
-        streamed = producer.produce(lost.event)
+    def _produce(self, producer: Producer, coordinator: StreamCoordinator) -> StreamedArchive:
+        """Step 5: the archive and manifest as two open uploads; ``coordinator`` stops the producer."""
+        streamed = producer.produce(coordinator)
         if producer.segmented:
             self.result.notes += streamed.notes
             self.result.segments, self.result.timings = streamed.segments, streamed.timings
@@ -200,13 +205,13 @@ class CommitProtocol:
             if committed:
                 self._check_overwrite(committed)
             self._clean_stale()
-            def stop() -> None:
-                held.raise_if_lost()
-                if self.cancel.is_set():
-                    raise Cancelled("cancelled while planning: nothing was written")
-
-            plan = plan_segments(spec, self.control, self.archive_key, count, stop=stop)
-            stop()
+            planning = StreamCoordinator(f"the plan of {spec.source}")
+            held.on_lost(planning.cancel)
+            with cancelling(planning, self.cancel, f"planning the segments of {spec.source}",
+                            "nothing was written"):
+                plan = plan_segments(spec, self.control, self.archive_key, count,
+                                     stop=planning.raise_cause_if_stopped)
+                planning.raise_cause_if_stopped()
             held.confirm()
             plan = open_upload(spec.write_options, self.control, self.layout, plan)
             try:
@@ -318,12 +323,15 @@ class CommitProtocol:
         return head["ETag"] if head else None
 
     def _commit(self, streamed: StreamedArchive, previous: Committed | None, archive_etag: str | None,
-                lease: Held, lost: "_LeaseWatch", pool: ThreadPoolExecutor) -> Future:
+                lease: Held, coordinator: StreamCoordinator, pool: ThreadPoolExecutor) -> Future:
         """Steps 6 and 7; the future of the manifest index's write, started once the manifest
         is committed."""
         spec, r = self.spec, self.result
         try:
-            lost.raise_if_stopped(None)
+            # The uploads are the commit's from here (a stop from above no longer aborts them);
+            # one stopped since the stream ended commits nothing.
+            if not coordinator.announce_done():
+                raise coordinator.failure(Stopped("stopped before the commit"))
             if previous and previous.summary["objects"] > streamed.objects:
                 raise DestinationConflict(
                     f"{self.layout.manifest_url} holds {previous.summary['objects']:,} objects, the source "
@@ -396,44 +404,6 @@ class CommitProtocol:
         self.result.deletion = {**asdict(deletion), "finished": True}
         self.result.state = State.SOURCES_DELETED.value
         self.result.notes += deletion.notes
-
-
-class _LeaseWatch:
-    """While the archive is produced and committed: stops the producer (``event``, which it
-    only reads) if the lease is lost (a hook on the ``Held`` lease) or the caller's
-    ``cancel`` is set; then tells which it was."""
-
-    def __init__(self, held: Held, cancel: threading.Event):
-        self.event = threading.Event()
-        self.error: ArchiverError | None = None
-        self.cancelled = False
-        self._cancel = cancel
-        self._stopped = threading.Event()
-        held.on_lost(self._lost)
-        threading.Thread(target=self._watch_cancel, name="s3arch-cancel", daemon=True).start()
-
-    def _fire(self) -> None:
-        self.event.set()
-
-    def _lost(self, error: ArchiverError) -> None:
-        self.error = error
-        self._fire()
-
-    def _watch_cancel(self) -> None:
-        while not self._stopped.wait(0.1):
-            if self._cancel.is_set():
-                self.cancelled = True
-                self._fire()
-                return
-
-    def stop(self) -> None:
-        self._stopped.set()
-
-    def raise_if_stopped(self, cause: BaseException | None) -> None:
-        if self.error is not None:
-            raise self.error from cause
-        if self.cancelled or self._cancel.is_set():
-            raise Cancelled("cancelled: the uploads were aborted and nothing was committed") from cause
 
 
 def check_archive_intact(control, layout: ArchiveLayout, committed: Committed) -> dict:

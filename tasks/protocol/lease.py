@@ -31,7 +31,7 @@ from email.utils import parsedate_to_datetime
 from typing import Callable, Iterable, Iterator
 
 from s3arch.core.errors import IO_ERRORS, ArchiverError, ConcurrentRun, TransientError, status_of, translate
-from s3arch.io.s3 import read_object
+from s3arch.io.reads import read_object
 from s3arch.core.timestamps import parse_s3_time
 
 DEFAULT_TTL = 180.0
@@ -281,13 +281,12 @@ class PrefixLease:
 
 class Held:
     """A lease while ``PrefixLease.held`` holds it. ``on_lost`` hooks are how the work is
-    stopped when the lease is lost (the commit protocol's watch, a stream coordinator's
-    ``cancel``, a plan's stop); ``after`` lists writes the release waits for."""
+    stopped when the lease is lost: the commit protocol hooks its run's coordinator's
+    ``cancel`` (tasks/core/stops.py); ``after`` lists writes the release waits for."""
 
     def __init__(self, lease: PrefixLease):
         self.lease = lease
         self.lost: ArchiverError | None = None
-        self.stopped = threading.Event()  # set once the lease is lost
         self.after: list[Future] = []
         self._hooks: list[Callable[[ArchiverError], object]] = []
         self._lock = threading.Lock()
@@ -305,7 +304,6 @@ class Held:
             if self.lost is not None:
                 return
             self.lost, hooks = error, list(self._hooks)
-        self.stopped.set()
         for hook in hooks:
             try:
                 hook(error)

@@ -17,7 +17,7 @@ from isal import isal_zlib
 from s3arch.core.errors import BadArgument, IntegrityError
 from s3arch.format.manifest import ArchiveLayout, find_records, iter_manifest
 from s3arch.restore.glacier import require_readable
-from s3arch.io.s3 import stream_object
+from s3arch.io.reads import stream_object
 from s3arch.format.tarwriter import member_name
 
 

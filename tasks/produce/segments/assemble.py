@@ -8,7 +8,6 @@ the archive.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import NamedTuple
 
@@ -16,6 +15,7 @@ from isal import isal_zlib
 
 from s3arch.format.compression import codec_for
 from s3arch.core.config import ArchiveSpec
+from s3arch.core.coordinator import StreamCoordinator
 from s3arch.core.errors import IntegrityError, SegmentMissing
 from s3arch.format.manifest import ArchiveLayout, ManifestWriter, iter_manifest
 from s3arch.io.s3 import S3Clients
@@ -27,12 +27,12 @@ from s3arch.produce.segments.temporaries import get_temporary
 
 
 def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
-             abort: threading.Event | None = None, keep_open: bool = False) -> StreamedArchive:
+             coordinator: StreamCoordinator, keep_open: bool = False) -> StreamedArchive:
     """Join the produced segments into the archive's upload and stream the final manifest.
-    Both uploads stay open; the commit protocol completes them. ``keep_open``: a failed commit
-    leaves the archive's upload (every segment's work) for a retry of the assembly; the next
-    run of the prefix aborts it if no retry comes."""
-    abort = abort or threading.Event()
+    Both uploads stay open; the commit protocol completes them; ``coordinator`` (the commit
+    protocol's) stops them from above. ``keep_open``: a failed commit leaves the archive's
+    upload (every segment's work) for a retry of the assembly; the next run of the prefix
+    aborts it if no retry comes."""
     started = time.monotonic()
     results = _results(spec, clients.control, layout, plan)
     codec = codec_for(spec.codec, spec.effective_level)
@@ -44,12 +44,12 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
         raise IntegrityError(f"segments hold {tar_total} tar bytes, the plan {plan.tar_size}")
     uploader = PartUploader(clients.control, layout.bucket, plan.archive_key,
                             extra_args=spec.write_options.encryption_args,
-                            upload_id=plan.upload_id, abort_event=abort, owns_upload=not keep_open)
+                            upload_id=plan.upload_id, coordinator=coordinator, owns_upload=not keep_open)
     joined = _join(clients.control, layout, plan, results, uploader, codec.header(),
                    codec.trailer(raw_crc, tar_total))
     parts_done = time.monotonic()
     manifest = open_manifest(clients.control, layout, manifest_header(spec, layout, plan.archive_key),
-                             spec.write_options, abort)
+                             spec.write_options, coordinator)
     try:
         _merge_records(clients.control, layout, plan, results, joined.bases, manifest)
     except BaseException:

@@ -7,7 +7,7 @@ request with the session's credentials as they are now (``get_frozen_credentials
 botocore refresh them) and their expiry. In the worker they are a botocore
 ``RefreshableCredentials`` that asks the parent when botocore's own refresh windows say so
 (the parent's windows, passed along): the control plane and the CRT plane (whose provider
-delegates to botocore's credentials, ``s3._crt_credentials_provider``) sign with the refreshed
+delegates to botocore's credentials, ``crt._crt_credentials_provider``) sign with the refreshed
 keys from then on. Static keys stay static.
 """
 

@@ -209,11 +209,24 @@ class SizingListing:
 
 
 MIN_SHARE = 48 << 20  # the smallest memory a pipeline holds (ArchiveSpec's floor)
+# A spawned worker's resident memory before its segment buffers a byte: the interpreter, the
+# engine's imports and its S3 clients (measured: 58 MiB). Counted in --memory-budget, so the
+# budget bounds the process tree; the parent's own interpreter is what every run has, one or
+# many processes (the measured tree stays within the budget plus 64 MiB).
+WORKER_INTERPRETER = 60 << 20
+LEAST_SEGMENTED_BUDGET = 2 * MIN_SHARE + WORKER_INTERPRETER  # one worker and the assembler
 
 
 def processes_within(budget: int) -> int:
-    """Worker processes a budget holds: a share each, and one for the assembler."""
-    return max(1, budget // MIN_SHARE - 1)
+    """Worker processes a budget holds: a share and an interpreter each, and a share for the
+    assembler."""
+    return max(1, (budget - MIN_SHARE) // (MIN_SHARE + WORKER_INTERPRETER))
+
+
+def worker_share(budget: int, processes: int) -> int:
+    """Each of ``processes`` workers' pipeline budget (the assembler keeps one more share):
+    what is left of ``budget`` after their interpreters, split evenly."""
+    return (budget - processes * WORKER_INTERPRETER) // (processes + 1)
 
 
 @dataclass

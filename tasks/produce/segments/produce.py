@@ -5,12 +5,12 @@ temporaries (tasks/produce/segments/temporaries.py)."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 from s3arch.core.config import ArchiveSpec
 from s3arch.core.coordinator import StreamCoordinator
 from s3arch.core.errors import ObjectMissing, SourceChanged
+from s3arch.core.stops import Cancel, cancelling
 from s3arch.io.listing import ListingFeed
 from s3arch.core.outcome import Outcome
 from s3arch.format.manifest import MANIFEST_SUFFIX, ArchiveLayout, JsonLinesUpload, layout_for, read_committed
@@ -30,11 +30,10 @@ class SegmentRecords:
     """A segment's manifest records, gzip JSON Lines in a temporary object, overwritten by a
     re-run of the segment."""
 
-    def __init__(self, control, bucket: str, key: str, extra_args: dict,
-                 abort: "threading.Event | StreamCoordinator"):
+    def __init__(self, control, bucket: str, key: str, extra_args: dict, coordinator: StreamCoordinator):
         self._lines = JsonLinesUpload(PartUploader(control, bucket, key, storage_class="STANDARD",
                                                    sizer=PartSizer(5 << 20), memory=5 << 20, threads=1,
-                                                   extra_args=extra_args, abort_event=abort))
+                                                   extra_args=extra_args, coordinator=coordinator))
 
     def add_object(self, record: dict) -> None:
         self._lines.write(record)
@@ -78,18 +77,19 @@ class SegmentTarget:
         total = self.tar_end - self.tar_start + (1 << 20)
         return PartSizer(self.spec.min_part_size, lambda: total, max_part=plan.max_part, parts=self.range.parts)
 
-    def uploader(self, control, sizer: PartSizer, memory: int, abort: StreamCoordinator) -> PartUploader:
+    def uploader(self, control, sizer: PartSizer, memory: int, coordinator: StreamCoordinator) -> PartUploader:
         return PartUploader(control, self.layout.bucket, self.plan.archive_key, sizer=sizer, memory=memory,
-                            extra_args=self.spec.write_options.encryption_args, abort_event=abort,
+                            extra_args=self.spec.write_options.encryption_args, coordinator=coordinator,
                             upload_id=self.plan.upload_id, first_part=self.range.first_part,
                             max_parts=self.range.parts, head_size=sizer.min_part, owns_upload=False)
 
-    def records(self, control, abort: StreamCoordinator) -> SegmentRecords:
+    def records(self, control, coordinator: StreamCoordinator) -> SegmentRecords:
         from s3arch.io.retention import scratch_lock_args  # a temporary: no locked version left behind
 
         extra_args = {**self.spec.write_options.encryption_args, **scratch_lock_args(control, self.layout.bucket)}
         return SegmentRecords(control, self.layout.bucket,
-                              self.plan.temp_key(self.layout, self.range.index, MANIFEST_SUFFIX), extra_args, abort)
+                              self.plan.temp_key(self.layout, self.range.index, MANIFEST_SUFFIX), extra_args,
+                              coordinator)
 
     def check_produced(self, objects: int, tar_end: int) -> None:
         if objects != self.range.objects or tar_end != self.tar_end:
@@ -99,15 +99,18 @@ class SegmentTarget:
 
 
 def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan, k: int,
-                    progress: Progress | None = None, abort: threading.Event | None = None) -> dict:
+                    progress: Progress | None = None, cancel: Cancel | None = None) -> dict:
     """Produce segment ``k``: its parts uploaded, its kept-back bytes, records and result in
-    temporaries. Idempotent: a re-run overwrites the segment's parts and temporaries."""
+    temporaries. Idempotent: a re-run overwrites the segment's parts and temporaries.
+    ``cancel`` stops it from above (tasks/core/stops.py)."""
     target = SegmentTarget(spec, layout, plan, k)
     started = time.monotonic()
     listed = recorded_pages(clients.control, layout, plan.listing, target.start_after, target.range.last_key) \
         if plan.listing else None  # a plan made before plans recorded their listing: list the range
+    coordinator = StreamCoordinator(f"the archive of {target}", stall_timeout=spec.stall_timeout)
     try:
-        streamed = stream_archive(spec, clients, target, progress, abort, listed=listed)
+        with cancelling(coordinator, cancel, f"producing {target}"):
+            streamed = stream_archive(spec, clients, target, progress, listed=listed, coordinator=coordinator)
     except (SourceChanged, ObjectMissing) as exc:
         # An object the plan placed vanished or was rewritten (or the plan's listing is gone):
         # the same plan would fail the same way on every retry.
@@ -146,7 +149,7 @@ def segment_done(control, layout: ArchiveLayout, plan: SegmentPlan, k: int) -> d
 
 
 def produce_planned_segment(spec: ArchiveSpec, clients: S3Clients, k: int, progress: Progress | None = None,
-                            abort: threading.Event | None = None) -> dict:
+                            cancel: Cancel | None = None) -> dict:
     """Segment ``k`` of the plan in progress for ``spec``'s prefix (an Airflow segment task):
     nothing to do if it was produced already, the plan has fewer segments, or the prefix is
     committed and not to be overwritten (whatever plan a dead run left: the re-run of an
@@ -165,5 +168,5 @@ def produce_planned_segment(spec: ArchiveSpec, clients: S3Clients, k: int, progr
         return {"segment": k, "objects": 0, "status": Outcome.SKIPPED.value,
                 "note": f"the plan has {plan.count} segment(s); nothing to do"}
     produced = segment_done(clients.control, layout, plan, k) or produce_segment(spec, clients, layout, plan, k,
-                                                                                 progress, abort)
+                                                                                 progress, cancel)
     return {**produced, "status": Outcome.PRODUCED.value}

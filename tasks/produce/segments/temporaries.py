@@ -12,7 +12,7 @@ from s3arch.core.config import WriteOptions
 from s3arch.core.errors import IO_ERRORS, translate
 from s3arch.format.manifest import ArchiveLayout
 from s3arch.io.retention import scratch_lock_args
-from s3arch.io.s3 import read_object
+from s3arch.io.reads import read_object
 
 
 def put_temporary(control, layout: ArchiveLayout, options: WriteOptions, key: str, body: bytes) -> None:

@@ -4,13 +4,13 @@ in a fresh worker process, at most N at once, then assembled by the parent."""
 from __future__ import annotations
 
 import multiprocessing
-import threading
 import time
 from dataclasses import replace
 
-from s3arch.core import errors
+from s3arch.core import backoff, errors
 from s3arch.core.config import ArchiveSpec
-from s3arch.core.errors import IO_ERRORS, ArchiverError, CredentialsExpired, translate
+from s3arch.core.coordinator import StreamCoordinator
+from s3arch.core.errors import IO_ERRORS, ArchiverError, BadArgument, CredentialsExpired, translate
 from s3arch.format.manifest import ArchiveLayout
 from s3arch.core.progress import Progress
 from s3arch.io.s3 import S3Clients
@@ -19,40 +19,44 @@ from s3arch.io.upload import PartUploader
 from s3arch.produce.segments.assemble import assemble
 from s3arch.produce.segments.cleanup import abort_records_uploads
 from s3arch.produce.segments.credentials import CredentialServer, worker_session
-from s3arch.produce.segments.plan import MIN_SHARE, PlanOutdated, SegmentPlan, open_upload, plan_segments, processes_within
+from s3arch.produce.segments.plan import (LEAST_SEGMENTED_BUDGET, MIN_SHARE, WORKER_INTERPRETER, PlanOutdated, SegmentPlan,
+                                           open_upload, plan_segments, processes_within, worker_share)
 from s3arch.produce.segments.produce import produce_segment
 
 
 def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, archive_key: str,
-                     progress: Progress | None = None, abort: threading.Event | None = None) -> StreamedArchive:
+                     coordinator: StreamCoordinator, progress: Progress | None = None) -> StreamedArchive:
     """The commit protocol's step 5 on worker processes: plan ``spec.segments`` segments (one
     per process by default), produce each in its own process, at most ``spec.processes`` at
-    once (a segment whose process fails or dies is run again, alone), assemble."""
+    once (a segment whose process fails or dies is run again, alone), assemble. A cancel of
+    ``coordinator`` (a lost lease, a cancel from above) stops it with its reason."""
     control = clients.control
-    abort = abort or threading.Event()
+    if spec.memory_budget < LEAST_SEGMENTED_BUDGET:
+        raise BadArgument(f"--memory-budget {spec.memory_budget >> 20}MiB cannot hold a segment's worker process "
+                          f"and the assembler ({MIN_SHARE >> 20} MiB each, and {WORKER_INTERPRETER >> 20} MiB for "
+                          f"the worker's interpreter)",
+                          hint=f"raise --memory-budget to at least {LEAST_SEGMENTED_BUDGET >> 20}MiB, "
+                               f"or archive the prefix as one pipeline (--segments 1)")
     processes = min(spec.processes, processes_within(spec.memory_budget))
-
-    def stop() -> None:
-        if abort.is_set():  # the lease lost, or cancelled: the caller says which
-            raise InterruptedError("segments aborted while planning")
-
-    plan = plan_segments(spec, control, archive_key, spec.segments or processes, stop=stop)
+    plan = plan_segments(spec, control, archive_key, spec.segments or processes,
+                         stop=coordinator.raise_cause_if_stopped)
     notes = []
     if processes < min(spec.processes, plan.count):
         notes.append(f"{plan.count} segments ran on {processes} process(es), not {min(spec.processes, plan.count)}: "
-                     f"--memory-budget {spec.memory_budget >> 20}MiB holds {processes} pipeline(s) of "
-                     f"{MIN_SHARE >> 20} MiB besides the assembler's")
+                     f"--memory-budget {spec.memory_budget >> 20}MiB holds {processes} worker(s) of "
+                     f"{(MIN_SHARE + WORKER_INTERPRETER) >> 20} MiB (a {MIN_SHARE >> 20} MiB pipeline and "
+                     f"its interpreter) besides the assembler's {MIN_SHARE >> 20} MiB")
     processes = min(processes, plan.count)
     worker_spec = _worker_spec(spec, processes)
     plan = open_upload(spec.write_options, control, layout, plan)
     try:
         try:
-            durations = _run_workers(worker_spec, clients, layout, plan, processes, abort)
+            durations = _run_workers(worker_spec, clients, layout, plan, processes, coordinator)
         finally:
             # A worker killed (or stopped) mid-segment leaves its records upload open, and no
             # plan.json names it for the next run's cleanup: abort what is left, now.
             abort_records_uploads(control, layout, plan)
-        streamed = assemble(spec, clients, layout, plan, abort)
+        streamed = assemble(spec, clients, layout, plan, coordinator)
         streamed.timings["segments_s"] = sum(d["seconds"] for d in durations.values())  # with process start-up
         # What the worker processes cost in CPU, by phase (issue 33 item 4): the interpreter and
         # imports before the segment's code runs, its clients and bucket check, the segment.
@@ -71,17 +75,17 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
 
 
 def _worker_spec(spec: ArchiveSpec, processes: int) -> ArchiveSpec:
-    """Each worker's share of ``--memory-budget`` (the parent keeps one share to assemble)."""
-    return replace(spec, memory_budget=spec.memory_budget // (processes + 1),
+    """Each worker's share of ``--memory-budget`` (the parent keeps one share to assemble,
+    each worker's interpreter is counted first)."""
+    return replace(spec, memory_budget=worker_share(spec.memory_budget, processes),
                    compress_threads=max(1, spec.compress_threads // processes))
 
 
-_ATTEMPTS = 3
-_EXPIRED_RESTARTS = 5  # of a segment whose credentials S3 called expired: not counted in _ATTEMPTS
+_EXPIRED_RESTARTS = 5  # of a segment whose credentials S3 called expired: not counted in its restarts
 
 
 def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
-                 processes: int, abort: threading.Event) -> dict[int, dict]:
+                 processes: int, coordinator: StreamCoordinator) -> dict[int, dict]:
     """Run every segment in a fresh interpreter (spawn: the CRT client and threads do not
     survive fork), at most ``processes`` at once. A segment that fails retryably or whose
     process dies is run again, alone, up to three times; the others are not repeated. Workers
@@ -109,8 +113,7 @@ def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, p
                 if connection.get("credentials_pipe") is not None:
                     connection["credentials_pipe"].close()  # the worker's end, now in the worker
                 running[k] = (proc, receive, time.monotonic())
-            if abort.is_set():
-                raise InterruptedError("segments aborted")
+            coordinator.raise_cause_if_stopped()
             for k, (proc, receive, began) in list(running.items()):
                 if not receive.poll(0.05) and proc.is_alive():
                     continue
@@ -130,7 +133,7 @@ def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, p
                 # The source changed since the plan: this plan's segments would fail again. A
                 # segment throttled past the budget has spent it: a restart would wait it out again.
                 if not error.retryable or isinstance(error, (PlanOutdated, errors.Throttled)) \
-                        or attempts[k] >= _ATTEMPTS:
+                        or not backoff.SEGMENT_RESTART.allows(attempts[k]):
                     raise error
                 todo.insert(0, k)  # this segment alone, again
     finally:
@@ -158,17 +161,12 @@ def _error_of(outcome: dict | None, k: int, plan: SegmentPlan, exitcode: int | N
     if outcome is None:
         error = errors.TransientError(f"{where}: its process ended with exit code {exitcode} before it finished")
     else:
-        cls = PlanOutdated if outcome["error"] == PlanOutdated.__name__ else getattr(errors, outcome["error"], None)
-        cls = cls if isinstance(cls, type) and issubclass(cls, ArchiverError) else ArchiverError
-        message = outcome["message"]  # a segment's own errors already say which segment they are
-        error = cls(message if message.startswith(f"{where} ") else f"{where}: {message}", hint=outcome.get("hint"))
+        # The worker's error as itself (``ArchiverError.to_dict``: the message and its hint
+        # apart, so the copy carries the hint once). A segment's own errors say which it is.
+        message = outcome["message"]
+        error = ArchiverError.from_dict({**outcome, "message": message if message.startswith(f"{where} ")
+                                         else f"{where}: {message}"})
     return error
-
-
-def error_outcome(exc: ArchiverError) -> dict:
-    """What a worker sends its parent for ``exc``: the message and its hint apart, so the
-    parent's copy of the error carries the hint once."""
-    return {"error": type(exc).__name__, "message": exc.message, "hint": exc.hint}
 
 
 def _connection_of(clients: S3Clients, server: CredentialServer | None) -> dict:
@@ -196,9 +194,9 @@ def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, 
         send.send({**result, "cpu": {"startup": round(started, 3), "clients": round(ready - started, 3),
                                      "segment": round(time.process_time() - ready, 3)}})
     except ArchiverError as exc:
-        send.send(error_outcome(exc))
+        send.send(exc.to_dict())
     except IO_ERRORS as exc:
-        send.send(error_outcome(translate(exc, f"segment {k + 1}")))
+        send.send(translate(exc, f"segment {k + 1}").to_dict())
     except Exception:  # noqa: BLE001 - a bug: its traceback goes to the parent, which stops
         import traceback
 
