@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from s3arch.protocol.commit import ArchiveResult, CommitProtocol, cost_of
 from s3arch.format.compression import codec_for
 from s3arch.core.config import ArchiveSpec, MiB
 from s3arch.core.errors import BadArgument, EmptyPrefix
 from s3arch.core.stops import Cancel
-from s3arch.io.listing import LISTING_WORKERS, NEEDS_RESTORE, iter_pages
+from s3arch.io.listing import LISTING_WORKERS, NEEDS_RESTORE
+from s3arch.io.sources import resolved, source_pages
 from s3arch.format.manifest import layout_for
 from s3arch.core.outcome import Outcome
 from s3arch.produce.producers import OnThisMachine, PlannedAssembly
@@ -34,6 +36,7 @@ def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
     ``cancel.set``; nothing is committed (tasks/core/stops.py)."""
     clients = clients or _clients_for(spec)
     protocol = _checked(spec, clients, cancel)
+    spec = protocol.spec  # a pattern's prefixes expanded
     if spec.dry_run:
         committed = protocol.skipped_if_committed()
         return committed or _dry_run(spec, clients, protocol.result, protocol.started)
@@ -91,7 +94,7 @@ def assemble_segments(spec: ArchiveSpec, clients: S3Clients | None = None, progr
             result.segments = segments
         return result
     protocol = _checked(spec, clients, cancel)
-    return protocol.run(PlannedAssembly(spec, clients, protocol.layout))
+    return protocol.run(PlannedAssembly(protocol.spec, clients, protocol.layout))
 
 
 def delete_sources(spec: ArchiveSpec, clients: S3Clients | None = None) -> ArchiveResult:
@@ -117,9 +120,6 @@ def _check_owner(spec: ArchiveSpec, clients: S3Clients) -> None:
 def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: Cancel | None = None) -> CommitProtocol:
     layout = layout_for(spec.source, spec.destination)
     archive_key = layout.archive_key(spec.extension)
-    if spec.source.bucket == layout.bucket and archive_key.startswith(spec.source.key):
-        raise BadArgument(f"the destination s3://{layout.bucket}/{archive_key} lies inside the source "
-                          f"prefix {spec.source}", hint="choose a destination outside the source prefix")
     _check_owner(spec, clients)
     with ThreadPoolExecutor(1, thread_name_prefix="s3arch-retention") as pool:
         # The lease's first PUT needs to know whether the destination locks new objects by
@@ -131,7 +131,12 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: Cancel | None = None
         retention.result()
     if spec.write_options.locks:
         require_object_lock(clients.control, layout.bucket)
-    return CommitProtocol(spec, clients, cancel)
+    # A pattern's wildcards are expanded before anything is written: no match is exit 2.
+    source = resolved(clients.control, spec.source, spec.max_prefixes)
+    if spec.source.bucket == layout.bucket and any(archive_key.startswith(p) for p in source.prefixes):
+        raise BadArgument(f"the destination s3://{layout.bucket}/{archive_key} lies inside the source "
+                          f"{spec.source}", hint="choose a destination outside the source prefixes")
+    return CommitProtocol(replace(spec, source=source), clients, cancel)
 
 
 # A dry run estimates the ratio from a sample: at most this many bytes, from at most this many
@@ -147,7 +152,7 @@ def _dry_run(spec, clients, result, started) -> ArchiveResult:
     sample: list = []
     sample_bytes = 0
     tally = ListingTally()
-    for page in iter_pages(clients.control, spec.source.bucket, spec.source.key, workers=LISTING_WORKERS, ordered=False):
+    for page in source_pages(clients.control, spec.source, workers=LISTING_WORKERS, ordered=False):
         tally.add(page)
         for o in page:
             if sample_bytes < _SAMPLE_BYTES and len(sample) < _SAMPLE_OBJECTS and 0 < o.size <= 4 * MiB \

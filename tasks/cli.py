@@ -138,6 +138,8 @@ def _archive_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("--lease-ttl", type=float, default=DEFAULT_LEASE_TTL,
                    help=f"seconds the prefix's lease outlives its last renewal: how long a run on another host "
                         f"waits for the prefix of a run that died (default {DEFAULT_LEASE_TTL:g}, at least 10)")
+    a.add_argument("--max-prefixes", type=int, default=ArchiveSpec.max_prefixes,
+                   help="a source with '*' wildcards may expand to at most this many prefixes (default 10000)")
     a.add_argument("--overwrite", action="store_true", help="re-archive a prefix that is done")
     a.add_argument("--dry-run", action="store_true", help="list, count and estimate; write nothing")
     a.add_argument("--delete-source", action="store_true",
@@ -251,6 +253,7 @@ def _archive(args) -> int:
         sse_bucket_key=args.sse_bucket_key, object_lock=args.object_lock, retain_days=args.retain_days,
         legal_hold=args.legal_hold, expected_owner=getattr(args, "expected_owner", None),
         segments=args.segments, segment_min_objects=args.segment_min_objects, segment_min_bytes=parse_size(args.segment_min_bytes),
+        max_prefixes=args.max_prefixes,
         lease_ttl=check_lease_ttl(args.lease_ttl), throttle_budget=resolve_throttle_budget(getattr(args, "throttle_budget", None)),
         **({"compress_threads": args.threads} if args.threads else {}),
         processes=args.processes or default_processes(clients.endpoint_url))

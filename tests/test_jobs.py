@@ -58,7 +58,7 @@ def test_prefix_of_a_source_subfolder_is_part_of_every_planned_prefix():
 @pytest.mark.parametrize("overrides, message", [
     ({"prefix_template": "logs/"}, "must contain {date:...} exactly once"),
     ({"prefix_template": "logs/{date:%Y/%m}/"}, "same prefix for different days"),
-    ({"prefix_template": "logs/{date:%Y/%m/%d}"}, "must end with '/'"),
+    ({"prefix_template": "logs/{date:%Y/%m/%d}"}, "must go on after the date with a separator"),
     ({"storage_class": "GLACIER_FLEXIBLE"}, "storage_class"),
     ({"retention": 3}, "unknown field"),
     ({"memory_budget": "lots"}, "cannot read size"),

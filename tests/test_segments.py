@@ -159,7 +159,7 @@ def test_killed_segment_is_run_again_alone_and_the_archive_is_whole(minio, s3, b
     rng = random.Random(5)
     first = {f"{PREFIX}a/{i:03d}.log": (f"a{i}\n" * 50).encode() for i in range(200)}
     second = {f"{PREFIX}b/{i:03d}.log": (f"b{i}\n" * 50).encode() for i in range(200)}
-    second[f"{PREFIX}b/100-big.bin"] = rng.randbytes(24 << 20)  # parts upload before the stall
+    second[f"{PREFIX}b/100-big.bin"] = rng.randbytes(48 << 20)  # parts upload before the stall
     last = f"{PREFIX}b/199.log"
     objects = {**first, **second}
     seed(s3, src, objects)
@@ -171,7 +171,7 @@ def test_killed_segment_is_run_again_alone_and_the_archive_is_whole(minio, s3, b
     env.update(minio.env(), PYTHONPATH=str(ROOT), AWS_ENDPOINT_URL_S3=proxy.endpoint_url)
     cli = subprocess.Popen([__import__("sys").executable, "-m", "s3arch", "archive", f"s3://{src}/{PREFIX}",
                             f"s3://{dst}/", "--storage-class", "STANDARD", "--segments", "2", "--processes", "2",
-                            "--segment-min-objects", "1", "--json"],
+                            "--segment-min-objects", "1", "--memory-budget", "400MiB", "--json"],
                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert wait_until(stalled.is_set, 60), "segment 2 never reached its last object"
@@ -179,8 +179,9 @@ def test_killed_segment_is_run_again_alone_and_the_archive_is_whole(minio, s3, b
         assert wait_until(lambda: len(_worker_pids(cli.pid)) == 1, 30)
         uploads = open_uploads(s3, dst)
         assert len(uploads) == 1
-        parts = s3.list_parts(Bucket=dst, Key=uploads[0]["Key"], UploadId=uploads[0]["UploadId"])
-        assert parts.get("Parts"), "no part of segment 2 was uploaded before the kill"
+        assert wait_until(lambda: s3.list_parts(Bucket=dst, Key=uploads[0]["Key"],
+                                                UploadId=uploads[0]["UploadId"]).get("Parts"), 30), \
+            "no part of segment 2 was uploaded before the kill"
         os.kill(_worker_pids(cli.pid)[0], signal.SIGKILL)
         stdout, stderr = cli.communicate(timeout=180)
     finally:

@@ -114,6 +114,8 @@ def archive_dag(job: ArchiveJob) -> DAG:
                                 prefixes=params.get("prefixes"), logical_date=reference.date())
             except BaseException as exc:
                 fail_task("bad parameters, nothing was started", exc)
+            if job.split_by:  # one task per value of the split wildcard (an account's day, say)
+                prefixes = split_source_names(job, prefixes)
             planned = batches(prefixes, conf.getint("core", "max_map_length"))
             print(f"{len(prefixes)} prefix(es) in {len(planned)} task(s): "
                   f"{prefixes[0]}{' .. ' + prefixes[-1] if len(prefixes) > 1 else ''}")
@@ -261,6 +263,8 @@ def restore_dag(job: ArchiveJob) -> DAG:
                     raise BadArgument("give a date range or prefixes to restore")
                 prefixes = plan(job, date_from=params.get("date_from"), date_to=params.get("date_to"),
                                 prefixes=params.get("prefixes"))
+                if job.split_by:  # the day's archives: one per value of the split wildcard
+                    prefixes = split_source_names(job, prefixes)
                 if len(prefixes) > conf.getint("core", "max_map_length"):
                     raise BadArgument(f"{len(prefixes)} prefixes are more than one run maps",
                                       hint="restore a shorter range per run")
@@ -305,3 +309,19 @@ def scrub_dags(path: str | os.PathLike | None = None) -> dict[str, DAG]:
     from s3arch_airflow.scrub_dag import scrub_dag
 
     return {dag.dag_id: dag for dag in map(scrub_dag, load_jobs(jobs_file(path)).values())}
+
+
+def split_source_names(job: ArchiveJob, names: list[str]) -> list[str]:
+    """A split job's day names, one per value of its ``split_by`` wildcard (delimiter LISTs
+    of the source bucket); a pattern that matches nothing fails the run before any task."""
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from s3arch.core.errors import BadArgument
+    from s3arch_airflow.operators import engine_clients
+
+    control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner, job.throttle_budget).control
+    try:
+        return job.split(control, names)
+    except BadArgument as exc:
+        raise AirflowFailException(f"nothing was started: {exc}") from exc

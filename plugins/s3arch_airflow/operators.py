@@ -72,7 +72,8 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
     one segment per process, when ``processes`` > 1), ``without_tags``, encryption (``sse``,
     ``sse_kms_key_id``, ``sse_bucket_key``), Object Lock (``object_lock``, ``retain_days``,
     ``legal_hold``), ``expected_owner`` and ``throttle_budget`` (seconds a request may stay
-    throttled before the prefix fails, retryable; default S3ARCH_THROTTLE_BUDGET, else 900).
+    throttled before the prefix fails, retryable; default S3ARCH_THROTTLE_BUDGET, else 900),
+    ``max_prefixes`` (the prefixes a source pattern's wildcards may expand to, default 10000).
     ``preview`` and ``spec_options`` (round 3's spellings) still work for one release, with a
     warning."""
 
@@ -90,7 +91,8 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
                  segment_min_bytes: str | int | None = None, without_tags: bool = False, sse: str | None = None,
                  sse_kms_key_id: str | None = None, sse_bucket_key: bool = False, object_lock: str | None = None,
                  retain_days: int | None = None, legal_hold: bool = False, expected_owner: str | None = None,
-                 throttle_budget: float | str | None = None, progress_interval: float = 10.0, preview: bool | str | None = None,
+                 throttle_budget: float | str | None = None, max_prefixes: int | None = None,
+                 progress_interval: float = 10.0, preview: bool | str | None = None,
                  spec_options: dict | None = None, **kwargs):
         super().__init__(**kwargs)
         name = type(self).__name__
@@ -123,6 +125,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         self.legal_hold = legal_hold
         self.expected_owner = expected_owner
         self.throttle_budget = throttle_budget
+        self.max_prefixes = max_prefixes
         if spec_options:
             deprecated_kwarg(name, "spec_options")
             unknown = set(spec_options) - set(SPEC_KWARGS)
@@ -149,7 +152,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         from s3arch.core.config import ArchiveSpec, S3Url, parse_size
 
         given: dict[str, Any] = {"concurrency": self.concurrency, "compress_threads": self.threads, "lease_ttl": self.lease_ttl,
-                 "throttle_budget": self.throttle_budget,
+                 "throttle_budget": self.throttle_budget, "max_prefixes": self.max_prefixes,
                  "segment_min_objects": self.segment_min_objects,
                  "segment_min_bytes": None if self.segment_min_bytes is None else parse_size(self.segment_min_bytes)}
         spec = ArchiveSpec(source=S3Url(self.source_bucket, prefix), destination=S3Url.parse(self.destination),

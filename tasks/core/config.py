@@ -151,6 +151,11 @@ class S3Url:
     def __str__(self) -> str:
         return f"s3://{self.bucket}/{self.key}"
 
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        """The prefixes listed for this URL: its key (a pattern's are in tasks/io/sources.py)."""
+        return (self.key,)
+
 
 @dataclass(frozen=True)
 class WriteOptions:
@@ -251,6 +256,8 @@ class ArchiveSpec:
     # Seconds a GET or a control-plane call may stay throttled before the run fails (exit 3);
     # read from S3ARCH_THROTTLE_BUDGET when the spec is made, so worker processes get the same.
     throttle_budget: float = field(default_factory=resolve_throttle_budget)
+    # A source pattern's wildcards (tasks/io/sources.py) may expand to at most this many prefixes.
+    max_prefixes: int = 10_000
 
     def __post_init__(self):
         if self.storage_class not in STORAGE_CLASSES:
@@ -301,6 +308,8 @@ class ArchiveSpec:
             # One segment is no segment: one pipeline, the same meaning as a job's `segments: 1`.
             object.__setattr__(self, "segments", 0)
             object.__setattr__(self, "processes", 1)
+        if self.max_prefixes < 1:
+            raise BadArgument("--max-prefixes must be at least 1")
         if self.segment_min_objects < 0 or self.segment_min_bytes < 0:
             raise BadArgument("--segment-min-objects and --segment-min-bytes must be >= 0")
         object.__setattr__(self, "throttle_budget", check_throttle_budget(self.throttle_budget))

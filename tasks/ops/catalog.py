@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from s3arch.core.config import S3Url
 from s3arch.core.cost import estimate, prices_with
 from s3arch.core.errors import IO_ERRORS, ArchiverError, IntegrityError, translate
+from s3arch.io.sources import expansion_requests, holds_objects
 from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.io.listed import ListedObject, _listed
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, iter_manifest, layout_for
@@ -129,8 +130,8 @@ class CatalogView:
 
 def archive_prefix(job: ArchiveJob) -> str:
     """The destination prefix every archive of the job is under: the stem of its day prefixes
-    up to the first date field of the template (``archive/app-logs/logs/``)."""
-    literal = next(iter(string.Formatter().parse(job.prefix_template)))[0]
+    up to the first date field or wildcard of the template (``archive/app-logs/logs/``)."""
+    literal = next(iter(string.Formatter().parse(job.prefix_template)))[0].split("*")[0]
     dest = job.destination.key
     if dest and not dest.endswith("/"):
         dest += "/"
@@ -253,7 +254,10 @@ class Catalog:
         days = days_between(first, last)
         bucket = job.destination.bucket
         with ThreadPoolExecutor(self.workers, thread_name_prefix="s3arch-catalog") as pool:
-            sources = [pool.submit(self._list_days, parent, counter) for parent in day_parents(job, days)]
+            expansions = expansion_requests(self.control)
+            sources = ([pool.submit(self._list_days, parent, counter) for parent in day_parents(job, days)]
+                       if job.days_are_folders else  # wildcards, or a date inside key names: no day folders
+                       [pool.submit(self._day_present, job.prefix_for(day), counter) for day in days])
             scrub = pool.submit(self._scrub_results, counter)
             listed = self._list_archives(counter)
             layouts = {day: layout_for(S3Url(job.source.bucket, job.prefix_for(day)), job.destination)
@@ -277,6 +281,7 @@ class Catalog:
             present: set[str] = set()
             for future in sources:
                 present |= future.result()
+            counter.add("LIST", expansion_requests(self.control) - expansions)  # a pattern's levels
             scrub_days = scrub.result()
             restored_until = {day: f.result() for day, f in restored.items()}
         out = [self._day(day, layouts[day], listed, present, scrub_days.get(day.isoformat()),
@@ -336,6 +341,11 @@ class Catalog:
         except IO_ERRORS as exc:
             raise translate(exc, f"list the day prefixes of s3://{bucket}/{parent}") from exc
         return found
+
+    def _day_present(self, name: str, counter: _Counter) -> set[str]:  # {name} if its source holds an object
+        holds, lists = holds_objects(self.control, self.job.source.bucket, name, self.job.max_prefixes)
+        counter.add("LIST", lists)
+        return {name} if holds else set()
 
     def _read_summary(self, layout, indexed: bool, counter: _Counter):
         """((header, summary), problem): from the index, else from the manifest read through; a

@@ -20,6 +20,8 @@ from s3arch.core.config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_INVENTORY_M
                      DEFAULT_SEGMENT_MIN_BYTES, DEFAULT_SEGMENT_MIN_OBJECTS, STORAGE_CLASSES, ArchiveSpec, S3Url, check_lease_ttl,
                      check_throttle_budget, parse_size)
 from s3arch.core.errors import BadArgument
+from s3arch.io.sources import WILDCARD, check_pattern, is_pattern
+from s3arch.ops.presets import preset_template
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9_\-]{1,200}")
 
@@ -84,23 +86,85 @@ class ArchiveJob:
     # inventory_max_age_days (tasks/ops/inventory.py). Each day is still listed when archived.
     inventory: S3Url | None = None
     inventory_max_age_days: float = DEFAULT_INVENTORY_MAX_AGE_DAYS
+    # A template with '*' wildcards (tasks/io/sources.py): the prefixes they may expand to, and
+    # the wildcard (its number, from 1) whose values split a day into one archive each.
+    max_prefixes: int = ArchiveSpec.max_prefixes
+    split_by: int | None = None
+    preset: str | None = None  # the AWS layout the template came from (tasks/ops/presets.py)
 
     def prefix_for(self, day: date) -> str:
-        return self.source.key + self.prefix_template.format(date=day)
+        """The day's source name: its prefix, or its pattern (wildcards and all)."""
+        return self.source.key + format_day(self.prefix_template, day)
 
     def date_of(self, prefix: str) -> date:
-        """The date a prefix of this job stands for; rejects prefixes the job cannot produce."""
-        pattern = self.source.key.replace("%", "%%") + _strptime_pattern(self.prefix_template)
-        try:
-            day = datetime.strptime(prefix, pattern).date()
-        except ValueError:
-            day = None
-        # strptime also accepts unpadded numbers; only the job's exact spelling is its prefix.
-        if day is not None and self.prefix_for(day) == prefix:
-            return day
+        """The date a prefix of this job stands for; rejects prefixes the job cannot produce.
+        A split job's names have the split wildcard filled in (one account's day)."""
+        match = self._name_pattern().fullmatch(prefix)
+        if match is not None:
+            spec = self._date_spec()
+            try:
+                day = datetime.strptime(match.group("date"), spec.replace("%-", "%")).date()
+            except ValueError:
+                day = None
+            # strptime also accepts unpadded numbers; only the job's exact spelling is its prefix.
+            if day is not None and format_day("{date:" + spec + "}", day) == match.group("date"):
+                return day
         raise BadArgument(f"prefix {prefix!r} is not one that job {self.name!r} archives "
                           f"(template {self.source.key + self.prefix_template!r})",
                           hint=f"pass it exactly as the job makes it, e.g. {self.prefix_for(date(2026, 1, 31))!r}")
+
+    def _date_spec(self) -> str:
+        return next(spec for _, f, spec, _ in string.Formatter().parse(self.prefix_template) if f == "date") or ""
+
+    def _name_pattern(self) -> re.Pattern:
+        """A regex of the job's source names: the date captured, each '*' itself, the split
+        wildcard (if any) a value."""
+        out, wildcard = [re.escape(self.source.key)], 0
+        for literal, field_name, _, _ in string.Formatter().parse(self.prefix_template):
+            pieces = literal.split(WILDCARD)
+            for i, piece in enumerate(pieces):
+                if i:
+                    wildcard += 1
+                    out.append(r"[^/*]+" if wildcard == self.split_by else re.escape(WILDCARD))
+                out.append(re.escape(piece))
+            if field_name is not None:
+                out.append("(?P<date>.+?)")
+        return re.compile("".join(out), re.S)
+
+    @property
+    def days_are_folders(self) -> bool:
+        """Whether each day is a folder that a Delimiter='/' listing of its parent shows."""
+        return WILDCARD not in self.prefix_template and self.prefix_template.endswith("/")
+
+    def parts_archived(self, day: date, keys) -> list[str]:
+        """The names of ``day``'s archives: its one name, or a split job's parts whose
+        manifests are among the destination ``keys`` (none: the day's name, so that a day
+        whose archives vanished is still looked at)."""
+        name = self.prefix_for(day)
+        if not self.split_by:
+            return [name]
+        from s3arch.format.manifest import layout_for
+
+        pieces = name.split(WILDCARD)
+        before, after = WILDCARD.join(pieces[:self.split_by]), WILDCARD.join(pieces[self.split_by:])
+        mark = "\0"  # no key holds it: where the part's value goes in the manifest key
+        head, tail = layout_for(S3Url(self.source.bucket, before + mark + after), self.destination) \
+            .manifest_key.split(mark)
+        part = re.compile(re.escape(head) + r"([^/*]+)" + re.escape(tail))
+        found = sorted(before + m.group(1) + after for key in keys if (m := part.fullmatch(key)))
+        return found or [name]
+
+    def split(self, control, names: list[str]) -> list[str]:
+        """Each day's name as one name per value of the split wildcard (a LIST per level,
+        once per level); a job without ``split_by``: the names as they are."""
+        if not self.split_by:
+            return names
+        from s3arch.io.sources import expand
+
+        whole = self.prefix_template.count(WILDCARD)  # fewer: an on-call name of one part already
+        return [part for name in names
+                for part in ([name] if name.count(WILDCARD) < whole else
+                             expand(control, self.source.bucket, name, self.max_prefixes, split_at=self.split_by))]
 
     def spec_for(self, prefix: str, *, overwrite: bool = False, dry_run: bool = False) -> ArchiveSpec:
         """The spec one archive task of this job runs (what the operators build from
@@ -113,7 +177,7 @@ class ArchiveJob:
                            lease_ttl=self.lease_ttl, prices=self.prices, concurrency=self.concurrency,
                            processes=self.processes, segments=1 if self.segments == 1 else 0,
                            segment_min_objects=self.segment_min_objects, segment_min_bytes=self.segment_min_bytes,
-                           **self._threads, **self._throttle_budget, **self.spec_options)
+                           max_prefixes=self.max_prefixes, **self._threads, **self._throttle_budget, **self.spec_options)
         return spec.previewed() if dry_run else spec
 
     @property
@@ -139,7 +203,7 @@ class ArchiveJob:
                 "lease_ttl": self.lease_ttl, "throttle_budget": self.throttle_budget, "prices": self.prices,
                 "processes": 1 if self.segments == 1 else self.processes,
                 "segment_min_objects": self.segment_min_objects, "segment_min_bytes": self.segment_min_bytes,
-                **self.spec_options}
+                "max_prefixes": self.max_prefixes, **self.spec_options}
 
     @property
     def segment_tasks(self) -> int:
@@ -161,28 +225,41 @@ class ArchiveJob:
         return date.today() - timedelta(days=self.min_age_days)
 
 
-def _strptime_pattern(template: str) -> str:
-    """'logs/{date:%Y/%m/%d}/' -> 'logs/%Y/%m/%d/' (literal % escaped)."""
+def format_day(template: str, day: date) -> str:
+    """``template`` with its ``{date:...}`` filled in; ``%-m`` and ``%-d`` are the month and
+    the day without a leading zero (AWS Config's folders), on every platform."""
     out = []
     for literal, field_name, spec, _ in string.Formatter().parse(template):
-        out.append(literal.replace("%", "%%"))
+        out.append(literal)
         if field_name is not None:
-            out.append(spec or "")
+            spec = (spec or "%Y-%m-%d").replace("%-m", str(day.month)).replace("%-d", str(day.day))
+            out.append(day.strftime(spec))
     return "".join(out)
 
 
-def _check_template(name: str, template: str) -> None:
+def _check_template(name: str, template: str, split_by: int | None) -> None:
     names = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
     if names != ["date"]:
         raise BadArgument(f"job {name!r}: prefix_template {template!r} must contain {{date:...}} exactly once",
                           hint="write it like logs/{date:%Y/%m/%d}/")
-    sample = template.format(date=date(2026, 1, 31))
-    if sample == template.format(date=date(2026, 1, 30)):
+    spec = next(s for _, f, s, _ in string.Formatter().parse(template) if f == "date") or ""
+    if re.search(r"%-[^md]", spec):
+        raise BadArgument(f"job {name!r}: prefix_template {template!r}: only %-m and %-d may drop their zero")
+    if format_day(template, date(2026, 1, 31)) == format_day(template, date(2026, 1, 30)):
         raise BadArgument(f"job {name!r}: prefix_template {template!r} gives the same prefix for "
                           "different days", hint="include the day, e.g. {date:%Y/%m/%d}")
-    if not template.endswith("/"):
-        raise BadArgument(f"job {name!r}: prefix_template {template!r} must end with '/'",
-                          hint="without it, logs/2026/01/1 would also match logs/2026/01/10..19")
+    after_date = template.rsplit("}", 1)[1]
+    if not after_date or after_date[0].isalnum():
+        raise BadArgument(f"job {name!r}: prefix_template {template!r} must go on after the date with a "
+                          "separator ('/', '-', '.', '_')",
+                          hint="without it, logs/2026/01/1 would also match logs/2026/01/10..19: end it "
+                               "with '/' for a folder, or '-' for a date inside key names (logs/{date:%Y-%m-%d}-)")
+    check_pattern(template, f"job {name!r}: prefix_template")
+    wildcards = template.count(WILDCARD)
+    if split_by is not None and not (_whole(split_by) and 1 <= split_by <= wildcards):
+        raise BadArgument(f"job {name!r}: split_by {split_by!r} must name one of the template's "
+                          f"{wildcards} wildcard(s), by number from 1",
+                          hint="e.g. split_by: 1 for one archive per value of the first '*'")
 
 
 def load_jobs(path: str | Path) -> dict[str, ArchiveJob]:
@@ -214,7 +291,7 @@ DEPRECATED_KEYS = {"lease_ttl_seconds": "lease_ttl", "restore_poll_seconds": "po
 def job_from_dict(name: str, body: dict) -> ArchiveJob:
     if not _JOB_NAME.fullmatch(str(name)):
         raise BadArgument(f"job name {name!r} may only use letters, digits, '_' and '-'")
-    body = _renamed(name, body)
+    body = _with_preset(name, _renamed(name, body))
     known = {f.name for f in fields(ArchiveJob)} - {"name"}
     unknown = sorted(set(body) - known)
     if unknown:
@@ -253,6 +330,8 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
     for number in ("concurrency", "threads"):
         if values.get(number) is not None and (not _whole(values[number]) or values[number] < 1):
             raise BadArgument(f"job {name!r}: {number} must be a whole number >= 1")
+    if "max_prefixes" in values and (not _whole(values["max_prefixes"]) or values["max_prefixes"] < 1):
+        raise BadArgument(f"job {name!r}: max_prefixes must be a whole number >= 1")
     for number in ("min_age_days", "execution_timeout_minutes", "retries", "retry_delay_seconds",
                    "segment_min_objects"):
         if number in values and (not _whole(values[number]) or values[number] < 0):
@@ -266,10 +345,35 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
     if values.get("poll_interval") is not None and (not isinstance(values["poll_interval"], (int, float))
                                                     or values["poll_interval"] <= 0):
         raise BadArgument(f"job {name!r}: poll_interval must be a number of seconds > 0")
-    _check_template(name, values["prefix_template"])
+    _check_template(name, values["prefix_template"], values.get("split_by"))
+    if is_pattern(values["source"].key):
+        raise BadArgument(f"job {name!r}: source {values['source']} holds a '*'",
+                          hint="put the wildcards in prefix_template; source is the bucket and a fixed prefix")
     job = ArchiveJob(name=name, **values)
     job.spec_for(job.prefix_for(date(2026, 1, 31)))  # the engine's own checks, at load time
     return job
+
+
+def _with_preset(name: str, body: dict) -> dict:
+    """The job with its ``preset`` (and ``layout``, ``filters``) turned into its
+    ``prefix_template``, and a ``split_by`` that names a preset's wildcard turned into its number."""
+    body = dict(body)
+    layout, filters = body.pop("layout", None), body.pop("filters", None) or {}
+    if body.get("preset") is None:
+        if layout is not None or filters:
+            raise BadArgument(f"job {name!r}: layout and filters go with a preset", hint="add preset: NAME")
+        return body
+    if "prefix_template" in body:
+        raise BadArgument(f"job {name!r}: a preset makes the prefix_template", hint="keep one of the two")
+    if not isinstance(filters, dict):
+        raise BadArgument(f"job {name!r}: filters must be a mapping, e.g. {{account: '111122223333'}}")
+    body["prefix_template"], wildcards = preset_template(name, body["preset"], layout, filters)
+    if isinstance(body.get("split_by"), str):
+        if body["split_by"] not in wildcards:
+            raise BadArgument(f"job {name!r}: split_by {body['split_by']!r} is not a wildcard of this preset",
+                              hint=f"its wildcards: {', '.join(wildcards) or 'none'}")
+        body["split_by"] = wildcards.index(body["split_by"]) + 1
+    return body
 
 
 def check_inventory_location(url: S3Url, name: str = "--inventory") -> S3Url:

@@ -152,13 +152,13 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
     verdicts: dict[str, dict] = {}
     with ThreadPoolExecutor(workers, thread_name_prefix="s3arch-scrub") as pool:
         futures = {}
-        for day in days:
-            source_prefix = job.prefix_for(day)
+        # A split job's day is one archive per part (its manifests in the listing).
+        for day, source_prefix in ((d, name) for d in days for name in job.parts_archived(d, listed)):
             layout = layout_for(S3Url(job.source.bucket, source_prefix), job.destination)
             archive_key = next((layout.archive_key(s) for s in ARCHIVE_SUFFIXES if layout.archive_key(s) in listed),
                                None)
             if layout.manifest_key in listed:
-                futures[day] = pool.submit(_check_day, job, control, layout, day, listed, sample,
+                futures[(day, source_prefix)] = pool.submit(_check_day, job, control, layout, day, listed, sample,
                                            random.Random(rng.random()), now, counter)
             elif layout.lease_key in listed:
                 continue  # a run is at work on it
@@ -177,7 +177,7 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
                     f"{ACTIONS['archive missing']} (with its manifest and index); deleted on purpose: remove the "
                     f"day from s3://{bucket}/{scrub_result_key(job)} and scrubs stop reporting it"))
         retrieval = 0.0
-        for day, future in futures.items():
+        for (day, _), future in futures.items():
             drift, sampled, sampled_bytes, dollars = future.result()
             retrieval += dollars
             result.checked += 1
@@ -188,6 +188,7 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
             else:
                 result.verified.append(day.isoformat())
     result.drift.sort(key=lambda d: d.day)
+    result.verified = sorted(set(result.verified) - {d.day for d in result.drift})  # every part of the day
     for d in result.drift:
         verdicts.setdefault(d.day, {"scrubbed": result.started, "drift": []})["drift"].append(
             {"kind": d.kind, "detail": d.detail, "action": d.action})

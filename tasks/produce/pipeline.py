@@ -23,6 +23,7 @@ from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.core.errors import EmptyPrefix, IntegrityError
 from s3arch.io.fetching import ByteBudget, Fetcher
 from s3arch.io.listing import ListingFeed
+from s3arch.io.sources import source_pages
 from s3arch.format.manifest import ArchiveLayout, ManifestWriter
 from s3arch.core.progress import Progress
 from s3arch.io.s3 import S3Clients
@@ -105,8 +106,9 @@ class _Stream:
         self.spec, self.clients, self.target, self.progress = spec, clients, target, progress
         self.coordinator = coordinator
         self.plan = MemoryPlan.for_spec(spec)
-        self.feed = ListingFeed(clients.control, spec.source.bucket, spec.source.key, tally=ListingTally(),
-                                start_after=target.start_after, last_key=target.last_key, pages=listed,
+        if listed is None:
+            listed = source_pages(clients.control, spec.source, target.start_after, target.last_key)
+        self.feed = ListingFeed(clients.control, spec.source.bucket, spec.source.key, tally=ListingTally(), pages=listed,
                                 coordinator=coordinator)
 
     def run(self) -> StreamedArchive:

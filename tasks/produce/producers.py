@@ -70,7 +70,7 @@ class OnThisMachine:
         # The source's size, in a thread of its own: a pipeline starts on its first page.
         spec = self.spec
         if not spec.segments and could_use_segments(spec):
-            self._sizing = SizingListing(self.clients.control, spec.source.bucket, spec.source.key,
+            self._sizing = SizingListing(self.clients.control, spec.source,
                                          spec.segment_min_objects, spec.segment_min_bytes)
 
     def produce(self, coordinator: StreamCoordinator) -> StreamedArchive:

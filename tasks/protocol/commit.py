@@ -306,10 +306,10 @@ class CommitProtocol:
         self._refuse_shrunken_source(committed)
 
     def _refuse_shrunken_source(self, committed: Committed) -> None:
-        from s3arch.io.listing import iter_pages
+        from s3arch.io.sources import source_pages
 
         archived = committed.summary["objects"]
-        now = sum(len(page) for page in iter_pages(self.control, self.spec.source.bucket, self.spec.source.key))
+        now = sum(len(page) for page in source_pages(self.control, self.spec.source))
         if now < archived:
             raise DestinationConflict(
                 f"{self.layout.manifest_url} holds {archived:,} objects, the source now only {now:,}: "

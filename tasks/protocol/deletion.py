@@ -97,13 +97,13 @@ def _archived(control, layout: ArchiveLayout) -> Iterator[dict]:
 
 def _delete_current(control, source: S3Url, layout: ArchiveLayout, result: DeletionResult,
                     stop: Callable[[], None]) -> None:
-    from s3arch.io.listing import iter_pages
+    from s3arch.io.sources import source_pages
 
     archived = _archived(control, layout)
     record = next(archived, None)
     batch: list[tuple[str, str]] = []
     limit = RECHECK_BATCH if result.method == "recheck" else BATCH
-    for page in iter_pages(control, source.bucket, source.key):
+    for page in source_pages(control, source):
         for obj in page:
             while record is not None and record["key"] < obj.key:
                 record = next(archived, None)
@@ -189,7 +189,8 @@ def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: Dele
     batch: list[dict] = []
     paginator = control.get_paginator("list_object_versions")
     try:
-        pages = iter(paginator.paginate(Bucket=source.bucket, Prefix=source.key))
+        pages = (page for prefix in source.prefixes  # a pattern's prefixes, in key order
+                 for page in paginator.paginate(Bucket=source.bucket, Prefix=prefix))
         for page in pages:
             for version in page.get("Versions", []):
                 while record is not None and record["key"] < version["Key"]:

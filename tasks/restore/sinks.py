@@ -48,9 +48,12 @@ class Writer(Protocol):
 
 
 def relative_key(key: str, prefix: str, original_keys: bool) -> str:
-    """Where an archived ``key`` goes under the target: relative to the archived prefix, or
-    whole with ``original_keys``."""
-    return key if original_keys or not key.startswith(prefix) else key[len(prefix):]
+    """Where an archived ``key`` goes under the target: relative to the archived prefix's
+    folder, or whole with ``original_keys``. A date inside key names (logs/2026-11-21-) stays
+    in the restored names, and a pattern's keys are taken from before its first '*'."""
+    folder = prefix.split("*", 1)[0]
+    folder = folder[:folder.rfind("/") + 1]
+    return key if original_keys or not key.startswith(folder) else key[len(folder):]
 
 
 class Discard:

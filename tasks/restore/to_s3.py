@@ -1,5 +1,5 @@
 """An extract's S3 target: each object under the target prefix, by its key relative to the
-archived prefix (or its full original key with ``original_keys``); small objects by one PUT,
+archived prefix's folder (or its full original key with ``original_keys``); small objects by one PUT,
 many in flight while the archive is read on, large ones by multipart upload completed only
 after the hash matched. Objects already there with the same content are skipped; different
 ones are left alone unless ``overwrite``. A small object's PUT is conditional

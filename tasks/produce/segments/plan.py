@@ -15,9 +15,10 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Callable, Iterator
 
-from s3arch.core.config import ArchiveSpec, WriteOptions
+from s3arch.core.config import ArchiveSpec, S3Url, WriteOptions
 from s3arch.core.errors import ArchiverError, EmptyPrefix
-from s3arch.io.listing import LISTING_WORKERS, RangeListing, iter_pages, key_order
+from s3arch.io.listing import key_order
+from s3arch.io.sources import resolved, source_listing, source_pages
 from s3arch.format.manifest import ArchiveLayout, layout_for
 from s3arch.format.tally import ListingTally
 from s3arch.format.tarwriter import END_OF_ARCHIVE, member_size
@@ -99,7 +100,8 @@ class PrefixSize:
 def size_prefix(control, bucket: str, prefix: str, min_objects: int, min_bytes: int) -> PrefixSize:
     """List ``prefix`` until it proves large or ends: at most ``min_objects / 1,000`` LISTs,
     so sizing a small prefix costs what listing it costs, and a large one no more."""
-    return SizingListing(control, bucket, prefix, min_objects, min_bytes).result()
+    source = resolved(control, S3Url(bucket, prefix))  # a pattern: the prefixes it expands to
+    return SizingListing(control, source, min_objects, min_bytes).result()
 
 
 SIZING_THREADS = 8  # prefixes sized at once (each is LISTs one after another, up to its threshold)
@@ -150,8 +152,8 @@ class SizingListing:
     pipeline's listing raises ``PrefixIsLarge``; the pages listed are kept for ``result``
     (at most the threshold's worth)."""
 
-    def __init__(self, control, bucket: str, prefix: str, min_objects: int, min_bytes: int):
-        self._control, self._bucket, self._prefix = control, bucket, prefix
+    def __init__(self, control, source: S3Url, min_objects: int, min_bytes: int):
+        self._control, self._source = control, source
         self._min_objects, self._min_bytes = min_objects, min_bytes
         self._pages: list = []
         self._done = False
@@ -164,7 +166,7 @@ class SizingListing:
     def _list(self) -> None:
         objects = size = 0
         try:
-            for page in iter_pages(self._control, self._bucket, self._prefix):
+            for page in source_pages(self._control, self._source):
                 objects += len(page)
                 size += sum(o.size for o in page)
                 with self._cond:
@@ -203,7 +205,7 @@ class SizingListing:
                 self._cond.wait()
         if self._error is not None:
             raise self._error
-        return PrefixSize(self._prefix, sum(map(len, self._pages)), sum(o.size for p in self._pages for o in p),
+        return PrefixSize(self._source.key, sum(map(len, self._pages)), sum(o.size for p in self._pages for o in p),
                           not self._large, time.monotonic() - self._started, max(1, len(self._pages)))
 
 
@@ -251,7 +253,7 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int,
     pages: list[_Page] = []
     tally = ListingTally(member_size)  # exact: the segments' tar offsets follow from it
     layout = layout_for(spec.source, spec.destination)
-    listing = RangeListing(control, spec.source.bucket, spec.source.key, workers=LISTING_WORKERS, ordered=False)
+    listing = source_listing(control, spec.source)
     recorder = ListingRecorder(spec.write_options, control, layout, run)
     try:
         for source, page in listing.by_range():

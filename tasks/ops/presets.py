@@ -1,0 +1,60 @@
+"""Presets: the key layouts AWS writes its own logs in, as a job's ``prefix_template``.
+
+``preset: cloudtrail`` (with ``filters`` and ``layout``) stands for the template AWS documents
+for that service; each ``{name}`` below is a wildcard (``*``) unless ``filters`` names its
+value. The job's ``source`` is the bucket and the prefix the service was told to write under
+(``s3://trail-bucket/`` or ``s3://logs/access/``). docs/JOBS.md, "AWS log presets".
+"""
+
+from __future__ import annotations
+
+import re
+
+from s3arch.core.errors import BadArgument
+
+# preset -> layout -> template; the first layout is the default.
+PRESETS: dict[str, dict[str, str]] = {
+    "cloudtrail": {
+        "data": "AWSLogs/{organization}/{account}/CloudTrail/{region}/{date:%Y/%m/%d}/",
+        "digest": "AWSLogs/{organization}/{account}/CloudTrail-Digest/{region}/{date:%Y/%m/%d}/",
+        "account-trail": "AWSLogs/{account}/CloudTrail/{region}/{date:%Y/%m/%d}/",
+        "account-trail-digest": "AWSLogs/{account}/CloudTrail-Digest/{region}/{date:%Y/%m/%d}/",
+    },
+    "alb": {"data": "AWSLogs/{account}/elasticloadbalancing/{region}/{date:%Y/%m/%d}/"},
+    "vpc-flow-logs": {
+        "plain": "AWSLogs/{account}/vpcflowlogs/{region}/{date:%Y/%m/%d}/",
+        "hive": "AWSLogs/aws-account-id={account}/aws-service=vpcflowlogs/aws-region={region}/"
+                "year={date:%Y/month=%m/day=%d}/",
+    },
+    "s3-access-logs": {
+        "simple": "{date:%Y-%m-%d}-",
+        "partitioned": "{account}/{region}/{bucket}/{date:%Y/%m/%d}/",
+    },
+    "cloudfront": {"data": "{distribution}.{date:%Y-%m-%d}-"},
+    "config": {"data": "AWSLogs/{account}/Config/{region}/{date:%Y/%-m/%-d}/"},
+    "waf": {"data": "AWSLogs/{account}/WAFLogs/{region}/{web_acl}/{date:%Y/%m/%d}/"},
+    "firehose": {"data": "{date:%Y/%m/%d}/"},
+}
+
+_NAME = re.compile(r"\{([a-z_]+)\}")
+
+
+def preset_template(job: str, preset: str, layout: str | None, filters: dict) -> tuple[str, list[str]]:
+    """(``prefix_template``, the names of its wildcards in order) of a preset."""
+    layouts = PRESETS.get(preset)
+    if layouts is None:
+        raise BadArgument(f"job {job!r}: unknown preset {preset!r}", hint=f"presets: {', '.join(PRESETS)}")
+    template = layouts.get(layout or next(iter(layouts)))
+    if template is None:
+        raise BadArgument(f"job {job!r}: preset {preset} has no layout {layout!r}",
+                          hint=f"its layouts: {', '.join(layouts)}")
+    names = _NAME.findall(template)
+    unknown = sorted(set(filters) - set(names))
+    if unknown:
+        raise BadArgument(f"job {job!r}: preset {preset} (layout {layout or next(iter(layouts))}) has no filter "
+                          f"{', '.join(unknown)}", hint=f"its filters: {', '.join(names) or 'none'}")
+    for name, value in filters.items():
+        if not re.fullmatch(r"[^/*{}]+", str(value)):
+            raise BadArgument(f"job {job!r}: filter {name}={value!r} must be one path segment's value")
+    wildcards = [n for n in names if n not in filters]
+    return _NAME.sub(lambda m: str(filters.get(m.group(1), "*")), template), wildcards
