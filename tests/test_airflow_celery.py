@@ -144,15 +144,17 @@ def stall_gets_of(airflow, day: date, count: int, seconds: float) -> Fault:
     return fault
 
 
-def kill_worker_running(airflow, run_id, task_id, stalled: Fault, host_lost=False) -> tuple[str, dict, float]:
-    """Wait until a ``task_id`` instance of the run is running and ``stalled`` holds one of its
-    GETs, SIGKILL the process group of the worker it runs on (``host_lost``: and its task
-    processes); (worker, that task instance, when)."""
+def kill_worker_running(airflow, run_id, task_id, stalled: Fault, host_lost=False, busy=None) -> tuple[str, dict, float]:
+    """Wait until a ``task_id`` instance of the run is running, ``stalled`` holds one of its
+    GETs (and ``busy()`` says it is at work, if given), SIGKILL the process group of the worker
+    it runs on (``host_lost``: and its task processes); (worker, that task instance, when)."""
     def running():
         return next((ti for ti in task_instances(airflow, run_id)
                      if ti["task_id"] == task_id and ti["state"] == "running" and ti["hostname"] in HOSTS), None)
     ti = wait_for(running, 180, f"a {task_id} task to run", airflow)
     assert wait_until(lambda: stalled.injected, 120), "no GET of the task was held"
+    if busy:
+        wait_for(busy, 60, f"the {task_id} task to be at work", airflow)
     worker = HOSTS[ti["hostname"]]
     airflow.kill_worker(worker, host_lost=host_lost)
     return worker, ti, time.monotonic()
@@ -244,8 +246,10 @@ def test_worker_lost_mid_archive_the_retry_on_the_other_worker_commits_once(cele
     seeded = seed_day(airflow.s3, airflow.src, TEMPLATE, day, files_per_hour=2, lines_per_file=20)  # 48: one task
     stalled = stall_gets_of(airflow, day, count=2, seconds=30)
     run_id = trigger(airflow, {"date_from": f"{day}", "date_to": f"{day}"})
-    worker, killed, when = kill_worker_running(airflow, run_id, "archive", stalled, host_lost=True)
     lease = f"archive/{airflow.src}/{day:logs/%Y/%m/%d}.lease.json"
+    # Killed once it holds the prefix's lease (a loaded machine may take seconds to get there).
+    worker, killed, when = kill_worker_running(airflow, run_id, "archive", stalled, host_lost=True,
+                                               busy=lambda: lease in keys_in(airflow.s3, airflow.dst))
     assert lease in keys_in(airflow.s3, airflow.dst)  # the dead worker's lease is left behind
     recovered = green_again(airflow, run_id, worker, when)
     attempts = tries(airflow, run_id, "archive", killed["map_index"])

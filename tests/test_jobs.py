@@ -7,7 +7,7 @@ from datetime import date, timedelta
 import pytest
 
 from s3arch.core.errors import BadArgument
-from s3arch.ops.jobs import batches, job_from_dict, load_jobs, plan
+from s3arch.ops.jobs import SPREAD_TASKS, archive_batches, batches, job_from_dict, load_jobs, plan
 
 JOB = {"source": "s3://app-logs/", "prefix_template": "logs/{date:%Y/%m/%d}/",
        "destination": "s3://vault/archive/", "min_age_days": 2}
@@ -24,6 +24,20 @@ def test_three_year_backfill_fits_max_map_length_in_batches_covering_every_date(
     assert len(planned) <= 1024
     assert [p for batch in planned for p in batch] == days
     assert batches(days[:1024], 1024) == [[p] for p in days[:1024]]  # no batching when it fits
+
+
+def test_a_year_is_spread_over_tens_of_archive_tasks_of_consecutive_days():
+    days = plan(job(), date_from="2025-01-01", date_to="2025-12-31")
+    tasks = archive_batches(days, 1024)
+    assert SPREAD_TASKS - 2 <= len(tasks) <= SPREAD_TASKS
+    assert [p for batch in tasks for p in batch] == days
+    assert max(map(len, tasks)) == 12
+    assert len(archive_batches(days, 10)) <= 10  # max_map_length still holds
+
+
+def test_a_month_or_less_keeps_one_archive_task_per_day_for_on_call():
+    days = plan(job(), date_from="2025-01-01", date_to="2025-01-31")
+    assert archive_batches(days, 1024) == [[p] for p in days]
 
 
 def test_scheduled_run_archives_the_logical_date_minus_the_age():

@@ -19,7 +19,7 @@ import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from airflow.sdk import DAG, AssetAlias, Param, TaskGroup, TriggerRule, task
+from airflow.sdk import DAG, AssetAlias, Param, TriggerRule, task
 
 from s3arch.ops.jobs import ArchiveJob, load_jobs
 from s3arch_airflow.operators import (ROWS_XCOM_KEY, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
@@ -32,12 +32,14 @@ JOBS_FILE_ENV = "S3ARCH_JOBS_FILE"
 ARCHIVE_DOC = """Archive DAGs: one per job in the jobs file (docs/JOBS.md), named ``s3_archive__<job>``.
 
 Each run plans its prefixes (the logical date minus the job's age for scheduled runs and
-backfills; a date range or explicit prefixes from the trigger form), archives one mapped
-task per prefix, then reports. For a job with ``segments`` > 1, prefixes above its threshold
-are archived by a ``prepare`` task, ``segments`` mapped ``segment`` tasks named
-``<prefix> [k/N]`` that may run on any worker, and an ``assemble`` task. On-call re-runs one prefix by clearing its mapped task in the
-UI, or by triggering with ``{"prefixes": ["<prefix>"]}``; a prefix already archived is skipped
-unless ``overwrite`` is set.
+backfills; a date range or explicit prefixes from the trigger form), archives them in mapped
+tasks (one per prefix; a range longer than a month shares 32 tasks, consecutive days each),
+then reports. For a job with ``segments`` > 1, a ``size`` task lists each prefix up to its
+threshold; the large ones are archived by a ``prepare`` task, ``segments`` mapped ``segment``
+tasks named ``<prefix> [k/N]`` that may run on any worker, and an ``assemble`` task. On-call
+re-runs a prefix by clearing its mapped task in the UI (a task of several days re-runs only
+those not archived yet), or by triggering with ``{"prefixes": ["<prefix>"]}``; a prefix
+already archived is skipped unless ``overwrite`` is set.
 """
 
 RESTORE_DOC = """Restore DAGs: one per job in the jobs file (docs/RESTORE.md), named ``s3_restore__<job>``.
@@ -105,7 +107,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
         def plan_prefixes(params: dict, dag_run=None, logical_date=None) -> list[list[str]]:
             from s3arch_airflow.compat import conf
 
-            from s3arch.ops.jobs import batches, plan
+            from s3arch.ops.jobs import archive_batches, plan
             from s3arch_airflow.failures import fail_task
 
             reference = logical_date or dag_run.run_after
@@ -116,60 +118,12 @@ def archive_dag(job: ArchiveJob) -> DAG:
                 fail_task("bad parameters, nothing was started", exc)
             if job.split_by:  # one task per value of the split wildcard (an account's day, say)
                 prefixes = split_source_names(job, prefixes)
-            planned = batches(prefixes, conf.getint("core", "max_map_length"))
+            planned = archive_batches(prefixes, conf.getint("core", "max_map_length"))
             print(f"{len(prefixes)} prefix(es) in {len(planned)} task(s): "
                   f"{prefixes[0]}{' .. ' + prefixes[-1] if len(prefixes) > 1 else ''}")
             return planned
 
         planned = plan_prefixes()  # type: ignore[call-arg, misc]  # params come from the context
-
-        # The graph shows plan -> size -> archive | prepare -> segment -> assemble -> report:
-        # Airflow maps only over a task's whole return value, so the three lists the sizing
-        # makes are handed out by three one-line tasks folded into the size group.
-        with TaskGroup("size", tooltip="Which prefixes are large enough for segment tasks"):
-            @task(task_id="measure", execution_timeout=timedelta(minutes=30), **job_retry_args(job))
-            def size_prefixes(planned: list[list[str]]) -> dict:
-                """Large prefixes go to segment tasks: each prefix is listed up to the job's
-                threshold (no listing at all for a job without segments). Retried as the
-                archive tasks are: only what another try can help."""
-                from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-                from s3arch_airflow.failures import fail_task
-                from s3arch_airflow.operators import engine_clients
-
-                from s3arch.ops.jobs import split_by_size
-
-                try:
-                    control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner,
-                                             job.throttle_budget).control if job.segment_tasks else None
-                    split = split_by_size(job, planned, control)
-                except BaseException as exc:
-                    fail_task("sizing the prefixes", exc)
-                for size in split["sizes"]:
-                    print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} "
-                          f"objects, {size['bytes']:,} bytes ({size['requests']} LIST requests, "
-                          f"{size['seconds']:.2f}s)")
-                if split["large"]:
-                    print(f"{len(split['large'])} prefix(es) in {job.segment_tasks} segments each: "
-                          f"{', '.join(split['large'])}")
-                return split
-
-            sized = size_prefixes(planned)  # type: ignore[arg-type]  # an XComArg, resolved at run time
-
-            @task(task_id="small")
-            def small_prefixes(split: dict) -> list[list[str]]:
-                return split["batches"]
-
-            @task(task_id="large")
-            def large_prefixes(split: dict) -> list[str]:
-                return split["large"]
-
-            @task(task_id="segments")
-            def segment_tasks(split: dict) -> list[dict]:
-                return split["segments"]
-
-            small = small_prefixes(sized)  # type: ignore[arg-type]
-            large = large_prefixes(sized)  # type: ignore[arg-type]
-            segment_kwargs = segment_tasks(sized)  # type: ignore[arg-type]
 
         # What every step of this job shares; each operator takes only its own on top.
         step = dict(
@@ -184,31 +138,69 @@ def archive_dag(job: ArchiveJob) -> DAG:
         deleting = dict(delete_source=job.delete_source, delete_versions=job.delete_versions)
         outlets = [AssetAlias(f"s3_archive__{job.name}")]  # one asset event per archive made
 
+        # A job with segment tasks sizes the planned prefixes; its archive tasks leave the
+        # large ones to the segment tasks.
+        assembled, large = segment_path(job, planned, step, deleting, outlets) if job.segment_tasks else (None, None)
         archived = S3ArchivePrefixOperator.partial(
-            task_id="archive", outlets=outlets, allow_empty=job.allow_empty, **deleting, **step).expand(prefix=small)
-        prepared = S3PrepareSegmentsOperator.partial(task_id="prepare", segments=job.segment_tasks, **step).expand(
-            prefix=large)
-        # all_done, here and for the assemblies: Airflow cannot make segment task i wait for
-        # prepare task i alone (a mapped task depends on every instance of a mapped upstream),
-        # so each segment task checks its own prefix's plan instead. A prefix whose prepare
-        # failed has no plan: its segment tasks fail saying so, the other prefixes' archive.
-        segmented = S3ArchiveSegmentOperator.partial(task_id="segment", trigger_rule=TriggerRule.ALL_DONE,
-                                                     **step).expand_kwargs(segment_kwargs)
-        # all_done: each assembly checks its own segments, so one prefix's failed segment
-        # does not hold back the others' assemblies.
-        assembled = S3AssembleSegmentsOperator.partial(
-            task_id="assemble", outlets=outlets, segments=job.segment_tasks, trigger_rule=TriggerRule.ALL_DONE,
-            **deleting, **step).expand(prefix=large)
-        prepared >> segmented >> assembled
+            task_id="archive", outlets=outlets, allow_empty=job.allow_empty, segmented=large, **deleting,
+            **step).expand(prefix=planned)
 
         @task(task_id="report", trigger_rule=TriggerRule.ALL_DONE, execution_timeout=timedelta(minutes=10))
         def report(ti=None) -> list[dict]:
             from s3arch_airflow.report import report_run
 
-            return report_run(ti, task_id="archive", rows_key=ROWS_XCOM_KEY, segmented_task_id="assemble")
+            return report_run(ti, task_id="archive", rows_key=ROWS_XCOM_KEY,
+                              segmented_task_id="assemble" if job.segment_tasks else None)
 
-        [archived, assembled] >> report()
+        [archived, *([assembled] if assembled else [])] >> report()
     return dag
+
+
+def segment_path(job: ArchiveJob, planned, step: dict, deleting: dict, outlets: list):
+    """The large prefixes of a job with segment tasks: sized, then each prepared, produced as
+    ``job.segments`` segment tasks on any workers, and assembled. Returns the assemble task and
+    the size task's result (the large prefixes)."""
+
+    @task(task_id="size", execution_timeout=timedelta(minutes=30), **job_retry_args(job))
+    def size_prefixes(planned: list[list[str]]) -> list[str]:
+        """Each prefix is listed up to the job's threshold: the large ones go to segment tasks.
+        Retried as the archive tasks are: only what another try can help."""
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+        from s3arch_airflow.failures import fail_task
+        from s3arch_airflow.operators import engine_clients
+
+        from s3arch.ops.jobs import split_by_size
+
+        try:
+            control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner,
+                                     job.throttle_budget).control
+            split = split_by_size(job, planned, control)
+        except BaseException as exc:
+            fail_task("sizing the prefixes", exc)
+        for size in split["sizes"]:
+            print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} "
+                  f"objects, {size['bytes']:,} bytes ({size['requests']} LIST requests, {size['seconds']:.2f}s)")
+        if split["large"]:
+            print(f"{len(split['large'])} prefix(es) in {job.segment_tasks} segments each: {', '.join(split['large'])}")
+        return split["large"]
+
+    large = size_prefixes(planned)  # an XComArg, resolved at run time
+    prepared = S3PrepareSegmentsOperator.partial(task_id="prepare", segments=job.segment_tasks, **step).expand(
+        prefix=large)
+    # all_done, here and for the assemblies: Airflow cannot make segment task i wait for
+    # prepare task i alone (a mapped task depends on every instance of a mapped upstream),
+    # so each segment task checks its own prefix's plan instead. A prefix whose prepare
+    # failed has no plan: its segment tasks fail saying so, the other prefixes' archive.
+    segmented = S3ArchiveSegmentOperator.partial(
+        task_id="segment", segments=job.segment_tasks, trigger_rule=TriggerRule.ALL_DONE, **step).expand(
+        prefix=large, segment=list(range(job.segment_tasks)))
+    # all_done: each assembly checks its own segments, so one prefix's failed segment
+    # does not hold back the others' assemblies.
+    assembled = S3AssembleSegmentsOperator.partial(
+        task_id="assemble", outlets=outlets, segments=job.segment_tasks, trigger_rule=TriggerRule.ALL_DONE,
+        **deleting, **step).expand(prefix=large)
+    prepared >> segmented >> assembled
+    return assembled, large
 
 
 RESTORE_PARAMS = {
@@ -315,13 +307,11 @@ def split_source_names(job: ArchiveJob, names: list[str]) -> list[str]:
     """A split job's day names, one per value of its ``split_by`` wildcard (delimiter LISTs
     of the source bucket); a pattern that matches nothing fails the run before any task."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from s3arch.core.errors import BadArgument
+    from s3arch_airflow.failures import fail_task
     from s3arch_airflow.operators import engine_clients
 
-    control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner, job.throttle_budget).control
     try:
+        control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner, job.throttle_budget).control
         return job.split(control, names)
-    except BadArgument as exc:
-        raise AirflowFailException(f"nothing was started: {exc}") from exc
+    except BaseException as exc:
+        fail_task("nothing was started", exc)

@@ -252,7 +252,10 @@ class S3ArchivePrefixOperator(S3ArchiveBaseOperator):
     """Archive ``prefix`` of ``source_bucket`` under ``destination`` (s3://BUCKET/PREFIX/).
 
     ``prefix`` may also be a list of prefixes, archived one after the other: the archive DAG
-    uses that only when a range holds more dates than Airflow's ``max_map_length``.
+    gives a task several consecutive days of a range longer than a month (``SPREAD_TASKS``),
+    so a year is tens of task instances; a try archives only the days not archived yet
+    (the others are ``skipped``), so clearing the task re-runs just its failed days.
+    ``segmented``: prefixes archived by segment tasks instead, which this task leaves alone.
 
     The task result (and the ``archive_rows`` XCom) is one row per prefix: prefix, status,
     objects, bytes_in, bytes_out, ratio, seconds, archive, manifest, error.
@@ -266,12 +269,13 @@ class S3ArchivePrefixOperator(S3ArchiveBaseOperator):
     configured), tagged with the storage class and status.
     """
 
-    template_fields: Sequence[str] = (*S3ArchiveBaseOperator.template_fields, "prefix")
+    template_fields: Sequence[str] = (*S3ArchiveBaseOperator.template_fields, "prefix", "segmented")
 
     def __init__(self, *, prefix: str | list[str], delete_source: bool = False, delete_versions: bool = False,
-                 allow_empty: bool = False, **kwargs):
+                 allow_empty: bool = False, segmented: list[str] | None = None, **kwargs):
         super().__init__(**kwargs)
         self.prefix = prefix
+        self.segmented = segmented
         self.delete_source = delete_source
         self.delete_versions = delete_versions
         self.allow_empty = allow_empty
@@ -289,7 +293,10 @@ class S3ArchivePrefixOperator(S3ArchiveBaseOperator):
         return f"{prefixes[0]} .. {prefixes[-1]} ({len(prefixes)} prefixes)"
 
     def execute(self, context: Context) -> list[dict]:
-        return self._run_each(context, self.prefixes, lambda clients, prefix: self._archive(clients, prefix, context))
+        prefixes = [p for p in self.prefixes if p not in (self.segmented or ())]
+        if len(prefixes) < len(self.prefixes):
+            self.log.info("left to segment tasks: %s", ", ".join(p for p in self.prefixes if p not in prefixes))
+        return self._run_each(context, prefixes, lambda clients, prefix: self._archive(clients, prefix, context))
 
     def _archive(self, clients, prefix: str, context: Context) -> dict:
         from s3arch.archive import archive_prefix

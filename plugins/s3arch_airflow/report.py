@@ -10,9 +10,9 @@ COLUMNS = ("prefix", "status", "objects", "bytes_in", "bytes_out", "ratio", "sec
            "$/month separate", "archive")
 # Shown when a prefix was archived as segments: how many, and where its time went.
 SEGMENT_COLUMNS = ("segments", "plan s", "slowest segment s", "assembly s")
-# The archive DAG's sizing task (inside its "size" group), whose split says which prefixes
-# went to archive tasks and which to segment tasks.
-SIZE_TASK_ID = "size.measure"
+# The archive DAG's sizing task: its result is the prefixes that went to segment tasks
+# (the archive tasks leave them alone).
+SIZE_TASK_ID = "size"
 # Shown when a prefix's archive is under Object Lock (docs/SECURITY.md).
 LOCK_COLUMNS = ("locked",)
 RESTORE_COLUMNS = ("prefix", "status", "objects", "bytes_in", "skipped", "seconds", "target")
@@ -79,8 +79,8 @@ def report_run(ti, *, task_id: str, rows_key: str, columns: tuple[str, ...] = CO
                segmented_task_id: str | None = None) -> list[dict]:
     """The report task of both DAGs: a table of every planned prefix, failing the run if any
     prefix failed. The plan task returned batches of prefixes (archive) or prefixes (restore);
-    with ``segmented_task_id``, the size task's split says which prefixes went to ``task_id``
-    in batches and which to segment tasks ending in ``segmented_task_id``."""
+    with ``segmented_task_id``, the size task's result says which prefixes went to segment
+    tasks ending in ``segmented_task_id`` instead."""
     from s3arch_airflow.compat import AirflowFailException
 
     planned = ti.xcom_pull(task_ids="plan")
@@ -89,8 +89,7 @@ def report_run(ti, *, task_id: str, rows_key: str, columns: tuple[str, ...] = CO
     batches = [p if isinstance(p, list) else [p] for p in planned]
     mapped = {task_id: len(batches)}
     if segmented_task_id:
-        split = ti.xcom_pull(task_ids=SIZE_TASK_ID) or {}
-        mapped = {task_id: len(split.get("batches") or []), segmented_task_id: len(split.get("large") or [])}
+        mapped[segmented_task_id] = len(ti.xcom_pull(task_ids=SIZE_TASK_ID) or [])
     pushed: list = []
     for task, count in mapped.items():
         if count:

@@ -466,21 +466,29 @@ def batches(prefixes: list[str], max_tasks: int) -> list[list[str]]:
     return [prefixes[i:i + per_task] for i in range(0, len(prefixes), per_task)]
 
 
+# A long range is spread over this many archive tasks, consecutive days sharing one: a year of
+# days is 32 task instances, not 365 (each costs Airflow seconds to start and record:
+# bench/results/backfill-365.json). A range of at most this many days keeps one task per day:
+# what on-call clears is the day itself.
+SPREAD_TASKS = 32
+
+
+def archive_batches(prefixes: list[str], max_tasks: int) -> list[list[str]]:
+    """The archive tasks' batches of a run's prefixes: one prefix each for up to
+    ``SPREAD_TASKS`` of them, else ``SPREAD_TASKS`` consecutive near-equal batches; never more
+    than ``max_tasks`` (Airflow's max_map_length)."""
+    return batches(prefixes, min(SPREAD_TASKS, max_tasks))
+
+
 def split_by_size(job: ArchiveJob, planned: list[list[str]], control) -> dict:
-    """The archive DAG's fan-out: with ``job.segments`` >= 2, each planned prefix is sized (a
-    listing up to the job's threshold); large ones become ``job.segments`` segment tasks and
-    an assemble task, the rest stay in their batches. Returns the batches, the large prefixes,
-    one kwargs dict per segment task, and what sizing found and cost."""
-    if not job.segment_tasks:
-        return {"batches": planned, "large": [], "segments": [], "sizes": []}
+    """The large prefixes of a job with segment tasks (``job.segments`` >= 2): each planned
+    prefix is sized (a listing up to the job's threshold) and large ones become
+    ``job.segments`` segment tasks and an assemble task; their archive tasks leave them alone.
+    Returns the large prefixes, in plan order, and what sizing found and cost."""
     from s3arch.produce.segments import size_prefixes
 
     sizes = size_prefixes(control, job.source.bucket, [prefix for batch in planned for prefix in batch],
                           job.segment_min_objects, job.segment_min_bytes)
-    large = [s.prefix for s in sizes if s.large(job.segment_min_objects, job.segment_min_bytes)]
-    batches = [kept for batch in planned if (kept := [p for p in batch if p not in large])]
-    return {"batches": batches, "large": large,
-            "segments": [{"prefix": p, "segment": k, "segments": job.segment_tasks} for p in large
-                         for k in range(job.segment_tasks)],
+    return {"large": [s.prefix for s in sizes if s.large(job.segment_min_objects, job.segment_min_bytes)],
             "sizes": [{"prefix": s.prefix, "objects": s.objects, "bytes": s.bytes, "complete": s.complete,
                        "seconds": round(s.seconds, 3), "requests": s.requests} for s in sizes]}
