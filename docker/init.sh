@@ -48,7 +48,7 @@ if days:
     sys.path.insert(0, os.environ.get("S3ARCH_SAMPLE_DATA_DIR", "/opt/s3arch/devtools"))
     from sample_data import seed_day
 
-    from s3arch.jobs import load_jobs
+    from s3arch.ops.jobs import load_jobs
 
     today = datetime.now(timezone.utc).date()
     for job in load_jobs(os.environ.get("S3ARCH_JOBS_FILE", "/opt/airflow/dags/archive_jobs.yaml")).values():

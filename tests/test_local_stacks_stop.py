@@ -30,6 +30,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+
+pytestmark = pytest.mark.slow  # starts and stops the local Airflow stacks
+
+
 ROOT = Path(__file__).resolve().parent.parent
 UP = "Ctrl-C stops everything."
 
@@ -76,10 +80,6 @@ STAND_IN = """
 import sys, time
 sys.path.insert(0, {root!r})
 from devtools.stopping import spawn, stop_all_started, stop_on_signals, stop_processes, stopping
-
-
-pytestmark = pytest.mark.slow  # starts and stops the local Airflow stacks
-
 
 stop_on_signals()
 slow = deaf = None

@@ -32,6 +32,10 @@ from pathlib import Path
 
 import pytest
 
+
+pytestmark = pytest.mark.slow  # builds a wheel and installs it into new venvs
+
+
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "constraints.txt"
 WHEELHOUSE = ROOT / ".cache" / "package-wheels"
@@ -214,10 +218,6 @@ from airflow import plugins_manager
 from airflow.dag_processing.dagbag import DagBag
 from airflow.providers_manager import ProvidersManager
 import s3arch_airflow
-
-
-pytestmark = pytest.mark.slow  # builds a wheel and installs it into new venvs
-
 
 class Warnings(logging.Handler):  # what Airflow logs at WARNING or above while it finds the providers
     seen = []
