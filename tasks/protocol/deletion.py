@@ -32,6 +32,7 @@ from typing import Callable, Iterator
 from s3arch.io.attributes import lock_reason
 from s3arch.core.config import S3Url
 from s3arch.core.errors import IO_ERRORS, ArchiverError, error_for, SourceDeletionFailed, status_of, translate
+from s3arch.format.day import Part, day_records
 from s3arch.format.manifest import ArchiveLayout, iter_manifest
 
 BATCH = 1000
@@ -70,18 +71,20 @@ class DeletionResult:
 
 
 def delete_archived_sources(control, source: S3Url, layout: ArchiveLayout, *, versions: bool = False,
-                            stop: Callable[[], None] = lambda: None) -> DeletionResult:
+                            stop: Callable[[], None] = lambda: None, parts: list[Part] | None = None) -> DeletionResult:
     """``stop`` is called before each batch is sent and raises to end the deletion there (a
     run whose lease was lost must delete nothing more); what it raises is the cause of the
-    ``SourceDeletionFailed``."""
+    ``SourceDeletionFailed``. ``parts``: the day's committed parts (tasks/format/day.py), whose
+    records, each key's latest, are what may be deleted; by default ``layout``'s manifest."""
+    archived = (lambda: day_records(control, parts)) if parts else (lambda: _archived(control, layout))
     result = DeletionResult(versioned=_is_versioned(control, source.bucket))
     try:
         if versions and result.versioned:
             result.method = "versions"
-            _delete_versions(control, source, layout, result, stop)
+            _delete_versions(control, source, archived(), result, stop)
         else:
             result.method = "etag" if _endpoint_honours_etag(control, layout) else "recheck"
-            _delete_current(control, source, layout, result, stop)
+            _delete_current(control, source, archived(), result, stop)
     except ArchiverError as exc:
         raise SourceDeletionFailed(
             f"deleted {result.deleted:,} archived source objects under {source}, then stopped",
@@ -95,11 +98,10 @@ def _archived(control, layout: ArchiveLayout) -> Iterator[dict]:
     return (r for r in iter_manifest(control, layout) if r["type"] == "object")
 
 
-def _delete_current(control, source: S3Url, layout: ArchiveLayout, result: DeletionResult,
+def _delete_current(control, source: S3Url, archived: Iterator[dict], result: DeletionResult,
                     stop: Callable[[], None]) -> None:
     from s3arch.io.listing import iter_pages
 
-    archived = _archived(control, layout)
     record = next(archived, None)
     batch: list[tuple[str, str]] = []
     limit = RECHECK_BATCH if result.method == "recheck" else BATCH
@@ -182,9 +184,8 @@ def _refused_by_lock(error: dict) -> bool:
         any(word in message for word in ("lock", "worm", "retention"))
 
 
-def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: DeletionResult,
+def _delete_versions(control, source: S3Url, archived: Iterator[dict], result: DeletionResult,
                      stop: Callable[[], None]) -> None:
-    archived = _archived(control, layout)
     record = next(archived, None)
     batch: list[dict] = []
     paginator = control.get_paginator("list_object_versions")

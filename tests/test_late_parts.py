@@ -1,0 +1,136 @@
+"""Late arrivals against a real MinIO: a re-run of an archived day archives what landed (or
+was rewritten) since as the day's next part, readers see the day whole, --delete-source
+deletes exactly what the parts hold, and a re-run with nothing new is one listing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+from collections import Counter
+
+import pytest
+
+from helpers import keys_in, read_archive, run_cli, run_json, seed
+
+from s3arch.archive import archive_prefix
+from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.core.errors import ConcurrentRun
+
+PREFIX = "logs/2026/11/21/"
+STEM = "vault/{src}/logs/2026/11/21"
+
+
+def _day(n: int, start: int = 0) -> dict[str, bytes]:
+    return {f"{PREFIX}{i:04d}.log": f"line {i}\n".encode() * 50 for i in range(start, start + n)}
+
+
+def _spec(src: str, dst: str, **kw) -> ArchiveSpec:
+    return ArchiveSpec(source=S3Url(src, PREFIX), destination=S3Url(dst, "vault/"), storage_class="STANDARD", **kw)
+
+
+def _requests(clients) -> Counter:
+    """Every request the control client sends, by (method, what): a LIST, a GET of a key."""
+    seen: Counter = Counter()
+
+    def count(request, **_):
+        method, url = request.method, request.url.split("?")[0]
+        what = "LIST" if method == "GET" and url.rstrip("/").count("/") == 3 else url.rsplit("/", 1)[-1]
+        seen[(method, what)] += 1
+
+    clients.control.meta.events.register("before-send.s3", count)
+    return seen
+
+
+@pytest.fixture
+def archived_day(s3, buckets, clients):
+    src, dst = buckets
+    seed(s3, src, _day(30))
+    first = archive_prefix(_spec(src, dst), clients)
+    assert first.status == "archived" and first.objects == 30
+    return src, dst
+
+
+def test_late_and_rewritten_objects_become_the_days_second_part(s3, archived_day, clients):
+    src, dst = archived_day
+    seed(s3, src, _day(2, start=100))  # landed after the day was archived
+    s3.put_object(Bucket=src, Key=f"{PREFIX}0003.log", Body=b"rewritten\n")
+    result = archive_prefix(_spec(src, dst), clients)
+    stem = STEM.format(src=src)
+    assert (result.status, result.part, result.late) == ("archived", 2, 3)
+    assert result.manifest == f"s3://{dst}/{stem}.part-0002.manifest.jsonl.gz"
+    members = read_archive(s3, dst, f"{stem}.part-0002.tar.gz")
+    assert sorted(members) == [f"{PREFIX}0003.log", f"{PREFIX}0100.log", f"{PREFIX}0101.log"]
+    assert members[f"{PREFIX}0003.log"] == b"rewritten\n"
+    index = json.loads(s3.get_object(Bucket=dst, Key=f"{stem}.parts.json")["Body"].read())
+    assert [p["part"] for p in index["parts"]] == [1, 2] and index["current"]["objects"] == 32
+    header = json.loads(gzip.decompress(
+        s3.get_object(Bucket=dst, Key=f"{stem}.part-0002.manifest.jsonl.gz")["Body"].read()).split(b"\n")[0])
+    assert (header["part"], header["day"]) == (2, f"{stem}.manifest.jsonl.gz")
+
+
+def test_rerun_with_nothing_new_is_one_listing_and_reads_no_manifest(s3, archived_day, clients):
+    src, dst = archived_day
+    seed(s3, src, _day(1, start=100))
+    assert archive_prefix(_spec(src, dst), clients).part == 2  # writes the day index
+    seen = _requests(clients)
+    again = archive_prefix(_spec(src, dst), clients)
+    assert (again.status, again.part, again.objects) == ("skipped", 2, 31)
+    assert not [what for (method, what) in seen if method == "GET" and "manifest.jsonl" in what]
+    assert seen[("PUT", "logs/2026/11/21.lease.json")] == 0  # wrote nothing, not even the lease
+    lists = sum(n for (method, what), n in seen.items() if what == "LIST")
+    assert 1 <= lists <= 4, seen  # the source once, the parts, the uploads of dead runs
+
+
+def test_first_recheck_of_an_old_day_reads_its_manifest_once_then_never(s3, archived_day, clients):
+    src, dst = archived_day
+    assert archive_prefix(_spec(src, dst), clients).status == "skipped"  # records the day index
+    assert f"{STEM.format(src=src)}.parts.json" in keys_in(s3, dst)
+    seen = _requests(clients)
+    assert archive_prefix(_spec(src, dst), clients).status == "skipped"
+    assert not [what for (method, what) in seen if method == "GET" and "manifest.jsonl" in what]
+
+
+def test_dry_run_reports_the_late_objects_and_writes_nothing(s3, archived_day, clients):
+    src, dst = archived_day
+    seed(s3, src, _day(2, start=100))
+    before = keys_in(s3, dst)
+    result = archive_prefix(_spec(src, dst, dry_run=True), clients)
+    assert (result.status, result.part, result.late) == ("dry_run", 2, 2)
+    assert f"{PREFIX}0100.log" in result.notes[-1]
+    assert keys_in(s3, dst) == before
+
+
+def test_delete_source_deletes_only_what_a_committed_part_holds(s3, archived_day, clients, cli_env):
+    src, dst = archived_day
+    seed(s3, src, _day(1, start=100))
+    manifest = f"s3://{dst}/{STEM.format(src=src)}.manifest.jsonl.gz"
+    run_cli(cli_env, "delete-sources", manifest)
+    assert keys_in(s3, src) == [f"{PREFIX}0100.log"]  # the late one stays until a part holds it
+    result = archive_prefix(_spec(src, dst, delete_source=True), clients)
+    assert (result.status, result.part, result.deleted) == ("archived", 2, 1)
+    assert keys_in(s3, src) == []
+
+
+def test_two_runs_at_once_archive_the_late_objects_once(s3, archived_day, clients):
+    src, dst = archived_day
+    seed(s3, src, _day(20, start=100))
+    outcomes: list = []
+    start = threading.Barrier(2)
+
+    def run():
+        start.wait()
+        try:
+            outcomes.append(archive_prefix(_spec(src, dst), clients).status)
+        except ConcurrentRun:
+            outcomes.append("concurrent")
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) in (["archived", "concurrent"], ["archived", "skipped"])
+    stem = STEM.format(src=src)
+    assert not [k for k in keys_in(s3, dst) if ".part-0003" in k]
+    assert len(read_archive(s3, dst, f"{stem}.part-0002.tar.gz")) == 20
