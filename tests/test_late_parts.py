@@ -134,3 +134,68 @@ def test_two_runs_at_once_archive_the_late_objects_once(s3, archived_day, client
     stem = STEM.format(src=src)
     assert not [k for k in keys_in(s3, dst) if ".part-0003" in k]
     assert len(read_archive(s3, dst, f"{stem}.part-0002.tar.gz")) == 20
+
+
+@pytest.fixture
+def day_in_two_parts(s3, archived_day, clients):
+    src, dst = archived_day
+    seed(s3, src, _day(2, start=100))
+    s3.put_object(Bucket=src, Key=f"{PREFIX}0003.log", Body=b"rewritten\n")
+    assert archive_prefix(_spec(src, dst), clients).part == 2
+    expected = {**_day(30), **_day(2, start=100), f"{PREFIX}0003.log": b"rewritten\n"}
+    return src, dst, f"s3://{dst}/{STEM.format(src=src)}.manifest.jsonl.gz", expected
+
+
+def test_ls_cat_and_extract_of_the_day_see_every_part_and_the_latest_content(s3, day_in_two_parts, cli_env, tmp_path):
+    src, dst, manifest, expected = day_in_two_parts
+    listed = [json.loads(line) for line in run_cli(cli_env, "ls", manifest, "--json").stdout.splitlines()]
+    assert sorted(r["key"] for r in listed) == sorted(expected)
+    assert {r["key"]: r["part"] for r in listed}[f"{PREFIX}0003.log"] == 2
+    assert run_cli(cli_env, "cat", manifest, f"{PREFIX}0003.log").stdout == b"rewritten\n"
+    assert run_cli(cli_env, "cat", manifest, f"{PREFIX}0004.log").stdout == expected[f"{PREFIX}0004.log"]
+    run_cli(cli_env, "extract", manifest, "--to-dir", str(tmp_path / "all"))
+    files = {str(p.relative_to(tmp_path / "all")): p.read_bytes() for p in (tmp_path / "all").rglob("*") if p.is_file()}
+    assert files == {k[len(PREFIX):]: v for k, v in expected.items()}
+    run_cli(cli_env, "extract", manifest, "--to-dir", str(tmp_path / "two"), "--keys", f"{PREFIX}0003.log",
+            f"{PREFIX}0100.log")
+    assert (tmp_path / "two" / "0003.log").read_bytes() == b"rewritten\n"
+    assert sorted(p.name for p in (tmp_path / "two").rglob("*") if p.is_file()) == ["0003.log", "0100.log"]
+
+
+def test_extract_to_s3_of_the_day_puts_back_every_object_with_its_latest_content(s3, day_in_two_parts, cli_env):
+    src, dst, manifest, expected = day_in_two_parts
+    run_json(cli_env, "extract", manifest, "--to", f"s3://{dst}/back/")
+    back = {k: s3.get_object(Bucket=dst, Key=k)["Body"].read() for k in keys_in(s3, dst, "back/")}
+    assert back == {f"back/{k[len(PREFIX):]}": v for k, v in expected.items()}
+
+
+def test_a_part_commit_killed_before_the_day_index_is_recorded_by_the_next_run(s3, archived_day, clients, monkeypatch):
+    import s3arch.protocol.commit as commit
+
+    src, dst = archived_day
+    seed(s3, src, _day(2, start=100))
+    record = commit.record_parts
+    monkeypatch.setattr(commit, "record_parts", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        archive_prefix(_spec(src, dst), clients)
+    monkeypatch.setattr(commit, "record_parts", record)
+    again = archive_prefix(_spec(src, dst), clients)  # part 2 is committed: nothing is late
+    assert (again.status, again.part, again.objects) == ("skipped", 2, 32)
+    index = json.loads(s3.get_object(Bucket=dst, Key=f"{STEM.format(src=src)}.parts.json")["Body"].read())
+    assert [p["part"] for p in index["parts"]] == [1, 2] and index["current"]["objects"] == 32
+
+
+def test_a_part_commit_killed_before_its_manifest_is_made_again_by_the_next_run(s3, archived_day, clients, monkeypatch):
+    from s3arch.format.manifest import ManifestWriter
+
+    src, dst = archived_day
+    seed(s3, src, _day(2, start=100))
+    complete = ManifestWriter.complete
+    monkeypatch.setattr(ManifestWriter, "complete", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        archive_prefix(_spec(src, dst), clients)
+    assert not [k for k in keys_in(s3, dst) if k.endswith(".part-0002.manifest.jsonl.gz")]
+    monkeypatch.setattr(ManifestWriter, "complete", complete)
+    again = archive_prefix(_spec(src, dst), clients)
+    assert (again.status, again.part, again.late) == ("archived", 2, 2)
+    assert not s3.list_multipart_uploads(Bucket=dst).get("Uploads")

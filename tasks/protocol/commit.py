@@ -283,6 +283,7 @@ class CommitProtocol:
         if late.late:
             part = part_layout(self.layout, late.next_part)
             r.status, r.state, r.part, r.late = Outcome.DRY_RUN, State.COMMITTED.value, late.next_part, len(late.late)
+            r.objects, r.bytes_in = len(late.late), sum(o.size for o in late.late)
             r.archive, r.manifest = f"s3://{part.bucket}/{part.archive_key(self.spec.extension)}", part.manifest_url
             r.notes.append(late.note().replace("archived as", "a run would archive them as")
                            + "; first: " + ", ".join(o.key for o in late.late[:5]))
