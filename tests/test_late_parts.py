@@ -199,3 +199,21 @@ def test_a_part_commit_killed_before_its_manifest_is_made_again_by_the_next_run(
     again = archive_prefix(_spec(src, dst), clients)
     assert (again.status, again.part, again.late) == ("archived", 2, 2)
     assert not s3.list_multipart_uploads(Bucket=dst).get("Uploads")
+
+
+def test_overwrite_rebuilds_the_day_as_one_part_from_the_source(s3, day_in_two_parts, clients):
+    src, dst, manifest, expected = day_in_two_parts
+    stem = STEM.format(src=src)
+    result = archive_prefix(_spec(src, dst, overwrite=True), clients)
+    assert (result.status, result.part, result.objects) == ("archived", 1, 32)
+    assert read_archive(s3, dst, f"{stem}.tar.gz") == expected
+    assert not [k for k in keys_in(s3, dst) if ".part-" in k or k.endswith(".parts.json")]
+
+
+def test_overwrite_of_a_day_with_parts_is_refused_when_the_source_lost_objects(s3, day_in_two_parts, cli_env):
+    src, dst, manifest, expected = day_in_two_parts
+    s3.delete_object(Bucket=src, Key=f"{PREFIX}0100.log")  # held by part 2 only
+    proc = run_cli(cli_env, "archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/vault/", "--storage-class", "STANDARD",
+                   "--overwrite", check=False)
+    assert proc.returncode == 2 and b"holds 32 objects, the source now only 31" in proc.stderr
+    assert f"{STEM.format(src=src)}.part-0002.manifest.jsonl.gz" in keys_in(s3, dst)

@@ -101,6 +101,29 @@ def day_records(control, parts: Iterable[Part]) -> Iterator[dict]:
             yield {**record, "part": -negative_part}
 
 
+def day_objects(control, parts: list[Part]) -> int:
+    """How many keys the day holds (a key rewritten into a later part counts once)."""
+    if len(parts) == 1:
+        return parts[0].committed.summary["objects"]
+    return sum(1 for _ in day_records(control, parts))
+
+
+def drop_later_parts(control, day: ArchiveLayout, parts: list[Part]) -> None:
+    """Delete the later ``parts`` of a day being overwritten, the highest first (the parts
+    left stay contiguous), then the day index."""
+    for part in sorted(parts, key=lambda p: -p.number):
+        for key in (part.layout.manifest_key, part.layout.index_key, part.committed.archive_key):
+            _delete(control, day.bucket, key)
+    _delete(control, day.bucket, day_index_key(day))
+
+
+def _delete(control, bucket: str, key: str) -> None:
+    try:
+        control.delete_object(Bucket=bucket, Key=key)
+    except IO_ERRORS as exc:
+        raise translate(exc, f"delete s3://{bucket}/{key} (the day is being overwritten)") from exc
+
+
 def digest_of(pairs: Iterable[tuple[str, str]]) -> tuple[int, int]:
     """(count, digest) of a set of (key, ETag) pairs: the digest is the sum modulo 2^64 of each
     pair's 64-bit BLAKE2b, so it is independent of order and sums across disjoint sets."""

@@ -32,7 +32,7 @@ from s3arch.core.errors import (IO_ERRORS, AccessDenied, ArchiveDamaged, Archive
                      ConcurrentRun, DestinationConflict, IntegrityError, status_of, translate)
 from s3arch.protocol.lease import Held, PrefixLease
 from s3arch.protocol.parts import LateCheck, LatePart, check_late, record_parts
-from s3arch.format.day import Part, committed_parts, part_layout
+from s3arch.format.day import Part, committed_parts, day_objects, drop_later_parts, part_layout
 from s3arch.core.outcome import Outcome
 from s3arch.format.manifest import ArchiveLayout, Committed, layout_for, read_committed
 from s3arch.io.retention import check_applied, refuse_locked_overwrite, retention_of
@@ -99,6 +99,8 @@ class CommitProtocol:
         self.layout = layout_for(spec.source, spec.destination)
         self.archive_key = self.layout.archive_key(spec.extension)
         self.started = time.monotonic()
+        self.later_parts: list[Part] = []  # of a day being overwritten: dropped before its new manifest
+        self.replaced_objects = 0  # objects the day being overwritten holds (each key once)
         self.control_throttled = throttled(self.control)  # the control plane's count when the run began
         self.result = ArchiveResult(Outcome.ARCHIVED, str(spec.source), self.archive_url, self.layout.manifest_url,
                                     storage_class=spec.storage_class, codec=spec.codec)
@@ -359,13 +361,18 @@ class CommitProtocol:
         return self.result
 
     def _check_overwrite(self, committed: Committed) -> None:
-        refuse_locked_overwrite(self.control, self.layout.bucket, [committed.archive_key, self.layout.manifest_key])
-        self._refuse_shrunken_source(committed)
+        """An --overwrite rebuilds the whole day as one part: its later parts go too."""
+        parts = committed_parts(self.control, self.layout, self.spec.source, first=committed)
+        self.later_parts = parts[1:]
+        refuse_locked_overwrite(self.control, self.layout.bucket, [
+            key for p in parts for key in (p.committed.archive_key, p.layout.manifest_key)])
+        self.replaced_objects = day_objects(self.control, parts)
+        self._refuse_shrunken_source()
 
-    def _refuse_shrunken_source(self, committed: Committed) -> None:
+    def _refuse_shrunken_source(self) -> None:
         from s3arch.io.listing import iter_pages
 
-        archived = committed.summary["objects"]
+        archived = self.replaced_objects
         now = sum(len(page) for page in iter_pages(self.control, self.spec.source.bucket, self.spec.source.key))
         if now < archived:
             raise DestinationConflict(
@@ -386,9 +393,9 @@ class CommitProtocol:
         spec, r = self.spec, self.result
         try:
             lost.raise_if_stopped(None)
-            if previous and previous.summary["objects"] > streamed.objects:
+            if previous and self.replaced_objects > streamed.objects:
                 raise DestinationConflict(
-                    f"{self.layout.manifest_url} holds {previous.summary['objects']:,} objects, the source "
+                    f"{self.layout.manifest_url} holds {self.replaced_objects:,} objects, the source "
                     f"now only {streamed.objects:,}: overwriting would lose archived data",
                     hint="restore the archive first, or delete the old archive and manifest by hand")
             lease.confirm()  # still ours, right before anything becomes visible
@@ -401,7 +408,9 @@ class CommitProtocol:
                 # The old commit record goes now, before anything else can fail: from here
                 # until the new manifest exists the prefix reads as ABSENT, never as the old
                 # manifest over the new archive. Its index goes with it: the new one is
-                # written only after the new manifest.
+                # written only after the new manifest. The later parts go first: a day read
+                # in between is part 1 and fewer parts, never new parts over an old part 1.
+                drop_later_parts(self.control, self.layout, self.later_parts)
                 for key in (self.layout.manifest_key, self.layout.index_key):
                     self.control.delete_object(Bucket=self.layout.bucket, Key=key)
             if uploaded.size != streamed.bytes_out:
