@@ -217,3 +217,52 @@ def test_overwrite_of_a_day_with_parts_is_refused_when_the_source_lost_objects(s
                    "--overwrite", check=False)
     assert proc.returncode == 2 and b"holds 32 objects, the source now only 31" in proc.stderr
     assert f"{STEM.format(src=src)}.part-0002.manifest.jsonl.gz" in keys_in(s3, dst)
+
+
+def test_scrub_reports_and_the_catalog_marks_a_day_with_objects_newer_than_its_archive(s3, buckets, clients):
+    from datetime import date
+
+    from s3arch.ops.catalog import Catalog
+    from s3arch.ops.jobs import job_from_dict
+    from s3arch.ops.scrub import scrub
+
+    src, dst = buckets
+    job = job_from_dict("late", {"source": f"s3://{src}/", "prefix_template": "logs/{date:%Y/%m/%d}/",
+                                 "destination": f"s3://{dst}/vault/", "storage_class": "STANDARD",
+                                 "start_date": "2026-11-21", "min_age_days": 1})
+    day = date(2026, 11, 21)
+    seed(s3, src, _day(30))
+    archive_prefix(job.spec_for(PREFIX), clients)
+    assert scrub(job, clients.control, day, day, sample=1).ok
+    seed(s3, src, _day(2, start=100))
+    late = scrub(job, clients.control, day, day, sample=1)
+    assert [(d.kind, d.detail.split(" (")[0]) for d in late.drift] == \
+        [("newer than archive", "2 objects newer than its archive")]
+    view = Catalog(job, clients.control).view(day, day, today=date(2026, 11, 27))
+    assert view.days[0].late.startswith("2 objects newer") and view.totals["late"] == ["2026-11-21"]
+    assert archive_prefix(job.spec_for(PREFIX), clients).part == 2
+    assert scrub(job, clients.control, day, day, sample=1).ok
+    view = Catalog(job, clients.control).view(day, day, today=date(2026, 11, 27), refresh=True)
+    assert (view.days[0].state, view.days[0].parts, view.days[0].objects, view.days[0].late) == \
+        ("archived", 2, 32, None)
+
+
+@pytest.mark.parametrize("window, days", [("2d", 3), ("36h", 3), (0, 1)])
+def test_a_nightly_run_rechecks_the_days_within_the_late_window(window, days):
+    from datetime import date
+
+    from s3arch.ops.jobs import job_from_dict, plan
+
+    job = job_from_dict("late", {"source": "s3://src/", "prefix_template": "logs/{date:%Y/%m/%d}/",
+                                 "destination": "s3://dst/vault/", "min_age_days": 1, "late_window": window})
+    planned = plan(job, logical_date=date(2026, 11, 27))
+    assert planned == ["logs/2026/11/24/", "logs/2026/11/25/", "logs/2026/11/26/"][-days:]
+
+
+def test_a_late_window_that_is_not_a_duration_is_refused_by_name():
+    from s3arch.core.errors import BadArgument
+    from s3arch.ops.jobs import job_from_dict
+
+    with pytest.raises(BadArgument, match="late_window must be a number of days such as 2d"):
+        job_from_dict("late", {"source": "s3://src/", "prefix_template": "logs/{date:%Y/%m/%d}/",
+                               "destination": "s3://dst/vault/", "late_window": "two days"})

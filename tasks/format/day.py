@@ -42,6 +42,15 @@ def day_index_key(day: ArchiveLayout) -> str:
     return day.stem + DAY_INDEX_SUFFIX
 
 
+def listed_parts(day: ArchiveLayout, listed) -> list[ArchiveLayout]:
+    """The later parts' layouts whose manifests are among the ``listed`` keys (a listing the
+    caller made of the destination)."""
+    found: list[ArchiveLayout] = []
+    while (layout := part_layout(day, len(found) + 2)).manifest_key in listed:
+        found.append(layout)
+    return found
+
+
 @dataclass(frozen=True)
 class Part:
     number: int
