@@ -94,10 +94,11 @@ def _later_part_numbers(control, day: ArchiveLayout) -> list[int]:
     return sorted(found)
 
 
-def day_records(control, parts: Iterable[Part]) -> Iterator[dict]:
+def day_records(control, parts: Iterable[Part], every: bool = False) -> Iterator[dict]:
     """The object records of every part merged in key order, one per key: a key held by more
     than one part (rewritten after it was archived) has the record of its latest part, with
-    ``part`` set to that part's number."""
+    ``part`` set to that part's number. ``every``: each part's record of such a key, the
+    latest part's first."""
     def records(part: Part) -> Iterator[tuple[bytes, int, dict]]:
         for record in iter_manifest(control, part.layout):
             if record["type"] == "object":
@@ -105,7 +106,7 @@ def day_records(control, parts: Iterable[Part]) -> Iterator[dict]:
 
     last = None
     for order, negative_part, record in heapq.merge(*(records(p) for p in parts)):
-        if order != last:
+        if order != last or every:
             last = order
             yield {**record, "part": -negative_part}
 

@@ -130,10 +130,10 @@ class CommitProtocol:
             except BaseException:
                 lease.release_once_taken(taking)
                 raise
-            if late is not None and not late.writes and not spec.delete_source:
+            if late is not None and not late.late and not spec.delete_source:
                 lease.release_once_taken(taking)
                 self._skipped(committed, late.parts)
-                self._abort_uploads_of_dead_runs()
+                self._abort_uploads_of_dead_runs(late)
                 return self._done()
             # A run that writes needs it (ConcurrentRun, AccessDenied, ...), renewed until the
             # end, the last write (the index) included.
@@ -322,21 +322,20 @@ class CommitProtocol:
             self._delete_sources(held, parts)
         return self._done()
 
-    def _abort_uploads_of_dead_runs(self) -> None:
+    def _abort_uploads_of_dead_runs(self, late: LateCheck) -> None:
         """A skip writes nothing (the lease it took meanwhile, if any, is gone again) unless a
-        dead run left uploads: then, only if the lease is free (no run is alive on this
-        prefix), abort them so nothing is left to bill."""
+        dead run left uploads, or the day index is missing or behind: then, only if the lease
+        is free (no run is alive on this prefix), abort them and write it."""
         try:
             # A segmented run in progress has its archive upload open too, so this finds it.
-            if not self._open_uploads():
+            if not self._open_uploads() and late.index is None:
                 return
-        except AccessDenied:
-            return  # a read-only caller may still be told the prefix is done
-        try:
             with self._lease().held():
                 self._clean_stale()
-        except ConcurrentRun:
-            pass  # a live run owns them
+                if late.index is not None:
+                    record_parts(self.control, self.layout, late.index, self.spec)
+        except (AccessDenied, ConcurrentRun):
+            pass  # a read-only caller may still be told the prefix is done; a live run owns them
 
     def _lease(self) -> PrefixLease:
         return PrefixLease(self.control, self.layout.bucket, self.layout.lease_key,

@@ -26,6 +26,7 @@ because of a lock is not counted as deleted: both are kept, and the result says 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from itertools import groupby
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -77,11 +78,13 @@ def delete_archived_sources(control, source: S3Url, layout: ArchiveLayout, *, ve
     ``SourceDeletionFailed``. ``parts``: the day's committed parts (tasks/format/day.py), whose
     records, each key's latest, are what may be deleted; by default ``layout``'s manifest."""
     archived = (lambda: day_records(control, parts)) if parts else (lambda: _archived(control, layout))
+    # Each version a part holds may go: an object rewritten after it was archived has one in each.
+    every = (lambda: day_records(control, parts, every=True)) if parts else archived
     result = DeletionResult(versioned=_is_versioned(control, source.bucket))
     try:
         if versions and result.versioned:
             result.method = "versions"
-            _delete_versions(control, source, archived(), result, stop)
+            _delete_versions(control, source, every(), result, stop)
         else:
             result.method = "etag" if _endpoint_honours_etag(control, layout) else "recheck"
             _delete_current(control, source, archived(), result, stop)
@@ -184,8 +187,9 @@ def _refused_by_lock(error: dict) -> bool:
         any(word in message for word in ("lock", "worm", "retention"))
 
 
-def _delete_versions(control, source: S3Url, archived: Iterator[dict], result: DeletionResult,
+def _delete_versions(control, source: S3Url, records: Iterator[dict], result: DeletionResult,
                      stop: Callable[[], None]) -> None:
+    archived = ((key, {r["etag"]: r for r in group}) for key, group in groupby(records, key=lambda r: r["key"]))
     record = next(archived, None)
     batch: list[dict] = []
     paginator = control.get_paginator("list_object_versions")
@@ -193,10 +197,10 @@ def _delete_versions(control, source: S3Url, archived: Iterator[dict], result: D
         pages = iter(paginator.paginate(Bucket=source.bucket, Prefix=source.key))
         for page in pages:
             for version in page.get("Versions", []):
-                while record is not None and record["key"] < version["Key"]:
+                while record is not None and record[0] < version["Key"]:
                     record = next(archived, None)
-                if record is not None and record["key"] == version["Key"] and record["etag"] == version["ETag"]:
-                    reason = lock_reason(record)
+                if record is not None and record[0] == version["Key"] and version["ETag"] in record[1]:
+                    reason = lock_reason(record[1][version["ETag"]])
                     if reason is not None:
                         result.keep_locked(version["Key"], reason)
                     else:

@@ -43,11 +43,6 @@ class LateCheck:
     superseded: int = 0  # digest of the (key, ETag) pairs the late rewrites replace
 
     @property
-    def writes(self) -> bool:
-        """Whether a run must take the day's lease: a part to archive, or the index to write."""
-        return bool(self.late) or self.index is not None
-
-    @property
     def next_part(self) -> int:
         return self.parts[-1].number + 1
 
