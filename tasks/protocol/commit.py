@@ -130,7 +130,7 @@ class CommitProtocol:
             except BaseException:
                 lease.release_once_taken(taking)
                 raise
-            if late is not None and not late.late and not spec.delete_source:
+            if committed and late is not None and not late.late and not spec.delete_source:
                 lease.release_once_taken(taking)
                 self._skipped(committed, late.parts)
                 self._abort_uploads_of_dead_runs(late)

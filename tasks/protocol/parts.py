@@ -23,6 +23,7 @@ from s3arch.io.listed import ListedObject
 from s3arch.io.listing import iter_pages, key_order
 from s3arch.io.s3 import S3Clients
 from s3arch.produce.pipeline import WholeArchive, stream_archive
+from s3arch.produce.segments import SegmentPlan
 from s3arch.core.coordinator import StreamCoordinator
 from s3arch.produce.streamed import StreamedArchive, manifest_header, open_manifest
 
@@ -126,7 +127,7 @@ class LatePart:
     """The producer of the day's next part: the late objects the check found, no listing of
     its own. Such parts are small, so it is always one pipeline in this process."""
 
-    keep = None
+    keep: SegmentPlan | None = None
     segmented = False
 
     def __init__(self, spec: ArchiveSpec, clients: S3Clients, check: LateCheck, progress: Progress | None = None):
