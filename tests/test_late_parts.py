@@ -266,3 +266,14 @@ def test_a_late_window_that_is_not_a_duration_is_refused_by_name():
     with pytest.raises(BadArgument, match="late_window must be a number of days such as 2d"):
         job_from_dict("late", {"source": "s3://src/", "prefix_template": "logs/{date:%Y/%m/%d}/",
                                "destination": "s3://dst/vault/", "late_window": "two days"})
+
+
+def test_the_assemble_task_of_a_segmented_job_archives_late_objects_without_a_plan(s3, archived_day, clients):
+    from s3arch.archive import assemble_segments, prepare_segments
+
+    src, dst = archived_day
+    seed(s3, src, _day(2, start=100))
+    spec = _spec(src, dst, segments=3)
+    assert prepare_segments(spec, 3, clients).status == "skipped"  # the day is committed: no plan
+    result = assemble_segments(spec, clients)
+    assert (result.status, result.part, result.late) == ("archived", 2, 2)

@@ -142,7 +142,9 @@ class CommitProtocol:
                 # With it, what a writing run needs: the archive's ETag, the source's size,
                 # and step 4 (under the lease, every upload and segment temporary left for
                 # our keys belongs to a run that is gone: abort and delete them).
-                producer.claim()
+                rechecking = committed is not None and not spec.overwrite  # no plan of a committed day to claim
+                if not rechecking:
+                    producer.claim()
                 again = reads.submit(read_committed, self.control, self.layout, spec.source)
                 cleaned = reads.submit(self._clean_stale, producer.keep)
                 etag = reads.submit(self._current_etag, self.archive_key)
@@ -161,6 +163,8 @@ class CommitProtocol:
                     self._skipped(committed, late.parts)
                     self._delete_sources(held, late.parts)
                     return self._done()
+                if rechecking:
+                    producer.claim()  # uncommitted meanwhile (an --overwrite in progress)
                 cleaned.result()
                 if committed:
                     # 3. --overwrite must not lose archived data: refuse a shrunken source
