@@ -210,9 +210,9 @@ def _run(args) -> int:
         return _extract(args, clients, layout)
     if args.command == "ls":
         from s3arch.io.attributes import describe
-        from s3arch.restore.reading import list_members
+        from s3arch.restore.days import day_members
 
-        for r in list_members(clients.control, layout):
+        for r in day_members(clients.control, layout):
             if args.json:
                 print(json.dumps(r, ensure_ascii=False))
             else:
@@ -222,9 +222,10 @@ def _run(args) -> int:
                         print(f"{'':>16}{line}")
         return 0
     if args.command == "cat":
+        from s3arch.restore.days import part_holding
         from s3arch.restore.reading import cat_object
 
-        cat_object(clients.control, layout, args.key, sys.stdout.buffer)
+        cat_object(clients.control, part_holding(clients.control, layout, args.key), args.key, sys.stdout.buffer)
         sys.stdout.buffer.flush()
         return 0
     if args.command == "verify":
@@ -274,10 +275,14 @@ def _archive(args) -> int:
         print(json.dumps(result.to_dict()))
         return 0
     if result.status == "skipped":
-        print(f"skipped: {result.source} is already archived at {result.archive} "
-              f"(manifest {result.manifest}); --overwrite re-archives it")
+        parts = f" and {result.part - 1} late part(s)" if result.part > 1 else ""
+        print(f"skipped: {result.source} is already archived at {result.archive}{parts} "
+              f"(manifest {result.manifest}); nothing newer than the archive; --overwrite re-archives it")
         if result.deletion:
             print(_deletion_line(result))
+    elif result.status == "dry_run" and result.late:
+        print(f"dry run: {result.late:,} objects ({human_bytes(result.bytes_in)}) under {result.source} are newer "
+              f"than its archive; they would be archived as part {result.part} at {result.archive}")
     elif result.status == "dry_run":
         print(f"dry run: {result.objects:,} objects, {human_bytes(result.bytes_in)} under {result.source}; "
               f"archive would be about {human_bytes(result.estimated_bytes_out or 0)} at {result.archive}")
@@ -344,16 +349,23 @@ def _plan(args, clients) -> int:
 
 
 def _restore(args, clients, layout) -> int:
-    from s3arch.format.manifest import read_committed
-    from s3arch.restore.glacier import POLL_SECONDS, request_restore, wait_restored
+    """Every part of the day (one line each): a day with late parts is restored whole."""
+    from s3arch.format.day import committed_parts
 
-    committed = read_committed(clients.control, layout)
-    if committed is None:
+    parts = committed_parts(clients.control, layout)
+    if not parts:
         from s3arch.core.errors import BadArgument
 
         raise BadArgument(f"{layout.manifest_url} does not exist: there is no committed archive to restore")
-    key = committed.archive_key
-    state = request_restore(clients.control, layout.bucket, key, tier=args.tier, days=args.days,
+    for part in parts:
+        _restore_archive(args, clients, layout.bucket, part.committed.archive_key)
+    return 0
+
+
+def _restore_archive(args, clients, bucket: str, key: str) -> None:
+    from s3arch.restore.glacier import POLL_SECONDS, request_restore, wait_restored
+
+    state = request_restore(clients.control, bucket, key, tier=args.tier, days=args.days,
                             fallback_tier=args.fallback_tier, restore_control=clients.single_attempt)
     if not args.json:
         print(f"{state.line()}" + (f" ({state.requested}, tier {state.tier})" if state.requested else ""))
@@ -365,26 +377,26 @@ def _restore(args, clients, layout) -> int:
                 print(f"  still restoring after {waited / 60:.0f} min; next check in {interval:.0f}s",
                       file=sys.stderr, flush=True)
 
-        state = wait_restored(clients.control, layout.bucket, key, timeout=args.wait_timeout, interval=interval,
+        state = wait_restored(clients.control, bucket, key, timeout=args.wait_timeout, interval=interval,
                               on_progress=progress)
         if not args.json:
             print(state.line())
     if args.json:
         print(json.dumps(state.to_dict()))
-    return 0
 
 
 def _extract(args, clients, layout) -> int:
-    from s3arch.restore.extract import Selection, extract_archive
+    from s3arch.restore.days import extract_day
+    from s3arch.restore.extract import Selection
 
     keys = args.keys
     if args.from_file:
         keys = [line for line in args.from_file.read_text().splitlines() if line]
-    result = extract_archive(clients, layout,
-                             to_s3=S3Url.parse(args.to) if args.to else None, to_dir=args.to_dir,
-                             selection=Selection.of(keys, args.glob), original_keys=args.original_keys,
-                             overwrite=args.overwrite, memory_budget=parse_size(args.memory_budget),
-                             metadata_file=args.metadata_file)
+    result = extract_day(clients, layout,
+                         to_s3=S3Url.parse(args.to) if args.to else None, to_dir=args.to_dir,
+                         selection=Selection.of(keys, args.glob), original_keys=args.original_keys,
+                         overwrite=args.overwrite, memory_budget=parse_size(args.memory_budget),
+                         metadata_file=args.metadata_file)
     if args.json:
         print(json.dumps({"status": "extracted", **result.to_dict()}))
     else:

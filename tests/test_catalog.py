@@ -128,8 +128,9 @@ def test_scrub_catches_each_drift(s3, buckets, clients):
     assert not result.ok and set(result.verified) == {"2026-03-04", "2026-03-05"}
     table = result.table()
     assert "2026-03-01" in table and "overwrite" in table and "re-run the day" in table
-    # A HEAD of archive and manifest per committed day; the index's GET answers for its HEAD.
-    assert result.requests["HEAD"] == 2 * 4 and result.cost_usd > 0
+    # A HEAD of archive and manifest per committed day, and of the manifest again by the check
+    # for objects newer than the archive; the index's GET answers for its HEAD.
+    assert result.requests["HEAD"] == 3 * 4 and result.cost_usd > 0
 
     # The catalog shows the scrub's verdicts.
     view = Catalog(job, clients.control).view(days[0], days[-1], today=TODAY)

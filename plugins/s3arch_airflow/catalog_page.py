@@ -248,6 +248,8 @@ function showDay(day) {
   if (d.objects != null) rows.push(["Objects", d.objects.toLocaleString()], ["Bytes in → out", `${fmtBytes(d.bytes_in)} → ${fmtBytes(d.bytes_out)}`], ["Ratio", d.ratio ? d.ratio + "×" : "–"],
     ["$/month", `${usd(d.archive_monthly_usd)} as one archive vs ${usd(d.separate_monthly_usd)} as ${d.objects.toLocaleString()} objects`], ["Class", d.storage_class || "–"], ["Archived", d.archived_at || "–"]);
   if (d.archive_url) rows.push(["Archive", d.archive_url]);
+  if (d.parts) rows.push(["Parts", `${d.parts} (late objects were archived as later parts)`]);
+  if (d.late) rows.push(["Newer than archive", `${d.late}: re-run the day to archive them as its next part`]);
   if (d.locked_until) rows.push(["Locked until", d.locked_until]);
   if (d.restored_until) rows.push(["Restored copy until", d.restored_until]);
   if (d.scrub) rows.push(["Last scrub", d.scrub.drift ? d.scrub.drift.map((x) => `${x.kind}: ${x.detail} — ${x.action}`).join("; ") : `verified on ${d.scrub.verified}`]);

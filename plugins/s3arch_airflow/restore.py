@@ -73,26 +73,33 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
         return layout_for(S3Url(self.source_bucket, self.prefix), S3Url.parse(self.destination))
 
     def execute(self, context: Context) -> dict:
-        from s3arch.format.manifest import read_committed
+        from s3arch.format.day import committed_parts
         from s3arch.core.errors import BadArgument
         from s3arch.restore.glacier import POLL_SECONDS, request_restore, wait_restored
 
         def restore():
+            """Every part of the day is asked for; the first not yet readable is waited for
+            (a wait that ends comes back here, and the others are asked again)."""
             layout = self._layout()
             clients = engine_clients(self.hook, self.expected_owner)
-            committed = read_committed(clients.control, layout)
-            if committed is None:
+            parts = committed_parts(clients.control, layout)
+            if not parts:
                 raise BadArgument(f"{self.prefix} has no committed archive ({layout.manifest_url} does not exist)",
                                   hint="archive it first, or check the dates")
-            state = request_restore(clients.control, layout.bucket, committed.archive_key, tier=self.tier,
-                                    days=int(self.days), fallback_tier="Standard" if self.tier == "Expedited" else None,
-                                    restore_control=clients.single_attempt)
-            self.log.info("%s (%s)", state.line(), state.requested)
-            return clients, layout, committed, state
+            waiting = []
+            for part in parts:
+                state = request_restore(clients.control, layout.bucket, part.committed.archive_key, tier=self.tier,
+                                        days=int(self.days),
+                                        fallback_tier="Standard" if self.tier == "Expedited" else None,
+                                        restore_control=clients.single_attempt)
+                self.log.info("%s (%s)", state.line(), state.requested)
+                waiting += [] if state.readable else [(part.committed, state)]
+            return clients, layout, waiting
 
-        clients, layout, committed, state = self._guard(context, restore)
-        if state.readable:
+        clients, layout, waiting = self._guard(context, restore)
+        if not waiting:
             return self._extract(context, clients, layout)
+        committed, state = waiting[0]
         interval = self.poll_interval or POLL_SECONDS[state.tier or self.tier]
         if self.deferrable:
             from s3arch_airflow.triggers import ArchiveRestoredTrigger
@@ -106,7 +113,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
                        method_name="execute_complete")
         self._guard(context, lambda: wait_restored(clients.control, layout.bucket, committed.archive_key,
                                                    timeout=self.wait_timeout, interval=interval))
-        return self._extract(context, clients, layout)
+        return self.execute(context)
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None) -> dict:
         from s3arch_airflow.failures import task_error
@@ -118,11 +125,12 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
             context["ti"].xcom_push(key=RESTORE_ROWS_XCOM_KEY, value=[row])
             raise task_error(self.prefix, failure)
         self.log.info("%s is restored until %s", event["archive"], event.get("expiry"))
-        return self._extract(context, engine_clients(self.hook, self.expected_owner), self._layout())
+        return self.execute(context)  # the day's other parts, if any, then the extract
 
     def _extract(self, context: Context, clients, layout) -> dict:
         from s3arch.core.config import S3Url, parse_size
-        from s3arch.restore.extract import Selection, extract_archive
+        from s3arch.restore.days import extract_day
+        from s3arch.restore.extract import Selection
 
         target = S3Url.parse(self.target) if self.target else S3Url(self.source_bucket, "")
         keys = None
@@ -133,7 +141,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
                 context["ti"].xcom_push(key=RESTORE_ROWS_XCOM_KEY, value=[row])
                 return row
         started = time.monotonic()
-        result = self._guard(context, lambda: extract_archive(
+        result = self._guard(context, lambda: extract_day(
             clients, layout, to_s3=target, selection=Selection.of(keys, self.glob or None),
             original_keys=True, overwrite=as_bool(self.overwrite),
             memory_budget=parse_size(self.memory_budget)))

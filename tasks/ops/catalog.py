@@ -35,6 +35,7 @@ from s3arch.core.errors import IO_ERRORS, ArchiverError, IntegrityError, transla
 from s3arch.io.sources import expansion_requests, holds_objects
 from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.io.listed import ListedObject, _listed
+from s3arch.format.day import listed_parts
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, iter_manifest, layout_for
 from s3arch.io.reads import read_object
 if TYPE_CHECKING:
@@ -83,6 +84,8 @@ class DayState:
     airflow: dict | None = None       # filled by the Airflow layer: last run, state, link
     inventory: dict | None = None     # not archived, and the job's inventory report holds objects of it
     problem: str | None = None        # a manifest or index that could not be read
+    parts: int | None = None          # archive parts, when late objects made more than one (tasks/format/day.py)
+    late: str | None = None           # the last scrub found objects newer than the archive: how many
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -120,6 +123,7 @@ class CatalogView:
             "newest": archived[-1].day if archived else None,
             "gaps": gaps,
             "drift": [d.day for d in self.days if d.scrub and d.scrub.get("drift")],
+            "late": [d.day for d in self.days if d.late],
         }
 
     def to_dict(self) -> dict:
@@ -262,18 +266,18 @@ class Catalog:
             listed = self._list_archives(counter)
             layouts = {day: layout_for(S3Url(job.source.bucket, job.prefix_for(day)), job.destination)
                        for day in days}
-            # Manifest summaries: one GET of the index per committed day, only for manifests
-            # not seen before with this ETag.
+            parts = {day: listed_parts(layout, listed) for day, layout in layouts.items()}
+            # Manifest summaries: one GET of the index per committed day (and late part), only
+            # for manifests not seen before with this ETag.
             wanted = {}
-            for day, layout in layouts.items():
+            for layout in (one for day, layout in layouts.items() for one in (layout, *parts[day])):
                 manifest = listed.get(layout.manifest_key)
                 if manifest is None:
                     continue
                 known = self._summaries.get(layout.manifest_key)
                 if known is None or known[0] != manifest.etag:
-                    wanted[day] = pool.submit(self._read_summary, layout, layout.index_key in listed, counter)
-            for day, future in wanted.items():
-                layout = layouts[day]
+                    wanted[layout] = pool.submit(self._read_summary, layout, layout.index_key in listed, counter)
+            for layout, future in wanted.items():
                 found, problem = future.result()
                 self._summaries[layout.manifest_key] = (listed[layout.manifest_key].etag, found, problem)
             restored = {day: pool.submit(self._restored_until, layouts[day], listed, counter)
@@ -285,7 +289,7 @@ class Catalog:
             scrub_days = scrub.result()
             restored_until = {day: f.result() for day, f in restored.items()}
         out = [self._day(day, layouts[day], listed, present, scrub_days.get(day.isoformat()),
-                         restored_until.get(day), today) for day in days]
+                         restored_until.get(day), today, parts[day]) for day in days]
         inventory = self._inventory_days(listed, out, counter)
         return CatalogView(job.name, first.isoformat(), last.isoformat(),
                            datetime.now(timezone.utc).isoformat(timespec="seconds"), out,
@@ -390,7 +394,7 @@ class Catalog:
         return None
 
     def _day(self, day: date, layout, listed: dict, present: set[str], scrub: dict | None,
-             restored_until: str | None, today: date) -> DayState:
+             restored_until: str | None, today: date, parts: list) -> DayState:
         job = self.job
         prefix = job.prefix_for(day)
         d = DayState(day.isoformat(), prefix, EMPTY, source_present=prefix in present, scrub=scrub,
@@ -406,6 +410,9 @@ class Catalog:
             else:
                 d.problem = problem
                 self._fill(d, *found)
+                self._add_parts(d, parts)
+            d.late = next((x.get("detail") for x in (scrub or {}).get("drift") or ()
+                           if x.get("kind") == "newer than archive"), None)
             return d
         if layout.lease_key in listed:
             d.state = RUNNING
@@ -422,6 +429,20 @@ class Catalog:
         elif day > today - timedelta(days=job.min_age_days):
             d.state = PENDING
         return d
+
+    def _add_parts(self, d: DayState, parts: list) -> None:
+        """A day's late parts add their objects and bytes (a key rewritten into a later part
+        counts in each)."""
+        for layout in parts:
+            found = self._summaries.get(layout.manifest_key, (None, None, None))[1]
+            if found is not None:
+                summary = found[1]
+                d.objects = (d.objects or 0) + summary.get("objects", 0)
+                d.bytes_in = (d.bytes_in or 0) + summary.get("bytes", 0)
+                d.bytes_out = (d.bytes_out or 0) + summary.get("archive_size", 0)
+        if parts:
+            d.parts = 1 + len(parts)
+            d.ratio = round(d.bytes_in / d.bytes_out, 3) if d.bytes_in and d.bytes_out else None
 
     def _fill(self, d: DayState, header: dict, summary: dict) -> None:
         d.objects, d.bytes_in, d.bytes_out = summary.get("objects"), summary.get("bytes"), summary.get("archive_size")

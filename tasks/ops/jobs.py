@@ -80,6 +80,9 @@ class ArchiveJob:
     processes: int = 1  # local worker processes per archive task (--processes)
     segment_min_objects: int = DEFAULT_SEGMENT_MIN_OBJECTS
     segment_min_bytes: int = DEFAULT_SEGMENT_MIN_BYTES
+    # Days after a day's first run during which each nightly run re-checks it for objects
+    # that arrived late (docs/JOBS.md, "Late arrivals"): "2d" is S3 access logs' worst case.
+    late_window: int = 0
     description: str = ""
     # An S3 Inventory configuration's destination (s3://BUCKET/DEST-PREFIX/SOURCE-BUCKET/CONFIG-ID/):
     # days and their sizes are planned from its newest report, refused when older than
@@ -336,6 +339,8 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
                    "segment_min_objects"):
         if number in values and (not _whole(values[number]) or values[number] < 0):
             raise BadArgument(f"job {name!r}: {number} must be a whole number >= 0")
+    if "late_window" in values:
+        values["late_window"] = _days(values["late_window"], f"job {name!r}: late_window")
     if "expected_owner" in values:
         values["expected_owner"] = str(values["expected_owner"])  # YAML reads 123456789012 as a number
     if "lease_ttl" in values:
@@ -384,6 +389,15 @@ def check_inventory_location(url: S3Url, name: str = "--inventory") -> S3Url:
                           hint="name the folder S3 writes the reports under: "
                                "s3://DEST-BUCKET/[DEST-PREFIX/]SOURCE-BUCKET/CONFIG-ID/")
     return url
+
+
+def _days(value, what: str) -> int:
+    """Whole days from ``2``, ``"2d"`` or ``"36h"`` (hours round up to days)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([dh]?)\s*", str(value)) if not isinstance(value, bool) else None
+    if match is None:
+        raise BadArgument(f"{what} must be a number of days such as 2d (or hours, 36h), not {value!r}")
+    number = int(match.group(1))
+    return -(-number // 24) if match.group(2) == "h" else number
 
 
 def _whole(value) -> bool:
@@ -446,7 +460,10 @@ def plan(job: ArchiveJob, *, date_from=None, date_to=None, prefixes=None,
         return [job.prefix_for(d) for d in days_between(first, last)]
     if logical_date is None:
         raise BadArgument("no date range, no prefixes and no logical date: nothing to plan")
-    return [job.prefix_for(logical_date - timedelta(days=job.min_age_days))]
+    # The day that became old enough, and the days before it still within the late window:
+    # each is re-checked for late objects (one listing when nothing is new).
+    newest = logical_date - timedelta(days=job.min_age_days)
+    return [job.prefix_for(newest - timedelta(days=back)) for back in range(job.late_window, -1, -1)]
 
 
 def _check_age(job: ArchiveJob, newest: date) -> None:

@@ -18,7 +18,9 @@ Drift is reported as one row per day with what to do:
 - ``lock shorter``: the archive's, manifest's or index's retention ends before recorded (the job's
   ``retain_days`` from the run's start; for archive and index also the manifest's own),
 - ``archive without manifest``: an archive object no manifest commits (a run died before it),
-- ``member differs``: a sampled member's bytes do not match its SHA-256.
+- ``member differs``: a sampled member's bytes do not match its SHA-256,
+- ``newer than archive``: the source holds objects no part of the day holds (they landed, or
+  were rewritten, after it was archived): "N objects newer than its archive".
 
 A small result object goes beside the archives (``<archive prefix>_s3arch-scrub/<job>/``):
 one per scrub, and ``latest.json`` merged day by day, which the catalog shows.
@@ -41,7 +43,9 @@ from s3arch.core.cost import usd
 from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, ArchiverError, IntegrityError, translate
 from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.io.listed import _listed
+from s3arch.format.day import committed_parts
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for, read_chunk
+from s3arch.protocol.parts import check_late
 from s3arch.restore.reading import DECODE_CHUNK, member_data
 from s3arch.restore.glacier import NEEDS_RESTORE
 from s3arch.io.reads import none_if_missing, read_object, stream_object
@@ -73,6 +77,8 @@ ACTIONS = {
     "member differs": "the archive's bytes are damaged: recover it from a version or replica, or re-archive "
                       "with overwrite while the source is there",
     "unreadable": "read the message; check the manifest and index objects",
+    "newer than archive": "re-run the day (s3arch archive, or clear its task): they are archived as the day's "
+                          "next part; a job's late_window re-checks its recent days every night",
 }
 
 
@@ -152,6 +158,7 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
     verdicts: dict[str, dict] = {}
     with ThreadPoolExecutor(workers, thread_name_prefix="s3arch-scrub") as pool:
         futures = {}
+        late = {}
         # A split job's day is one archive per part (its manifests in the listing).
         for day, source_prefix in ((d, name) for d in days for name in job.parts_archived(d, listed)):
             layout = layout_for(S3Url(job.source.bucket, source_prefix), job.destination)
@@ -160,6 +167,7 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
             if layout.manifest_key in listed:
                 futures[(day, source_prefix)] = pool.submit(_check_day, job, control, layout, day, listed, sample,
                                            random.Random(rng.random()), now, counter)
+                late[(day, source_prefix)] = pool.submit(_late_drift, job, control, layout, day, source_prefix, counter)
             elif layout.lease_key in listed:
                 continue  # a run is at work on it
             elif archive_key is not None:
@@ -177,8 +185,9 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
                     f"{ACTIONS['archive missing']} (with its manifest and index); deleted on purpose: remove the "
                     f"day from s3://{bucket}/{scrub_result_key(job)} and scrubs stop reporting it"))
         retrieval = 0.0
-        for (day, _), future in futures.items():
+        for (day, source_prefix), future in futures.items():
             drift, sampled, sampled_bytes, dollars = future.result()
+            drift = drift + late[(day, source_prefix)].result()
             retrieval += dollars
             result.checked += 1
             result.sampled += sampled
@@ -291,6 +300,30 @@ def _check_day(job: ArchiveJob, control, layout, day: date, listed: dict, sample
         return drift, sampled, sampled_bytes, retrieval
     except ArchiverError as exc:
         return drift + [Drift(iso, prefix, "unreadable", str(exc))], 0, 0, 0.0
+
+
+def _late_drift(job: ArchiveJob, control, layout, day: date, prefix: str, counter: _Counter) -> list[Drift]:
+    """Objects in the day's source ``prefix`` that no part holds. Its requests: the day's state
+    and parts (HEAD and GET per part, one LIST), the day index, the source's listing, and the
+    manifests only when the index's digest does not settle it."""
+    source = S3Url(job.source.bucket, prefix)
+    try:
+        parts = committed_parts(control, layout, source)
+        if not parts:
+            return []  # gone since the listing: the day's own check reports it
+        check = check_late(control, source, parts)
+    except (ArchiveDamaged, IntegrityError):
+        return []  # the day's own check reports the damage
+    except ArchiverError as exc:
+        return [Drift(day.isoformat(), prefix, "unreadable", f"checking for objects newer than the archive: {exc}")]
+    counter.add("HEAD", len(parts))
+    counter.add("GET", len(parts) + 1 + (len(parts) if check.manifests_read else 0))
+    counter.add("LIST", 2 + check.listed // 1000)
+    if not check.late:
+        return []
+    changed = f", {check.changed:,} of them rewritten since" if check.changed else ""
+    return [Drift(day.isoformat(), prefix, "newer than archive",
+                  f"{len(check.late):,} objects newer than its archive{changed} (first: {check.late[0].key})")]
 
 
 def _predates_indexes(header: dict) -> bool:

@@ -32,6 +32,8 @@ from s3arch.protocol.deletion import DeletionResult, delete_archived_sources
 from s3arch.core.errors import (IO_ERRORS, AccessDenied, ArchiveDamaged, ArchiverError, BadArgument,
                      ConcurrentRun, DestinationConflict, IntegrityError, status_of, translate)
 from s3arch.protocol.lease import Held, PrefixLease
+from s3arch.protocol.parts import LateCheck, LatePart, check_late, record_parts
+from s3arch.format.day import Part, committed_parts, day_objects, drop_later_parts, part_layout
 from s3arch.core.outcome import Outcome
 from s3arch.format.manifest import ArchiveLayout, Committed, layout_for, read_committed
 from s3arch.io.retention import check_applied, refuse_locked_overwrite, retention_of
@@ -71,6 +73,8 @@ class ArchiveResult:
     peak_buffered: int = 0
     stale_uploads_aborted: int = 0
     segments: int = 1  # segments the archive was produced as (tasks/produce/segments.py)
+    part: int = 1  # the day's part this run committed; skipped: the day's last part (tasks/format/day.py)
+    late: int = 0  # objects newer than the day's archive: archived as ``part`` (a dry run: would be)
     timings: dict = field(default_factory=dict)  # of a segmented run: plan, slowest segment, assembly
     estimated_bytes_out: int | None = None
     tags_unread: int = 0  # tagged objects archived without their tags (--without-tags)
@@ -98,6 +102,8 @@ class CommitProtocol:
         self.layout = layout_for(spec.source, spec.destination)
         self.archive_key = self.layout.archive_key(spec.extension)
         self.started = time.monotonic()
+        self.later_parts: list[Part] = []  # of a day being overwritten: dropped before its new manifest
+        self.replaced_objects = 0  # objects the day being overwritten holds (each key once)
         self.control_throttled = throttled(self.control)  # the control plane's count when the run began
         self.result = ArchiveResult(Outcome.ARCHIVED, str(spec.source), self.archive_url, self.layout.manifest_url,
                                     storage_class=spec.storage_class, codec=spec.codec)
@@ -122,10 +128,15 @@ class CommitProtocol:
             except BaseException:
                 lease.release_once_taken(taking)  # not left for the next run to wait out
                 raise
-            if committed and not spec.overwrite and not spec.delete_source:
+            try:  # a committed day: anything newer than its parts? (reads only)
+                late = self._check_late(committed) if committed and not spec.overwrite else None
+            except BaseException:
                 lease.release_once_taken(taking)
-                self._skipped(committed)
-                self._abort_uploads_of_dead_runs()
+                raise
+            if committed and late is not None and not late.late and not spec.delete_source:
+                lease.release_once_taken(taking)
+                self._skipped(committed, late.parts)
+                self._abort_uploads_of_dead_runs(late)
                 return self._done()
             # A run that writes needs it (ConcurrentRun, AccessDenied, ...), renewed until the
             # end, the last write (the index) included.
@@ -134,7 +145,9 @@ class CommitProtocol:
                 # With it, what a writing run needs: the archive's ETag, the source's size,
                 # and step 4 (under the lease, every upload and segment temporary left for
                 # our keys belongs to a run that is gone: abort and delete them).
-                producer.claim()
+                rechecking = committed is not None and not spec.overwrite  # no plan of a committed day to claim
+                if not rechecking:
+                    producer.claim()
                 again = reads.submit(read_committed, self.control, self.layout, spec.source)
                 cleaned = reads.submit(self._clean_stale, producer.keep)
                 etag = reads.submit(self._current_etag, self.archive_key)
@@ -142,31 +155,25 @@ class CommitProtocol:
                 producer.start()
                 committed = again.result()
                 if committed and not spec.overwrite:
-                    self._skipped(committed)
-                    self._delete_sources(held)
+                    # Again under the lease: a run that held it before us may have archived
+                    # the same late objects.
+                    late = self._check_late(committed)
+                    cleaned.result()
+                    if late.late:
+                        return self._archive_late(late, producer, held, reads)
+                    if late.index is not None:
+                        record_parts(self.control, self.layout, late.index, spec)
+                    self._skipped(committed, late.parts)
+                    self._delete_sources(held, late.parts)
                     return self._done()
+                if rechecking:
+                    producer.claim()  # uncommitted meanwhile (an --overwrite in progress)
                 cleaned.result()
                 if committed:
                     # 3. --overwrite must not lose archived data: refuse a shrunken source
                     #    before reading any of it (one listing pass), and a locked archive.
                     self._check_overwrite(committed)
-                # 5. Stream the archive and manifest as two open uploads, on the run's one
-                #    coordinator: a lost lease and the caller's cancel stop it directly, with
-                #    their reason (tasks/core/stops.py).
-                coordinator = StreamCoordinator(f"the archive of {spec.source}", stall_timeout=spec.stall_timeout)
-                held.on_lost(coordinator.cancel)
-                with cancelling(coordinator, self.cancel, f"archiving {spec.source}"):
-                    try:
-                        streamed = self._produce(producer, coordinator)
-                    except BaseException as exc:
-                        error = coordinator.failure(exc)
-                        if error is exc:
-                            raise
-                        raise error from exc
-                    # 6-7. Complete and verify the archive (PRODUCED), then the manifest
-                    #      (COMMITTED); its index is written while the lease is released.
-                    index = self._commit(streamed, committed, etag.result(), held, coordinator, reads)
-                    held.after.append(index)  # the index is the winner's, written under its lease
+                index = self._produce_and_commit(producer, committed, etag.result(), held, reads)
                 if producer.segmented:
                     delete_temporaries(self.control, self.layout)
                 # 8. Only now, and only if asked, delete the archived sources.
@@ -174,6 +181,53 @@ class CommitProtocol:
                 # Nothing of this run touches the prefix once the lease is gone; the lease's
                 # HEAD goes out while the last of it (the index) is written.
             index.result()
+        return self._done()
+
+    def _produce_and_commit(self, producer: Producer, previous: Committed | None, archive_etag: str | None,
+                            held: Held, reads: ThreadPoolExecutor) -> Future:
+        """Steps 5-7; the future of the manifest index's write."""
+        # 5. Stream the archive and manifest as two open uploads, on the run's one coordinator:
+        #    a lost lease and the caller's cancel stop it directly, with their reason
+        #    (tasks/core/stops.py).
+        coordinator = StreamCoordinator(f"the archive of {self.spec.source}", stall_timeout=self.spec.stall_timeout)
+        held.on_lost(coordinator.cancel)
+        with cancelling(coordinator, self.cancel, f"archiving {self.spec.source}"):
+            try:
+                streamed = self._produce(producer, coordinator)
+            except BaseException as exc:
+                error = coordinator.failure(exc)
+                if error is exc:
+                    raise
+                raise error from exc
+            # 6-7. Complete and verify the archive (PRODUCED), then the manifest (COMMITTED);
+            #      its index is written while the lease is released.
+            index = self._commit(streamed, previous, archive_etag, held, coordinator, reads)
+            held.after.append(index)  # the index is the winner's, written under its lease
+        return index
+
+    def _check_late(self, committed: Committed) -> LateCheck:
+        parts = committed_parts(self.control, self.layout, self.spec.source, first=committed)
+        return check_late(self.control, self.spec.source, parts)
+
+    def _archive_late(self, late: LateCheck, producer: Producer, held: Held, reads: ThreadPoolExecutor) -> ArchiveResult:
+        """The late objects as the day's next part, committed as any archive is (its own
+        stale uploads cleaned, conditional completions, manifest last), then the day index,
+        then, if asked, the deletion of what every part holds."""
+        part = LatePart(self.spec, self.clients, late, getattr(producer, "progress", None))
+        day = self.layout
+        self.layout, self.archive_key = part.layout, part.archive_key
+        self.result.archive, self.result.manifest = self.archive_url, part.layout.manifest_url
+        self._clean_stale()  # the uploads of a run killed while it made this part
+        self._produce_and_commit(part, None, self._current_etag(self.archive_key), held, reads).result()
+        committed = read_committed(self.control, part.layout, self.spec.source)
+        assert committed is not None  # this run committed it, under its lease
+        new = Part(late.next_part, part.layout, committed)
+        held.confirm()
+        record_parts(self.control, day, late.index_after(new), self.spec)
+        r = self.result
+        r.part, r.late = new.number, len(late.late)
+        r.notes.append(late.note())
+        self._delete_sources(held, [*late.parts, new])
         return self._done()
 
     def _produce(self, producer: Producer, coordinator: StreamCoordinator) -> StreamedArchive:
@@ -228,11 +282,23 @@ class CommitProtocol:
 
     def skipped_if_committed(self) -> ArchiveResult | None:
         """Reading only: the result of a run that would skip (the prefix is committed and
-        not to be overwritten), else None. A dry run says what the real run would."""
+        not to be overwritten) or archive late objects as a next part, else None. A dry run
+        says what the real run would."""
         if self.spec.overwrite:
             return None
         committed = read_committed(self.control, self.layout, self.spec.source)
-        return self._skipped(committed) if committed else None
+        if committed is None:
+            return None
+        late = self._check_late(committed)
+        r = self._skipped(committed, late.parts)
+        if late.late:
+            part = part_layout(self.layout, late.next_part)
+            r.status, r.state, r.part, r.late = Outcome.DRY_RUN, State.COMMITTED.value, late.next_part, len(late.late)
+            r.objects, r.bytes_in = len(late.late), sum(o.size for o in late.late)
+            r.archive, r.manifest = f"s3://{part.bucket}/{part.archive_key(self.spec.extension)}", part.manifest_url
+            r.notes.append(late.note().replace("archived as", "a run would archive them as")
+                           + "; first: " + ", ".join(o.key for o in late.late[:5]))
+        return r
 
     def _clean_stale(self, keep: SegmentPlan | None = None) -> None:
         """Step 4: abort the uploads and delete the segment temporaries of runs that are gone
@@ -256,43 +322,44 @@ class CommitProtocol:
     def delete_sources_only(self) -> ArchiveResult:
         """Finish (or repeat) the deletion of a committed prefix's sources, nothing else."""
         with self._lease().held() as held:
-            committed = read_committed(self.control, self.layout, self.spec.source)
-            if committed is None:
+            parts = committed_parts(self.control, self.layout, self.spec.source)
+            if not parts:
                 raise BadArgument(f"{self.layout.manifest_url} does not exist: the prefix is not "
                                   "archived, so nothing may be deleted",
                                   hint="archive it first (s3arch archive ... --delete-source)")
-            self._skipped(committed)
-            self._delete_sources(held)
+            self._skipped(parts[0].committed, parts)
+            self._delete_sources(held, parts)
         return self._done()
 
-    def _abort_uploads_of_dead_runs(self) -> None:
+    def _abort_uploads_of_dead_runs(self, late: LateCheck) -> None:
         """A skip writes nothing (the lease it took meanwhile, if any, is gone again) unless a
-        dead run left uploads: then, only if the lease is free (no run is alive on this
-        prefix), abort them so nothing is left to bill."""
+        dead run left uploads, or the day index is missing or behind: then, only if the lease
+        is free (no run is alive on this prefix), abort them and write it."""
         try:
             # A segmented run in progress has its archive upload open too, so this finds it.
-            if not self._open_uploads():
+            if not self._open_uploads() and late.index is None:
                 return
-        except AccessDenied:
-            return  # a read-only caller may still be told the prefix is done
-        try:
             with self._lease().held():
                 self._clean_stale()
-        except ConcurrentRun:
-            pass  # a live run owns them
+                if late.index is not None:
+                    record_parts(self.control, self.layout, late.index, self.spec)
+        except (AccessDenied, ConcurrentRun):
+            pass  # a read-only caller may still be told the prefix is done; a live run owns them
 
     def _lease(self) -> PrefixLease:
         return PrefixLease(self.control, self.layout.bucket, self.layout.lease_key,
                            purpose=f"archive of {self.spec.source}", ttl=self.spec.lease_ttl)
 
-    def _skipped(self, committed: Committed) -> ArchiveResult:
+    def _skipped(self, committed: Committed, parts: list[Part] | None = None) -> ArchiveResult:
         self.result.retention = check_archive_intact(self.control, self.layout, committed) or None
+        summaries = [p.committed.summary for p in parts] if parts else [committed.summary]
         summary = committed.summary
         r = self.result
         r.status, r.state = Outcome.SKIPPED, State.COMMITTED.value
         r.archive = f"s3://{self.layout.bucket}/{committed.archive_key}"
-        r.objects, r.bytes_in = summary["objects"], summary["bytes"]
-        r.bytes_out, r.tar_bytes = summary["archive_size"], summary["tar_size"]
+        r.part = len(summaries)
+        r.objects, r.bytes_in = sum(s["objects"] for s in summaries), sum(s["bytes"] for s in summaries)
+        r.bytes_out, r.tar_bytes = sum(s["archive_size"] for s in summaries), sum(s["tar_size"] for s in summaries)
         r.storage_class = summary.get("storage_class", r.storage_class)
         r.codec = committed.header.get("codec", r.codec)
         return self._done()
@@ -302,13 +369,18 @@ class CommitProtocol:
         return self.result
 
     def _check_overwrite(self, committed: Committed) -> None:
-        refuse_locked_overwrite(self.control, self.layout.bucket, [committed.archive_key, self.layout.manifest_key])
-        self._refuse_shrunken_source(committed)
+        """An --overwrite rebuilds the whole day as one part: its later parts go too."""
+        parts = committed_parts(self.control, self.layout, self.spec.source, first=committed)
+        self.later_parts = parts[1:]
+        refuse_locked_overwrite(self.control, self.layout.bucket, [
+            key for p in parts for key in (p.committed.archive_key, p.layout.manifest_key)])
+        self.replaced_objects = day_objects(self.control, parts)
+        self._refuse_shrunken_source()
 
-    def _refuse_shrunken_source(self, committed: Committed) -> None:
+    def _refuse_shrunken_source(self) -> None:
         from s3arch.io.sources import source_pages
 
-        archived = committed.summary["objects"]
+        archived = self.replaced_objects
         now = sum(len(page) for page in source_pages(self.control, self.spec.source))
         if now < archived:
             raise DestinationConflict(
@@ -332,9 +404,9 @@ class CommitProtocol:
             # one stopped since the stream ended commits nothing.
             if not coordinator.announce_done():
                 raise coordinator.failure(Stopped("stopped before the commit"))
-            if previous and previous.summary["objects"] > streamed.objects:
+            if previous and self.replaced_objects > streamed.objects:
                 raise DestinationConflict(
-                    f"{self.layout.manifest_url} holds {previous.summary['objects']:,} objects, the source "
+                    f"{self.layout.manifest_url} holds {self.replaced_objects:,} objects, the source "
                     f"now only {streamed.objects:,}: overwriting would lose archived data",
                     hint="restore the archive first, or delete the old archive and manifest by hand")
             lease.confirm()  # still ours, right before anything becomes visible
@@ -347,7 +419,9 @@ class CommitProtocol:
                 # The old commit record goes now, before anything else can fail: from here
                 # until the new manifest exists the prefix reads as ABSENT, never as the old
                 # manifest over the new archive. Its index goes with it: the new one is
-                # written only after the new manifest.
+                # written only after the new manifest. The later parts go first: a day read
+                # in between is part 1 and fewer parts, never new parts over an old part 1.
+                drop_later_parts(self.control, self.layout, self.later_parts)
                 for key in (self.layout.manifest_key, self.layout.index_key):
                     self.control.delete_object(Bucket=self.layout.bucket, Key=key)
             if uploaded.size != streamed.bytes_out:
@@ -384,7 +458,8 @@ class CommitProtocol:
                            "\"tags_unread\"")
         return pool.submit(streamed.manifest.write_index)
 
-    def _delete_sources(self, held: Held) -> None:
+    def _delete_sources(self, held: Held, parts: list[Part] | None = None) -> None:
+        """``parts``: the day's committed parts, whose union is what may be deleted."""
         if not self.spec.delete_source:
             return
         held.confirm()  # the lease is renewed while the deletion runs; it starts only while ours
@@ -399,7 +474,8 @@ class CommitProtocol:
                                     f"sources: {how}") from held.lost
 
         deletion: DeletionResult = delete_archived_sources(self.control, self.spec.source, self.layout,
-                                                           versions=self.spec.delete_versions, stop=stop)
+                                                           versions=self.spec.delete_versions, stop=stop,
+                                                           parts=parts)
         self.result.deleted = deletion.deleted
         self.result.deletion = {**asdict(deletion), "finished": True}
         self.result.state = State.SOURCES_DELETED.value

@@ -26,12 +26,14 @@ because of a lock is not counted as deleted: both are kept, and the result says 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from itertools import groupby
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from s3arch.io.attributes import lock_reason
 from s3arch.core.config import S3Url
 from s3arch.core.errors import IO_ERRORS, ArchiverError, error_for, SourceDeletionFailed, status_of, translate
+from s3arch.format.day import Part, day_records
 from s3arch.format.manifest import ArchiveLayout, iter_manifest
 
 BATCH = 1000
@@ -70,18 +72,22 @@ class DeletionResult:
 
 
 def delete_archived_sources(control, source: S3Url, layout: ArchiveLayout, *, versions: bool = False,
-                            stop: Callable[[], None] = lambda: None) -> DeletionResult:
+                            stop: Callable[[], None] = lambda: None, parts: list[Part] | None = None) -> DeletionResult:
     """``stop`` is called before each batch is sent and raises to end the deletion there (a
     run whose lease was lost must delete nothing more); what it raises is the cause of the
-    ``SourceDeletionFailed``."""
+    ``SourceDeletionFailed``. ``parts``: the day's committed parts (tasks/format/day.py), whose
+    records, each key's latest, are what may be deleted; by default ``layout``'s manifest."""
+    archived = (lambda: day_records(control, parts)) if parts else (lambda: _archived(control, layout))
+    # Each version a part holds may go: an object rewritten after it was archived has one in each.
+    every = (lambda: day_records(control, parts, every=True)) if parts else archived
     result = DeletionResult(versioned=_is_versioned(control, source.bucket))
     try:
         if versions and result.versioned:
             result.method = "versions"
-            _delete_versions(control, source, layout, result, stop)
+            _delete_versions(control, source, every(), result, stop)
         else:
             result.method = "etag" if _endpoint_honours_etag(control, layout) else "recheck"
-            _delete_current(control, source, layout, result, stop)
+            _delete_current(control, source, archived(), result, stop)
     except ArchiverError as exc:
         raise SourceDeletionFailed(
             f"deleted {result.deleted:,} archived source objects under {source}, then stopped",
@@ -95,11 +101,10 @@ def _archived(control, layout: ArchiveLayout) -> Iterator[dict]:
     return (r for r in iter_manifest(control, layout) if r["type"] == "object")
 
 
-def _delete_current(control, source: S3Url, layout: ArchiveLayout, result: DeletionResult,
+def _delete_current(control, source: S3Url, archived: Iterator[dict], result: DeletionResult,
                     stop: Callable[[], None]) -> None:
     from s3arch.io.sources import source_pages
 
-    archived = _archived(control, layout)
     record = next(archived, None)
     batch: list[tuple[str, str]] = []
     limit = RECHECK_BATCH if result.method == "recheck" else BATCH
@@ -182,9 +187,9 @@ def _refused_by_lock(error: dict) -> bool:
         any(word in message for word in ("lock", "worm", "retention"))
 
 
-def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: DeletionResult,
+def _delete_versions(control, source: S3Url, records: Iterator[dict], result: DeletionResult,
                      stop: Callable[[], None]) -> None:
-    archived = _archived(control, layout)
+    archived = ((key, {r["etag"]: r for r in group}) for key, group in groupby(records, key=lambda r: r["key"]))
     record = next(archived, None)
     batch: list[dict] = []
     paginator = control.get_paginator("list_object_versions")
@@ -193,10 +198,10 @@ def _delete_versions(control, source: S3Url, layout: ArchiveLayout, result: Dele
                  for page in paginator.paginate(Bucket=source.bucket, Prefix=prefix))
         for page in pages:
             for version in page.get("Versions", []):
-                while record is not None and record["key"] < version["Key"]:
+                while record is not None and record[0] < version["Key"]:
                     record = next(archived, None)
-                if record is not None and record["key"] == version["Key"] and record["etag"] == version["ETag"]:
-                    reason = lock_reason(record)
+                if record is not None and record[0] == version["Key"] and version["ETag"] in record[1]:
+                    reason = lock_reason(record[1][version["ETag"]])
                     if reason is not None:
                         result.keep_locked(version["Key"], reason)
                     else:

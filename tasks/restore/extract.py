@@ -46,9 +46,12 @@ class Selection:
 
 def extract_archive(clients, layout: ArchiveLayout, *, to_s3: S3Url | None = None, to_dir: Path | None = None,
                     selection: Selection = Selection(), original_keys: bool = False, overwrite: bool = False,
-                    memory_budget: int = 256 * MiB, metadata_file: Path | None = None) -> ExtractResult:
+                    memory_budget: int = 256 * MiB, metadata_file: Path | None = None,
+                    skip_keys: frozenset[str] = frozenset(), raise_conflicts: bool = True) -> ExtractResult:
     """``metadata_file``: with ``to_dir``, where to write each extracted object's attributes
-    (JSON Lines, FORMAT.md "Metadata file"), since a file system keeps only bytes and mtime."""
+    (JSON Lines, FORMAT.md "Metadata file"), since a file system keeps only bytes and mtime.
+    ``skip_keys``: keys a later part of the day holds (tasks/restore/days.py). Without
+    ``raise_conflicts`` the result lists them instead (``conflict_error`` makes the error)."""
     if (to_s3 is None) == (to_dir is None):
         raise BadArgument("give exactly one target: --to s3://BUCKET/PREFIX/ or --to-dir PATH")
     if metadata_file is not None and to_dir is None:
@@ -56,6 +59,8 @@ def extract_archive(clients, layout: ArchiveLayout, *, to_s3: S3Url | None = Non
                           hint="extracting to S3 sets each object's metadata and tags on the object itself")
     control = clients.control
     header, records = _select(control, layout, selection)
+    if skip_keys:
+        records = (r for r in records if r["key"] not in skip_keys)
     archive_key = header["archive"]["key"]
     require_readable(control, layout.bucket, archive_key)
     prefix = header["source"]["prefix"]
@@ -76,12 +81,16 @@ def extract_archive(clients, layout: ArchiveLayout, *, to_s3: S3Url | None = Non
         raise
     writer.close()
     result.conflicts = writer.conflicts
-    if writer.conflicts:
-        raise DestinationConflict(
-            f"{len(writer.conflicts)} objects already exist at {writer.target} with other content and "
-            f"were left alone (first: {writer.conflicts[0]}); {result.objects} others were extracted",
-            hint="add --overwrite to replace them")
+    if writer.conflicts and raise_conflicts:
+        raise conflict_error(result)
     return result
+
+
+def conflict_error(result: ExtractResult) -> DestinationConflict:
+    return DestinationConflict(
+        f"{len(result.conflicts)} objects already exist at {result.target} with other content and "
+        f"were left alone (first: {result.conflicts[0]}); {result.objects} others were extracted",
+        hint="add --overwrite to replace them")
 
 
 def _select(control, layout: ArchiveLayout, selection: Selection) -> tuple[dict, Iterator[dict]]:

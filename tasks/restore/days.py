@@ -1,0 +1,80 @@
+"""Reading a day whole: its archive and the late parts that followed it (tasks/format/day.py).
+
+Every reader goes through here when given a day's manifest or archive: ``ls`` and ``extract``
+see each key once, in its latest part (a key rewritten after it was archived is in two parts;
+the later one is the current content), ``cat`` reads that part, and a restore asks for every
+part's archive. Given a later part's own URL, a reader sees that part alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterator
+
+from s3arch.core.errors import BadArgument
+from s3arch.format.day import Part, committed_parts, day_records
+from s3arch.format.manifest import ArchiveLayout, find_records, iter_manifest
+from s3arch.restore.extract import ExtractResult, Selection, conflict_error, extract_archive
+from s3arch.restore.reading import list_members
+
+
+def day_members(control, layout: ArchiveLayout) -> Iterator[dict]:
+    """The records ``s3arch ls`` prints: each key once, from its latest part."""
+    parts = committed_parts(control, layout)
+    return day_records(control, parts) if len(parts) > 1 else list_members(control, layout)
+
+
+def part_holding(control, layout: ArchiveLayout, key: str) -> ArchiveLayout:
+    """The layout of the latest part that holds ``key`` (``layout`` itself for a one-part day,
+    whose reader then says the key is not there)."""
+    parts = committed_parts(control, layout)
+    for part in reversed(parts[1:]):
+        if key in find_records(control, part.layout, [key])[1]:
+            return part.layout
+    return layout
+
+
+def extract_day(clients, layout: ArchiveLayout, *, selection: Selection = Selection(), **options) -> ExtractResult:
+    """``extract_archive`` over every part of the day, each key from its latest part; the
+    options are ``extract_archive``'s. Conflicts are gathered over all parts, then raised."""
+    parts = committed_parts(clients.control, layout)
+    if len(parts) <= 1:
+        return extract_archive(clients, layout, selection=selection, **options)
+    later: set[str] = set()  # keys of the parts after the one being extracted: superseded there
+    plans = []
+    for part in reversed(parts):
+        plans.append((part, _selection_in(clients.control, part, selection, later), frozenset(later)))
+        later |= {r["key"] for r in iter_manifest(clients.control, part.layout) if r["type"] == "object"}
+    if selection.keys is not None:
+        missing = [k for k in selection.keys if k not in later]
+        if missing:
+            raise BadArgument(f"{len(missing)} of the {len(selection.keys)} keys asked for are in no part of "
+                              f"{layout.manifest_url}: {', '.join(repr(k) for k in missing[:5])}",
+                              hint="s3arch ls lists the archived keys; nothing was extracted")
+    total: ExtractResult | None = None
+    for part, chosen, superseded in reversed(plans):
+        if chosen is not None:
+            result = extract_archive(clients, part.layout, selection=chosen, skip_keys=superseded,
+                                     raise_conflicts=False, **options)
+            total = result if total is None else _sum(total, result)
+    if total is None:  # no keys asked for
+        return extract_archive(clients, layout, selection=selection, **options)
+    if total.conflicts:
+        raise conflict_error(total)
+    return total
+
+
+def _selection_in(control, part: Part, selection: Selection, later: set[str]) -> Selection | None:
+    """What to extract from ``part``: None when it holds none of the keys asked for."""
+    if selection.keys is None:
+        return selection
+    wanted = [k for k in selection.keys if k not in later]
+    held = find_records(control, part.layout, wanted)[1] if wanted else {}
+    keys = [k for k in wanted if k in held]
+    return Selection.of(keys) if keys else None
+
+
+def _sum(a: ExtractResult, b: ExtractResult) -> ExtractResult:
+    return replace(a, archive=f"{a.archive}, {b.archive}", objects=a.objects + b.objects, bytes=a.bytes + b.bytes,
+                   skipped_same=a.skipped_same + b.skipped_same, conflicts=a.conflicts + b.conflicts,
+                   gets=a.gets + b.gets, bytes_fetched=a.bytes_fetched + b.bytes_fetched)
