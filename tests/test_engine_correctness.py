@@ -42,14 +42,14 @@ def test_a_dry_run_sample_of_an_object_changed_since_listing_is_a_typed_error(s3
 
     src, dst = buckets
     seed(s3, src, {f"day/{i:03d}.log": b"x" * 100 for i in range(5)})
-    real = s3arch.archive.iter_pages
+    real = s3arch.archive.source_pages
 
     def listed_then_changed(*args, **kwargs):
         for page in real(*args, **kwargs):
             s3.put_object(Bucket=src, Key="day/002.log", Body=b"changed")
             yield page
 
-    monkeypatch.setattr(s3arch.archive, "iter_pages", listed_then_changed)
+    monkeypatch.setattr(s3arch.archive, "source_pages", listed_then_changed)
     with pytest.raises(SourceChanged, match="day/002.log"):
         archive_prefix(_spec(src, dst, dry_run=True), clients)
 
@@ -224,7 +224,7 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
     src, dst = buckets
     objects = {f"day/{i:05d}.log": f"line {i}\n".encode() * (i % 7 + 1) for i in range(1_500)}  # two pages
     seed(s3, src, objects)
-    real_pages = s3arch.produce.segments.plan.iter_pages
+    real_pages = s3arch.produce.segments.plan.source_pages
     streaming = threading.Event()  # the pipeline streams the first page's members
     real_members = s3arch.produce.pipeline._Stream._members
 
@@ -239,7 +239,7 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
             yield page
 
     monkeypatch.setattr(s3arch.produce.pipeline._Stream, "_members", signalling_members)
-    monkeypatch.setattr(s3arch.produce.segments.plan, "iter_pages", sizing_waits_after_the_first_page)
+    monkeypatch.setattr(s3arch.produce.segments.plan, "source_pages", sizing_waits_after_the_first_page)
     stopped = []  # what the pipeline raised when it stopped
     real_stop = s3arch.produce.pipeline._Stream._stop
 

@@ -6,6 +6,7 @@ import pytest
 
 import s3arch.protocol.commit
 import s3arch.io.listing
+import s3arch.io.sources
 import s3arch.produce.segments.plan
 from s3arch.archive import archive_prefix
 from s3arch.core.config import ArchiveSpec, S3Url
@@ -29,7 +30,9 @@ def _after_listing(monkeypatch, action):
             yield page
 
     monkeypatch.setattr(s3arch.io.listing, "iter_pages", pages)
-    monkeypatch.setattr(s3arch.produce.segments.plan, "iter_pages", pages)  # the listing that decides on segments
+    # Every listing of a source goes through its prefixes' iter_pages: the stream's, and the
+    # one that decides on segments.
+    monkeypatch.setattr(s3arch.io.sources, "iter_pages", pages)
 
 
 @pytest.mark.parametrize("change", ["rewritten", "deleted"])
