@@ -12,7 +12,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from s3arch.protocol.commit import ArchiveResult, CommitProtocol, cost_of
+from s3arch.protocol.checks import cost_of
+from s3arch.protocol.commit import ArchiveResult, CommitProtocol
 from s3arch.format.compression import codec_for
 from s3arch.core.config import ArchiveSpec, MiB
 from s3arch.core.errors import BadArgument, EmptyPrefix
