@@ -18,7 +18,7 @@ from typing import Iterator
 
 from s3arch.core.config import S3Url
 from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, ArchiverError, BadArgument, DestinationConflict, translate
-from s3arch.io.listing import key_order
+from s3arch.io.keys import key_order
 from s3arch.io.reads import none_if_missing, read_object, stream_object
 from s3arch.io.upload import PartSizer, PartUploader, UploadResult, upload_memory
 from s3arch.core.version import __version__
