@@ -36,15 +36,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
-from s3arch.ops.catalog import (SCRUB_DIR, _Counter, archive_prefix, parse_index, read_scrub_result, read_through,
-                      scrub_result_key, was_committed)
+from s3arch.ops.catalog import (SCRUB_DIR, _Counter, archive_prefix, read_scrub_result, scrub_result_key,
+                      was_committed)
 from s3arch.core.config import S3Url
 from s3arch.core.cost import usd
 from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, ArchiverError, IntegrityError, translate
 from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.io.listed import _listed
 from s3arch.format.day import committed_parts
-from s3arch.format.manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for, read_chunk
+from s3arch.format.manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for, parse_index, read_chunk, read_through
 from s3arch.protocol.parts import check_late
 from s3arch.restore.reading import DECODE_CHUNK, member_data
 from s3arch.restore.glacier import NEEDS_RESTORE
