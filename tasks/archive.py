@@ -12,12 +12,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from s3arch.protocol.commit import ArchiveResult, CommitProtocol, cost_of
+from s3arch.protocol.checks import cost_of
+from s3arch.protocol.commit import ArchiveResult, CommitProtocol
 from s3arch.format.compression import codec_for
 from s3arch.core.config import ArchiveSpec, MiB
 from s3arch.core.errors import BadArgument, EmptyPrefix
 from s3arch.core.stops import Cancel
-from s3arch.io.listing import LISTING_WORKERS, NEEDS_RESTORE
+from s3arch.io.listing import NEEDS_RESTORE
+from s3arch.io.ranges import LISTING_WORKERS
 from s3arch.io.sources import resolved, source_pages
 from s3arch.format.manifest import layout_for
 from s3arch.core.outcome import Outcome

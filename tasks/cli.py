@@ -60,7 +60,20 @@ def _parser() -> argparse.ArgumentParser:
             s.add_argument("--long", "-l", action="store_true",
                            help="also each object's captured attributes: content headers, user metadata, "
                                 "tags, checksum, version, encryption, Object Lock")
-    r = command("restore", help="ask S3 to restore an archive from GLACIER/DEEP_ARCHIVE (idempotent)")
+    _restore_arguments(command("restore", help="ask S3 to restore an archive from GLACIER/DEEP_ARCHIVE (idempotent)"))
+
+    _extract_arguments(command("extract", help="write archived objects back to S3 or a directory"))
+
+    _plan_arguments(command("plan", help="the days a job archives in a date range and their sizes, from the newest S3 "
+                                         "Inventory report (nothing is listed; each day is listed when it is archived)"))
+
+    c = command("cat", help="write one archived object to stdout (one ranged GET)")
+    c.add_argument("archive")
+    c.add_argument("key")
+    return p
+
+
+def _restore_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("archive", help="s3://DEST_BUCKET/... archive or manifest key")
     r.add_argument("--tier", default="Standard", choices=["Expedited", "Standard", "Bulk"],
                    help="GLACIER: Expedited 1-5 min, Standard 3-5 h, Bulk 5-12 h; DEEP_ARCHIVE: "
@@ -76,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --wait: seconds between polls (default by tier: 30 Expedited, 300 Standard, 900 Bulk)")
     r.add_argument("--json", action="store_true")
 
-    x = command("extract", help="write archived objects back to S3 or a directory")
+
+def _extract_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("archive", help="s3://DEST_BUCKET/... archive or manifest key")
     where = x.add_mutually_exclusive_group(required=True)
     where.add_argument("--to", help="s3://BUCKET/PREFIX/ to write the objects under")
@@ -95,8 +109,8 @@ def _parser() -> argparse.ArgumentParser:
                         "(JSON Lines, one line per object; docs/FORMAT.md)")
     x.add_argument("--json", action="store_true")
 
-    pl = command("plan", help="the days a job archives in a date range and their sizes, from the newest S3 "
-                              "Inventory report (nothing is listed; each day is listed when it is archived)")
+
+def _plan_arguments(pl: argparse.ArgumentParser) -> None:
     pl.add_argument("job", help="a job of the jobs file (docs/JOBS.md)")
     pl.add_argument("--jobs-file", type=Path, help="default: $S3ARCH_JOBS_FILE, else jobs.yaml")
     pl.add_argument("--from", dest="date_from", help="first day, YYYY-MM-DD (default: the oldest in the report)")
@@ -104,11 +118,6 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--inventory", help="s3://BUCKET/DEST-PREFIX/SOURCE-BUCKET/CONFIG-ID/ (default: the job's)")
     pl.add_argument("--inventory-max-age-days", type=float, help="refuse an older report (default: the job's, 2)")
     pl.add_argument("--json", action="store_true")
-
-    c = command("cat", help="write one archived object to stdout (one ranged GET)")
-    c.add_argument("archive")
-    c.add_argument("key")
-    return p
 
 
 def _archive_arguments(a: argparse.ArgumentParser) -> None:

@@ -68,10 +68,10 @@ def test_a_page_in_another_shape_is_left_to_botocore():
     assert parse_listing_page(reordered) is None
 
 
-# -- parallel key ranges (tasks/io/listing.py, RangeListing) ------------------------------------
+# -- parallel key ranges (tasks/io/ranges.py, RangeListing) ------------------------------------
 
 def _listed_keys(control, bucket, prefix, **kwargs) -> list[str]:
-    from s3arch.io.listing import RangeListing
+    from s3arch.io.ranges import RangeListing
 
     listing = RangeListing(control, bucket, prefix, **kwargs)
     try:
@@ -86,7 +86,8 @@ def test_parallel_ranges_list_every_odd_key_once_in_s3_order(minio, s3, buckets)
     """Keys that need escaping, of every length and script, in hourly and flat layouts: cut
     into many ranges (pages of 40 keys), listed in order and out of order, each is listed once,
     as one LIST after another lists them."""
-    from s3arch.io.listing import iter_pages, key_order
+    from s3arch.io.keys import key_order
+    from s3arch.io.listing import iter_pages
 
     src, _ = buckets
     for i, key in enumerate(ODD_KEYS):
@@ -117,7 +118,8 @@ def test_keys_added_and_removed_while_listing_in_parallel_leave_the_others_liste
     import threading
     import time
 
-    from s3arch.io.listing import RangeListing, key_order
+    from s3arch.io.keys import key_order
+    from s3arch.io.ranges import RangeListing
 
     src, _ = buckets
     stable = {f"live/{i:05d}.log": b"s" for i in range(0, 2400, 2)}
@@ -158,7 +160,7 @@ def test_cuts_racing_pages_under_way_lose_and_repeat_nothing():
     from datetime import datetime, timezone
 
     from s3arch.io.listed import ListedObject
-    from s3arch.io.listing import key_order
+    from s3arch.io.keys import key_order
 
     when = datetime(2026, 11, 21, tzinfo=timezone.utc)
     rng = random.Random(7)
@@ -187,7 +189,8 @@ def test_cuts_racing_pages_under_way_lose_and_repeat_nothing():
 def test_a_cut_falls_strictly_inside_its_range():
     import random
 
-    from s3arch.io.listing import KeySpace, key_order
+    from s3arch.io.keys import key_order
+    from s3arch.io.ranges import KeySpace
 
     rng = random.Random(11)
     alphabet = "09az-./é日" + chr(0x1F600)
@@ -262,7 +265,8 @@ def test_every_cut_key_is_a_valid_object_name_over_many_dotted_key_sets():
     strictly inside its range; and cuts are still found (the listing stays parallel)."""
     import random
 
-    from s3arch.io.listing import KeySpace, key_order
+    from s3arch.io.keys import key_order
+    from s3arch.io.ranges import KeySpace
 
     rng = random.Random(30)
     asked = found = 0
@@ -300,7 +304,9 @@ def test_a_dotted_prefix_lists_in_parallel_on_minio_with_every_start_after_accep
     22 with it), but MinIO answers some probes empty the same way."""
     import random
 
-    from s3arch.io.listing import RangeListing, iter_pages, key_order
+    from s3arch.io.keys import key_order
+    from s3arch.io.listing import iter_pages
+    from s3arch.io.ranges import RangeListing
 
     src, _ = buckets
     keys = _dotted_keys(random.Random(1), "day/", 1800)
@@ -361,7 +367,7 @@ def test_a_range_whose_page_ends_short_still_lists_every_key(minio, s3, buckets,
     once and in order, as boto3's listing (straight to MinIO) has them; in order and out of order."""
     from faultproxy import Fault, is_list
 
-    from s3arch.io.listing import key_order
+    from s3arch.io.keys import key_order
 
     src, _ = buckets
     seed(s3, src, {f"short/{h:02d}/{i:04d}.log": b"y" for h in range(6) for i in range(250)})

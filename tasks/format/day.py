@@ -24,7 +24,8 @@ from s3arch.core.config import S3Url
 from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, DestinationConflict, translate
 from s3arch.format.manifest import MANIFEST_SUFFIX, STORED_DAMAGE, ArchiveLayout, Committed, iter_manifest, \
     read_committed
-from s3arch.io.listing import iter_pages, key_order
+from s3arch.io.keys import key_order
+from s3arch.io.listing import iter_pages
 from s3arch.io.reads import read_object
 
 PART_INFIX = ".part-"

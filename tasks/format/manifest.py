@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from s3arch.core.config import S3Url
-from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, ArchiverError, BadArgument, DestinationConflict, translate
-from s3arch.io.listing import key_order
+from s3arch.core.errors import (IO_ERRORS, ArchiveDamaged, ArchiverError, BadArgument, DestinationConflict,
+                                IntegrityError, translate)
+from s3arch.io.keys import key_order
 from s3arch.io.reads import none_if_missing, read_object, stream_object
 from s3arch.io.upload import PartSizer, PartUploader, UploadResult, upload_memory
 from s3arch.core.version import __version__
@@ -392,3 +393,48 @@ def read_committed(control, layout: ArchiveLayout, source: S3Url | None = None) 
             f"{layout.manifest_url} archives {header['source']}, not {source}",
             hint="two prefixes map to the same archive; archive one into another destination")
     return Committed(header, summary)
+
+
+def parse_index(body: bytes) -> tuple[dict | None, str | None]:
+    """A manifest index's content, or why it is damaged: (index, None) or (None, problem).
+
+    Whatever a damaged object raises is caught here (a truncated gzip raises EOFError, which
+    is neither OSError nor ValueError; JSON of another shape raises nothing until used), so
+    no reader of a day crashes on one; it reads the manifest instead."""
+    try:
+        index = json.loads(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
+    except (OSError, EOFError, ValueError, zlib.error) as exc:
+        return None, f"does not parse ({type(exc).__name__}: {exc})"
+    if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT:
+        return None, "is not a manifest index"
+    header, summary = index.get("header"), index.get("summary", {})
+    if not (isinstance(header, dict) and isinstance(header.get("archive"), dict) and "key" in header["archive"]
+            and isinstance(summary, dict) and isinstance(index.get("chunks", []), list)
+            and isinstance(index.get("manifest_size", 0), int)):
+        return None, "lacks the header, summary or chunks a manifest index has"
+    return index, None
+
+
+def read_through(control, layout, sample: int = 0, rng=None) -> tuple[dict, dict, list[dict]]:
+    """The manifest's header and summary read from the manifest itself (a day without an index,
+    or with a damaged one), and a uniform random sample of ``sample`` of its object records
+    (reservoir sampling: one pass, whatever the manifest's size). IntegrityError if it is
+    damaged or truncated."""
+    header = summary = None
+    picked: list[dict] = []
+    seen = 0
+    for record in iter_manifest(control, layout):
+        kind = record.get("type")
+        if kind == "header":
+            header = record
+        elif kind == "summary":
+            summary = record
+        elif kind == "object" and sample:
+            seen += 1
+            if len(picked) < sample:
+                picked.append(record)
+            elif (j := rng.randrange(seen)) < sample:
+                picked[j] = record
+    if header is None or summary is None:
+        raise IntegrityError(f"{layout.manifest_url} has no header or no summary record")
+    return header, summary, picked

@@ -26,6 +26,9 @@ class ListedObject(NamedTuple):  # a tuple: a listing makes millions of them
     storage_class: str = "STANDARD"  # as listed; one shared str per class (``_class``)
 
 
+# Asks S3 to say, per entry, whether an object in a Glacier class is restored (readable).
+# MinIO and moto ignore it.
+_OPTIONAL = {"OptionalObjectAttributes": ["RestoreStatus"]}
 
 # A restored copy of an object in a Glacier class (the listing's RestoreStatus, asked for
 # with OptionalObjectAttributes) reads as "<class> restored" (listing.NEEDS_RESTORE).

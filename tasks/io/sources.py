@@ -24,7 +24,9 @@ from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.core.errors import IO_ERRORS, BadArgument, translate
 from s3arch.io.listed import ListedObject, _listed
-from s3arch.io.listing import LISTING_WORKERS, RangeListing, iter_pages, key_order
+from s3arch.io.keys import key_order
+from s3arch.io.listing import iter_pages
+from s3arch.io.ranges import LISTING_WORKERS, RangeListing
 
 WILDCARD = "*"
 DEFAULT_MAX_PREFIXES = ArchiveSpec.max_prefixes  # prefixes a pattern may expand to (a job's max_prefixes)

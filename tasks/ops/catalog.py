@@ -18,12 +18,10 @@ the Airflow layer fills ``DayState.airflow`` and may override ``state`` with "fa
 
 from __future__ import annotations
 
-import gzip
 import json
 import string
 import threading
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
@@ -31,12 +29,12 @@ from typing import TYPE_CHECKING
 
 from s3arch.core.config import S3Url
 from s3arch.core.cost import estimate, prices_with
-from s3arch.core.errors import IO_ERRORS, ArchiverError, IntegrityError, translate
+from s3arch.core.errors import IO_ERRORS, ArchiverError, translate
 from s3arch.io.sources import expansion_requests, holds_objects
 from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.io.listed import ListedObject, _listed
 from s3arch.format.day import listed_parts
-from s3arch.format.manifest import ARCHIVE_SUFFIXES, INDEX_FORMAT, iter_manifest, layout_for
+from s3arch.format.manifest import ARCHIVE_SUFFIXES, layout_for, parse_index, read_through
 from s3arch.io.reads import read_object
 if TYPE_CHECKING:
     from s3arch.ops.inventory import InventoryDays
@@ -165,51 +163,6 @@ class _Counter:
     def add(self, kind: str, n: int = 1) -> None:
         with self._lock:
             self.counts[kind] += n
-
-
-def parse_index(body: bytes) -> tuple[dict | None, str | None]:
-    """A manifest index's content, or why it is damaged: (index, None) or (None, problem).
-
-    Whatever a damaged object raises is caught here (a truncated gzip raises EOFError, which
-    is neither OSError nor ValueError; JSON of another shape raises nothing until used), so
-    no reader of a day crashes on one; it reads the manifest instead."""
-    try:
-        index = json.loads(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
-    except (OSError, EOFError, ValueError, zlib.error) as exc:
-        return None, f"does not parse ({type(exc).__name__}: {exc})"
-    if not isinstance(index, dict) or index.get("format") != INDEX_FORMAT:
-        return None, "is not a manifest index"
-    header, summary = index.get("header"), index.get("summary", {})
-    if not (isinstance(header, dict) and isinstance(header.get("archive"), dict) and "key" in header["archive"]
-            and isinstance(summary, dict) and isinstance(index.get("chunks", []), list)
-            and isinstance(index.get("manifest_size", 0), int)):
-        return None, "lacks the header, summary or chunks a manifest index has"
-    return index, None
-
-
-def read_through(control, layout, sample: int = 0, rng=None) -> tuple[dict, dict, list[dict]]:
-    """The manifest's header and summary read from the manifest itself (a day without an index,
-    or with a damaged one), and a uniform random sample of ``sample`` of its object records
-    (reservoir sampling: one pass, whatever the manifest's size). IntegrityError if it is
-    damaged or truncated."""
-    header = summary = None
-    picked: list[dict] = []
-    seen = 0
-    for record in iter_manifest(control, layout):
-        kind = record.get("type")
-        if kind == "header":
-            header = record
-        elif kind == "summary":
-            summary = record
-        elif kind == "object" and sample:
-            seen += 1
-            if len(picked) < sample:
-                picked.append(record)
-            elif (j := rng.randrange(seen)) < sample:
-                picked[j] = record
-    if header is None or summary is None:
-        raise IntegrityError(f"{layout.manifest_url} has no header or no summary record")
-    return header, summary, picked
 
 
 def was_committed(verdict: dict | None) -> bool:

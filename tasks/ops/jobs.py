@@ -21,7 +21,7 @@ from s3arch.core.config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_INVENTORY_M
                      check_throttle_budget, parse_size)
 from s3arch.core.errors import BadArgument
 from s3arch.io.sources import WILDCARD, check_pattern, is_pattern
-from s3arch.ops.presets import preset_template
+from s3arch.ops.presets import with_preset
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9_\-]{1,200}")
 
@@ -294,7 +294,7 @@ DEPRECATED_KEYS = {"lease_ttl_seconds": "lease_ttl", "restore_poll_seconds": "po
 def job_from_dict(name: str, body: dict) -> ArchiveJob:
     if not _JOB_NAME.fullmatch(str(name)):
         raise BadArgument(f"job name {name!r} may only use letters, digits, '_' and '-'")
-    body = _with_preset(name, _renamed(name, body))
+    body = with_preset(name, _renamed(name, body))
     known = {f.name for f in fields(ArchiveJob)} - {"name"}
     unknown = sorted(set(body) - known)
     if unknown:
@@ -357,28 +357,6 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
     job = ArchiveJob(name=name, **values)
     job.spec_for(job.prefix_for(date(2026, 1, 31)))  # the engine's own checks, at load time
     return job
-
-
-def _with_preset(name: str, body: dict) -> dict:
-    """The job with its ``preset`` (and ``layout``, ``filters``) turned into its
-    ``prefix_template``, and a ``split_by`` that names a preset's wildcard turned into its number."""
-    body = dict(body)
-    layout, filters = body.pop("layout", None), body.pop("filters", None) or {}
-    if body.get("preset") is None:
-        if layout is not None or filters:
-            raise BadArgument(f"job {name!r}: layout and filters go with a preset", hint="add preset: NAME")
-        return body
-    if "prefix_template" in body:
-        raise BadArgument(f"job {name!r}: a preset makes the prefix_template", hint="keep one of the two")
-    if not isinstance(filters, dict):
-        raise BadArgument(f"job {name!r}: filters must be a mapping, e.g. {{account: '111122223333'}}")
-    body["prefix_template"], wildcards = preset_template(name, body["preset"], layout, filters)
-    if isinstance(body.get("split_by"), str):
-        if body["split_by"] not in wildcards:
-            raise BadArgument(f"job {name!r}: split_by {body['split_by']!r} is not a wildcard of this preset",
-                              hint=f"its wildcards: {', '.join(wildcards) or 'none'}")
-        body["split_by"] = wildcards.index(body["split_by"]) + 1
-    return body
 
 
 def check_inventory_location(url: S3Url, name: str = "--inventory") -> S3Url:

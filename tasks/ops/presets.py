@@ -58,3 +58,25 @@ def preset_template(job: str, preset: str, layout: str | None, filters: dict) ->
             raise BadArgument(f"job {job!r}: filter {name}={value!r} must be one path segment's value")
     wildcards = [n for n in names if n not in filters]
     return _NAME.sub(lambda m: str(filters.get(m.group(1), "*")), template), wildcards
+
+
+def with_preset(name: str, body: dict) -> dict:
+    """The job with its ``preset`` (and ``layout``, ``filters``) turned into its
+    ``prefix_template``, and a ``split_by`` that names a preset's wildcard turned into its number."""
+    body = dict(body)
+    layout, filters = body.pop("layout", None), body.pop("filters", None) or {}
+    if body.get("preset") is None:
+        if layout is not None or filters:
+            raise BadArgument(f"job {name!r}: layout and filters go with a preset", hint="add preset: NAME")
+        return body
+    if "prefix_template" in body:
+        raise BadArgument(f"job {name!r}: a preset makes the prefix_template", hint="keep one of the two")
+    if not isinstance(filters, dict):
+        raise BadArgument(f"job {name!r}: filters must be a mapping, e.g. {{account: '111122223333'}}")
+    body["prefix_template"], wildcards = preset_template(name, body["preset"], layout, filters)
+    if isinstance(body.get("split_by"), str):
+        if body["split_by"] not in wildcards:
+            raise BadArgument(f"job {name!r}: split_by {body['split_by']!r} is not a wildcard of this preset",
+                              hint=f"its wildcards: {', '.join(wildcards) or 'none'}")
+        body["split_by"] = wildcards.index(body["split_by"]) + 1
+    return body

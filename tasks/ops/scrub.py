@@ -36,15 +36,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
-from s3arch.ops.catalog import (SCRUB_DIR, _Counter, archive_prefix, parse_index, read_scrub_result, read_through,
-                      scrub_result_key, was_committed)
+from s3arch.ops.catalog import (SCRUB_DIR, _Counter, archive_prefix, read_scrub_result, scrub_result_key,
+                      was_committed)
 from s3arch.core.config import S3Url
 from s3arch.core.cost import usd
 from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, ArchiverError, IntegrityError, translate
 from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.io.listed import _listed
 from s3arch.format.day import committed_parts
-from s3arch.format.manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for, read_chunk
+from s3arch.format.manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for, parse_index, read_chunk, read_through
 from s3arch.protocol.parts import check_late
 from s3arch.restore.reading import DECODE_CHUNK, member_data
 from s3arch.restore.glacier import NEEDS_RESTORE
@@ -157,33 +157,8 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
     last_verified: dict[str, str] = {}
     verdicts: dict[str, dict] = {}
     with ThreadPoolExecutor(workers, thread_name_prefix="s3arch-scrub") as pool:
-        futures = {}
-        late = {}
-        # A split job's day is one archive per part (its manifests in the listing).
-        for day, source_prefix in ((d, name) for d in days for name in job.parts_archived(d, listed)):
-            layout = layout_for(S3Url(job.source.bucket, source_prefix), job.destination)
-            archive_key = next((layout.archive_key(s) for s in ARCHIVE_SUFFIXES if layout.archive_key(s) in listed),
-                               None)
-            if layout.manifest_key in listed:
-                futures[(day, source_prefix)] = pool.submit(_check_day, job, control, layout, day, listed, sample,
-                                           random.Random(rng.random()), now, counter)
-                late[(day, source_prefix)] = pool.submit(_late_drift, job, control, layout, day, source_prefix, counter)
-            elif layout.lease_key in listed:
-                continue  # a run is at work on it
-            elif archive_key is not None:
-                result.drift.append(Drift(day.isoformat(), source_prefix, "archive without manifest",
-                                          f"s3://{bucket}/{archive_key} is committed by no manifest"))
-            elif was_committed(seen := before.get(day.isoformat())):
-                assert seen is not None
-                when = seen.get("verified") or seen.get("last_verified")
-                last_verified[day.isoformat()] = when
-                stem = layout.manifest_key.removesuffix(MANIFEST_SUFFIX)
-                result.drift.append(Drift(
-                    day.isoformat(), source_prefix, "archive missing",
-                    f"archive, manifest and index s3://{bucket}/{stem}.* are all gone; "
-                    + (f"a scrub verified them on {when}" if when else f"the scrub of {seen.get('scrubbed')} saw them"),
-                    f"{ACTIONS['archive missing']} (with its manifest and index); deleted on purpose: remove the "
-                    f"day from s3://{bucket}/{scrub_result_key(job)} and scrubs stop reporting it"))
+        futures, late = _submit_days(pool, job, control, days, listed, before, sample, rng, now, counter, result,
+                                     last_verified)
         retrieval = 0.0
         for (day, source_prefix), future in futures.items():
             drift, sampled, sampled_bytes, dollars = future.result()
@@ -214,6 +189,44 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
     result.ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
     result.seconds = round(time.monotonic() - started, 3)
     return result
+
+
+def _submit_days(pool: ThreadPoolExecutor, job: ArchiveJob, control, days: list[date], listed: dict, before: dict,
+                 sample: int, rng: random.Random, now: datetime, counter: _Counter, result: ScrubResult,
+                 last_verified: dict[str, str]) -> tuple[dict, dict]:
+    """The checks of the days' archives submitted to ``pool``: futures of each (day, part)'s
+    ``_check_day`` and ``_late_drift``. A part with no manifest is drift now, added to ``result``
+    (``last_verified``: when a scrub last verified a day that is gone), or skipped while a run
+    is at work on it."""
+    bucket = job.destination.bucket
+    futures = {}
+    late = {}
+    # A split job's day is one archive per part (its manifests in the listing).
+    for day, source_prefix in ((d, name) for d in days for name in job.parts_archived(d, listed)):
+        layout = layout_for(S3Url(job.source.bucket, source_prefix), job.destination)
+        archive_key = next((layout.archive_key(s) for s in ARCHIVE_SUFFIXES if layout.archive_key(s) in listed),
+                           None)
+        if layout.manifest_key in listed:
+            futures[(day, source_prefix)] = pool.submit(_check_day, job, control, layout, day, listed, sample,
+                                                        random.Random(rng.random()), now, counter)
+            late[(day, source_prefix)] = pool.submit(_late_drift, job, control, layout, day, source_prefix, counter)
+        elif layout.lease_key in listed:
+            continue  # a run is at work on it
+        elif archive_key is not None:
+            result.drift.append(Drift(day.isoformat(), source_prefix, "archive without manifest",
+                                      f"s3://{bucket}/{archive_key} is committed by no manifest"))
+        elif was_committed(seen := before.get(day.isoformat())):
+            assert seen is not None
+            when = seen.get("verified") or seen.get("last_verified")
+            last_verified[day.isoformat()] = when
+            stem = layout.manifest_key.removesuffix(MANIFEST_SUFFIX)
+            result.drift.append(Drift(
+                day.isoformat(), source_prefix, "archive missing",
+                f"archive, manifest and index s3://{bucket}/{stem}.* are all gone; "
+                + (f"a scrub verified them on {when}" if when else f"the scrub of {seen.get('scrubbed')} saw them"),
+                f"{ACTIONS['archive missing']} (with its manifest and index); deleted on purpose: remove the "
+                f"day from s3://{bucket}/{scrub_result_key(job)} and scrubs stop reporting it"))
+    return futures, late
 
 
 def _cost(result: ScrubResult, retrieval: float) -> float:

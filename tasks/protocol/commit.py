@@ -29,14 +29,15 @@ from s3arch.core.config import ArchiveSpec
 from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.core.stops import Cancel, cancelling
 from s3arch.protocol.deletion import DeletionResult, delete_archived_sources
-from s3arch.core.errors import (IO_ERRORS, AccessDenied, ArchiveDamaged, ArchiverError, BadArgument,
+from s3arch.core.errors import (AccessDenied, ArchiverError, BadArgument,
                      ConcurrentRun, DestinationConflict, IntegrityError, status_of, translate)
 from s3arch.protocol.lease import Held, PrefixLease
+from s3arch.protocol.checks import check_archive_intact, cost_of
 from s3arch.protocol.parts import LateCheck, LatePart, check_late, record_parts
 from s3arch.format.day import Part, committed_parts, day_objects, drop_later_parts, part_layout
 from s3arch.core.outcome import Outcome
-from s3arch.format.manifest import ArchiveLayout, Committed, layout_for, read_committed
-from s3arch.io.retention import check_applied, refuse_locked_overwrite, retention_of
+from s3arch.format.manifest import Committed, layout_for, read_committed
+from s3arch.io.retention import check_applied, refuse_locked_overwrite
 from s3arch.io.reads import none_if_missing
 from s3arch.io.s3 import S3Clients
 from s3arch.produce.streamed import StreamedArchive
@@ -480,43 +481,6 @@ class CommitProtocol:
         self.result.deletion = {**asdict(deletion), "finished": True}
         self.result.state = State.SOURCES_DELETED.value
         self.result.notes += deletion.notes
-
-
-def check_archive_intact(control, layout: ArchiveLayout, committed: Committed) -> dict:
-    """One HEAD: the archive a manifest commits must still be the object it describes.
-    Returns its Object Lock state (empty if it has none)."""
-    key, summary = committed.archive_key, committed.summary
-    url = f"s3://{layout.bucket}/{key}"
-    fix = (f"if the source still holds the prefix, `s3arch archive ... --overwrite` rebuilds it; "
-           f"otherwise recover {url} from a bucket version or replica. `s3arch verify {url}` "
-           "shows the details")
-    try:
-        head = control.head_object(Bucket=layout.bucket, Key=key, ChecksumMode="ENABLED")
-    except IO_ERRORS as exc:
-        if status_of(exc) == 404:
-            raise ArchiveDamaged(f"{layout.manifest_url} commits {url}, but that object is missing",
-                                 hint=fix) from exc
-        raise translate(exc, f"check the archive {url}") from exc
-    found = {"size": head["ContentLength"], "etag": head["ETag"], "crc32c": head.get("ChecksumCRC32C")}
-    expected = {"size": summary["archive_size"], "etag": summary.get("archive_etag"),
-                "crc32c": summary.get("archive_crc32c") or None}
-    differs = [k for k in found if expected[k] is not None and found[k] is not None and found[k] != expected[k]]
-    if differs:
-        raise ArchiveDamaged(
-            f"{url} is not the archive {layout.manifest_url} commits: "
-            + ", ".join(f"{k} {found[k]} (manifest: {expected[k]})" for k in differs), hint=fix)
-    return retention_of(head)
-
-
-def cost_of(spec: ArchiveSpec, objects: int, bytes_in: int, short_of_minimum: int, archive_bytes: int,
-            source_bytes_by_class: dict[str, int] | None = None) -> dict:
-    """``source_bytes_by_class``: bytes read from sources in classes other than STANDARD (the
-    listing's), for their retrieval fees."""
-    from s3arch.core.cost import estimate, prices_with
-
-    return estimate(spec.storage_class, objects=objects, bytes_in=bytes_in, short_of_minimum=short_of_minimum,
-                    archive_bytes=archive_bytes, prices=prices_with(spec.prices),
-                    source_bytes_by_class=source_bytes_by_class).to_dict()
 
 
 def _now() -> str:

@@ -19,7 +19,7 @@ from s3arch.format.day import (DayIndex, Part, day_records, digest_of, index_for
                                write_day_index)
 from s3arch.format.manifest import ArchiveLayout, ManifestWriter
 from s3arch.io.listed import ListedObject
-from s3arch.io.listing import key_order
+from s3arch.io.keys import key_order
 from s3arch.io.sources import source_pages
 from s3arch.io.s3 import S3Clients
 from s3arch.produce.pipeline import WholeArchive, stream_archive

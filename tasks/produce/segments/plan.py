@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 from s3arch.core.config import ArchiveSpec, S3Url, WriteOptions
 from s3arch.core.errors import ArchiverError, EmptyPrefix
-from s3arch.io.listing import key_order
+from s3arch.io.keys import key_order
 from s3arch.io.sources import resolved, source_listing, source_pages
 from s3arch.format.manifest import ArchiveLayout, layout_for
 from s3arch.format.tally import ListingTally

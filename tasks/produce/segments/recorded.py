@@ -1,6 +1,6 @@
 """The plan's listing, recorded for the segments: a prefix is listed once per segmented run.
 
-The plan lists the prefix in parallel key ranges (tasks/io/listing.py) and writes what it lists
+The plan lists the prefix in parallel key ranges (tasks/io/ranges.py) and writes what it lists
 into chunks, temporaries of at most ``CHUNK_PAGES`` listing pages, each from one key range
 and so in key order. The plan names every chunk with its first and last key; a segment reads
 the chunks its range overlaps instead of listing the source again. It also archives exactly
@@ -21,7 +21,7 @@ from typing import Iterator
 
 from s3arch.core.config import WriteOptions
 from s3arch.io.listed import ListedObject
-from s3arch.io.listing import key_order
+from s3arch.io.keys import key_order
 from s3arch.format.manifest import ArchiveLayout
 from s3arch.produce.segments.keys import chunk_key
 from s3arch.produce.segments.temporaries import get_temporary, put_temporary
