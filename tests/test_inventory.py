@@ -140,7 +140,7 @@ def test_an_orc_report_and_a_report_of_another_bucket_are_refused_clearly(s3, bu
     key = write_report(s3, inv, location, src, [("logs/2026/11/20/a.log", 1)], created=NOW)
     manifest = json.loads(s3.get_object(Bucket=inv, Key=key)["Body"].read())
     job = make_job(src, dst, inv)
-    for change, message in (({"fileFormat": "ORC"}, "is an ORC report, which is not read (CSV and Parquet are)"),
+    for change, message in (({"fileFormat": "ORC"}, "is an ORC report, which is not read: CSV and Parquet are"),
                             ({"sourceBucket": "another"}, "is of bucket 'another'")):
         body = json.dumps({**manifest, **change}).encode()
         s3.put_object(Bucket=inv, Key=key, Body=body)

@@ -162,7 +162,7 @@ def parse_manifest(body: bytes, bucket: str, key: str) -> InventoryReport:
         raise BadArgument(f"{where} is not an S3 Inventory manifest ({type(exc).__name__}: {exc})",
                           hint="name the destination of an S3 Inventory configuration") from None
     if fmt == "ORC":
-        raise BadArgument(f"{where} is an ORC report, which is not read (CSV and Parquet are)",
+        raise BadArgument(f"{where} is an ORC report, which is not read: CSV and Parquet are",
                           hint="set the inventory configuration's output format to CSV or Apache Parquet")
     if fmt not in FORMATS:
         raise BadArgument(f"{where} has fileFormat {fmt!r}", hint="CSV and Parquet reports are read")
