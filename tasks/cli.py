@@ -13,9 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-from s3arch.core.config import (DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_OBJECTS, SSE_MODES, ArchiveSpec,
-                     S3Url, check_lease_ttl, default_processes, parse_size, resolve_throttle_budget)
+from s3arch.core.config import ArchiveSpec, S3Url, check_lease_ttl, default_processes, parse_size, resolve_throttle_budget
 from s3arch.core.errors import ArchiverError, outcome
+from s3arch.core.options import options_for
 from s3arch.core.progress import Progress, TerminalLine, human_bytes
 from s3arch.core.version import __version__
 
@@ -28,13 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     connection.add_argument("--endpoint-url", default=argparse.SUPPRESS,
                             help="S3 endpoint (default: AWS_ENDPOINT_URL_S3, profile, AWS)")
     connection.add_argument("--profile", default=argparse.SUPPRESS, help="AWS profile to use")
-    connection.add_argument("--expected-owner", default=argparse.SUPPRESS, metavar="ACCOUNT",
-                            help="the AWS account (12 digits, or `self` for the caller's) that must own every "
-                                 "bucket used: sent as ExpectedBucketOwner on every request, so a bucket another "
-                                 "account owns fails (exit 2) instead of being read or written")
-    connection.add_argument("--throttle-budget", default=argparse.SUPPRESS, metavar="SECONDS",
-                            help="how long a request may stay throttled (503 SlowDown, waited out with backoff) "
-                                 "before the run gives up with exit 3 (default: S3ARCH_THROTTLE_BUDGET, else 900)")
+    _option_flags(connection, "connection")
     p = argparse.ArgumentParser(prog="s3arch", description=__doc__.split("\n")[0], parents=[connection])
     p.add_argument("--version", action="version", version=f"s3arch {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -47,8 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     d = command("delete-sources", help="finish deleting the sources of an archived prefix "
                                               "(only objects the manifest holds with an unchanged ETag)")
     d.add_argument("archive", help="s3://DEST_BUCKET/... archive or manifest key")
-    d.add_argument("--delete-versions", action="store_true",
-                   help="versioned bucket: delete the archived versions instead of adding delete markers")
+    _option_flags(d, "delete-sources")
     d.add_argument("--json", action="store_true")
 
     for name, text in (("ls", "list the archived objects from the manifest"),
@@ -82,11 +75,7 @@ def _restore_arguments(r: argparse.ArgumentParser) -> None:
                    help="tier to use if Expedited is unavailable (or the class has none)")
     r.add_argument("--days", type=int, default=7, help="how long the restored copy stays (default 7)")
     r.add_argument("--wait", action="store_true", help="poll until the archive is readable")
-    r.add_argument("--wait-timeout", type=float, default=48 * 3600,
-                   help="with --wait: stop waiting after this many seconds (default 48 h; exit 3, the restore "
-                        "goes on in S3: run the same command again to keep waiting)")
-    r.add_argument("--poll-interval", type=float,
-                   help="with --wait: seconds between polls (default by tier: 30 Expedited, 300 Standard, 900 Bulk)")
+    _option_flags(r, "restore")
     r.add_argument("--json", action="store_true")
 
 
@@ -123,56 +112,25 @@ def _plan_arguments(pl: argparse.ArgumentParser) -> None:
 def _archive_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("source", help="s3://SRC_BUCKET/SRC_PREFIX/")
     a.add_argument("destination", help="s3://DEST_BUCKET/DEST_PREFIX/")
-    a.add_argument("--storage-class", default="GLACIER",
-                   choices=["GLACIER", "DEEP_ARCHIVE", "GLACIER_IR", "STANDARD_IA", "STANDARD"])
-    a.add_argument("--codec", default="gzip", choices=["gzip", "zstd"])
-    a.add_argument("--level", type=int, help="gzip 0-9 (ISA-L for 0-3, zlib-ng for 4-9), default 1; zstd 1-19, default 3")
-    a.add_argument("--memory-budget", default="256MiB", help="bound on buffered bytes (default 256MiB)")
-    a.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
-                   help=f"GETs in flight (default {DEFAULT_CONCURRENCY})")
-    a.add_argument("--threads", type=int,
-                   help="compression threads (default: the CPUs this process may use, affinity and "
-                        "cgroup quota included; capped so their blocks fit a quarter of the budget)")
-    a.add_argument("--processes", type=int,
-                   help="local worker processes that produce a large prefix's segments (default: the CPUs this "
-                        "process may use, half of them when the endpoint is on loopback, as many as "
-                        "--memory-budget holds at 108 MiB each; 1: one process, never segments)")
-    a.add_argument("--segments", type=int, default=0,
-                   help="a prefix of at least --segment-min-objects objects or --segment-min-bytes is cut into "
-                        "this many segments, assembled into one archive; smaller ones stay one pipeline; "
-                        "1 never cuts (default: one segment per process)")
-    a.add_argument("--segment-min-objects", type=int, default=DEFAULT_SEGMENT_MIN_OBJECTS,
-                   help=f"objects from which a prefix is cut into segments (default {DEFAULT_SEGMENT_MIN_OBJECTS})")
-    a.add_argument("--segment-min-bytes", default="4GiB", help="bytes from which a prefix is cut into segments (default 4GiB)")
-    a.add_argument("--lease-ttl", type=float, default=DEFAULT_LEASE_TTL,
-                   help=f"seconds the prefix's lease outlives its last renewal: how long a run on another host "
-                        f"waits for the prefix of a run that died (default {DEFAULT_LEASE_TTL:g}, at least 10)")
-    a.add_argument("--max-prefixes", type=int, default=ArchiveSpec.max_prefixes,
-                   help="a source with '*' wildcards may expand to at most this many prefixes (default 10000)")
-    a.add_argument("--overwrite", action="store_true", help="re-archive a prefix that is done")
-    a.add_argument("--dry-run", action="store_true", help="list, count and estimate; write nothing")
-    a.add_argument("--delete-source", action="store_true",
-                   help="after the archive verified, delete sources whose ETag still matches; on an "
-                        "archived prefix, finish a deletion an earlier run did not")
-    a.add_argument("--delete-versions", action="store_true",
-                   help="with --delete-source on a versioned bucket: delete the archived versions "
-                        "(frees the space) instead of adding delete markers")
-    a.add_argument("--without-tags", action="store_true",
-                   help="archive tagged objects whose tags may not be read (s3:GetObjectTagging denied) "
-                        "without them, recording which, instead of failing")
-    a.add_argument("--sse", choices=list(SSE_MODES),
-                   help="server-side encryption of the archive, manifest and index (aws:kms:dsse: two layers)")
-    a.add_argument("--sse-kms-key-id", help="with --sse aws:kms or aws:kms:dsse: the KMS key (default: aws/s3)")
-    a.add_argument("--sse-bucket-key", action="store_true",
-                   help="with a KMS --sse: use an S3 Bucket Key (fewer KMS requests, lower KMS cost)")
-    a.add_argument("--object-lock", choices=["GOVERNANCE", "COMPLIANCE"],
-                   help="put the archive, manifest and index under Object Lock retention in this mode "
-                        "(the destination bucket must have Object Lock enabled); needs --retain-days")
-    a.add_argument("--retain-days", type=int, help="with --object-lock: days of retention, counted from when each object is written")
-    a.add_argument("--legal-hold", action="store_true",
-                   help="put the archive, manifest and index under a legal hold (until lifted)")
+    _option_flags(a, "archive")
     a.add_argument("--json", action="store_true", help="print one JSON object at the end")
     a.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _option_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """The flags of ``command`` from the option table (tasks/core/options.py). A connection
+    flag defaults to absent, so that the main parser's and the subcommand's (it works before
+    or after the subcommand) do not override each other."""
+    for option in options_for(command):
+        if command == "connection":
+            settings: dict = {"default": argparse.SUPPRESS}
+        elif option.switch:
+            settings = {"action": "store_true"}
+        else:
+            settings = {"default": option.default}
+        if not option.switch:
+            settings.update(type=option.flag_type, choices=option.choices, metavar=option.metavar)
+        parser.add_argument(option.flag, help=option.help_on.get(command, option.help), **settings)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,19 +212,17 @@ def _archive(args) -> int:
     from s3arch.archive import archive_prefix
 
     clients = _clients(args)
+    # Each archive flag is the ArchiveSpec field of its name; these few are read first.
+    flags = {option.name: getattr(args, option.name) for option in options_for("archive")}
+    flags.update(memory_budget=parse_size(args.memory_budget), segment_min_bytes=parse_size(args.segment_min_bytes),
+                 lease_ttl=check_lease_ttl(args.lease_ttl),
+                 processes=args.processes or default_processes(clients.endpoint_url))
+    threads = flags.pop("threads")
     spec = ArchiveSpec(
-        source=S3Url.parse(args.source), destination=S3Url.parse(args.destination),
-        storage_class=args.storage_class, codec=args.codec, level=args.level,
-        memory_budget=parse_size(args.memory_budget), concurrency=args.concurrency,
-        overwrite=args.overwrite, dry_run=args.dry_run, delete_source=args.delete_source,
-        delete_versions=args.delete_versions, without_tags=args.without_tags, sse=args.sse, sse_kms_key_id=args.sse_kms_key_id,
-        sse_bucket_key=args.sse_bucket_key, object_lock=args.object_lock, retain_days=args.retain_days,
-        legal_hold=args.legal_hold, expected_owner=getattr(args, "expected_owner", None),
-        segments=args.segments, segment_min_objects=args.segment_min_objects, segment_min_bytes=parse_size(args.segment_min_bytes),
-        max_prefixes=args.max_prefixes,
-        lease_ttl=check_lease_ttl(args.lease_ttl), throttle_budget=resolve_throttle_budget(getattr(args, "throttle_budget", None)),
-        **({"compress_threads": args.threads} if args.threads else {}),
-        processes=args.processes or default_processes(clients.endpoint_url))
+        source=S3Url.parse(args.source), destination=S3Url.parse(args.destination), **flags,
+        expected_owner=getattr(args, "expected_owner", None),
+        throttle_budget=resolve_throttle_budget(getattr(args, "throttle_budget", None)),
+        **({"compress_threads": threads} if threads else {}))
     spec = sized(spec, clients.control)
     show = not (args.json or args.quiet)
     live = TerminalLine(sys.stderr) if show and sys.stderr.isatty() else None

@@ -126,16 +126,14 @@ def _parameters(*operators) -> set[str]:
 def test_one_name_per_setting_across_cli_job_yaml_and_operators():
     """Issue 29, item 5: each `s3arch archive` / `restore` flag is, with `_` for `-`, the job
     key (or trigger param) and an operator parameter of the same setting."""
-    from dataclasses import fields
-
     from s3arch_airflow.factory import ARCHIVE_PARAMS
     from s3arch_airflow.operators import (S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
                                           S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
     from s3arch_airflow.restore import S3RestoreArchiveOperator
 
-    from s3arch.ops.jobs import ArchiveJob
+    from s3arch.ops.jobs import job_keys as keys_of_a_job
 
-    job_keys = {f.name for f in fields(ArchiveJob)} | set(ARCHIVE_PARAMS)
+    job_keys = keys_of_a_job() | set(ARCHIVE_PARAMS)
     archive = _parameters(S3ArchivePrefixOperator, S3PrepareSegmentsOperator, S3ArchiveSegmentOperator,
                           S3AssembleSegmentsOperator)
     cli_only = {"json", "quiet", "endpoint_url", "profile"}  # output and connection: Airflow's own there
@@ -192,16 +190,14 @@ def test_every_test_a_doc_cites_exists():
 def test_the_readmes_exceptions_to_one_name_per_flag_are_exactly_the_codes():
     """The README names the `archive` flags that are no job key or no S3ArchivePrefixOperator
     parameter; these sets are what the code has, no more and no fewer."""
-    from dataclasses import fields
-
     from s3arch_airflow.factory import ARCHIVE_PARAMS
     from s3arch_airflow.operators import S3ArchivePrefixOperator
 
-    from s3arch.ops.jobs import ArchiveJob
+    from s3arch.ops.jobs import job_keys
 
     flags = _flags("archive")
     cli_only = {"json", "quiet", "endpoint_url", "profile"}
-    trigger_params = flags - cli_only - {f.name for f in fields(ArchiveJob)}
+    trigger_params = flags - cli_only - job_keys()
     assert trigger_params == {"overwrite", "dry_run"} and trigger_params <= set(ARCHIVE_PARAMS)
     assert flags - cli_only - _parameters(S3ArchivePrefixOperator) == {"segments"}
     readme = " ".join((ROOT / "README.md").read_text().split())

@@ -27,6 +27,8 @@ from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 
+from s3arch.core.options import templated_options
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
@@ -78,8 +80,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
     warning."""
 
     aws_hook_class = S3Hook
-    template_fields: Sequence[str] = aws_template_fields("source_bucket", "destination", "storage_class", "codec",
-                                                         "overwrite", "dry_run")
+    template_fields: Sequence[str] = aws_template_fields("source_bucket", "destination", *templated_options())
     ui_color = "#e6f0ff"
     action = "archiving"
 

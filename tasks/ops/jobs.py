@@ -11,15 +11,14 @@ from __future__ import annotations
 import re
 import string
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from s3arch.core.config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_INVENTORY_MAX_AGE_DAYS, DEFAULT_LEASE_TTL,
-                     DEFAULT_SEGMENT_MIN_BYTES, DEFAULT_SEGMENT_MIN_OBJECTS, STORAGE_CLASSES, ArchiveSpec, S3Url, check_lease_ttl,
-                     check_throttle_budget, parse_size)
+from s3arch.core.config import DEFAULT_INVENTORY_MAX_AGE_DAYS, ArchiveSpec, S3Url
 from s3arch.core.errors import BadArgument
+from s3arch.core.options import is_whole, job_options, whole
 from s3arch.io.sources import WILDCARD, check_pattern, is_pattern
 from s3arch.ops.presets import with_preset
 
@@ -32,9 +31,6 @@ class ArchiveJob:
     source: S3Url  # bucket, and the key part before the template (usually empty)
     prefix_template: str  # e.g. "logs/{date:%Y/%m/%d}/"
     destination: S3Url
-    storage_class: str = "GLACIER"
-    codec: str = "gzip"
-    level: int | None = None
     min_age_days: int = 1
     aws_conn_id: str = "aws_default"
     schedule: str = "@daily"
@@ -44,56 +40,30 @@ class ArchiveJob:
     # start_date is far back creates one run per day since then.
     catchup: bool = False
     pool: str = "s3_archive"
-    memory_budget: int = parse_size("256MiB")
-    concurrency: int = DEFAULT_CONCURRENCY  # GETs in flight per task (--concurrency)
-    threads: int | None = None  # compression threads per task (--threads; default: its CPUs)
     execution_timeout_minutes: int = 360
     retries: int = 3
     retry_delay_seconds: int = 60
-    delete_source: bool = False
-    delete_versions: bool = False
-    # Passed to the engine and the operators as they are (SPEC_OPTIONS; docs/JOBS.md,
-    # docs/SECURITY.md): tags that may not be read, encryption, Object Lock, the buckets' owner.
-    without_tags: bool = False
-    sse: str | None = None
-    sse_kms_key_id: str | None = None
-    sse_bucket_key: bool = False
-    object_lock: str | None = None
-    retain_days: int | None = None
-    legal_hold: bool = False
-    expected_owner: str | None = None
-    poll_interval: float | None = None  # restore DAG: seconds between HEADs (default by tier)
-    prices: dict | None = None  # overrides of the cost table (docs/COST.md)
     allow_empty: bool = False
-    # Seconds a lease outlives its last renewal: how long a retry on another host waits for
-    # the prefix of a worker that died mid-run (tasks/protocol/lease.py).
-    lease_ttl: float = DEFAULT_LEASE_TTL
-    # Seconds a request may stay throttled before the prefix fails (retryable); None: the
-    # worker's S3ARCH_THROTTLE_BUDGET, else 900.
-    throttle_budget: float | None = None
-    # Large prefixes (docs/JOBS.md, "Large prefixes"): a prefix with at least
-    # segment_min_objects objects or segment_min_bytes bytes is cut into segments.
-    # segments N >= 2: N segment tasks (any workers) plus an assemble task; 1: never cut;
-    # None (the default): one segment per local process of its archive task, and with
-    # processes 1 (the default) that is no cut: one task is one process.
-    segments: int | None = None
-    processes: int = 1  # local worker processes per archive task (--processes)
-    segment_min_objects: int = DEFAULT_SEGMENT_MIN_OBJECTS
-    segment_min_bytes: int = DEFAULT_SEGMENT_MIN_BYTES
-    # Days after a day's first run during which each nightly run re-checks it for objects
-    # that arrived late (docs/JOBS.md, "Late arrivals"): "2d" is S3 access logs' worst case.
-    late_window: int = 0
     description: str = ""
     # An S3 Inventory configuration's destination (s3://BUCKET/DEST-PREFIX/SOURCE-BUCKET/CONFIG-ID/):
     # days and their sizes are planned from its newest report, refused when older than
     # inventory_max_age_days (tasks/ops/inventory.py). Each day is still listed when archived.
     inventory: S3Url | None = None
     inventory_max_age_days: float = DEFAULT_INVENTORY_MAX_AGE_DAYS
-    # A template with '*' wildcards (tasks/io/sources.py): the prefixes they may expand to, and
-    # the wildcard (its number, from 1) whose values split a day into one archive each.
-    max_prefixes: int = ArchiveSpec.max_prefixes
+    # A template with '*' wildcards (tasks/io/sources.py): the wildcard (its number, from 1)
+    # whose values split a day into one archive each.
     split_by: int | None = None
     preset: str | None = None  # the AWS layout the template came from (tasks/ops/presets.py)
+    # The job's value of every option of tasks/core/options.py that is a job key (storage_class,
+    # codec, memory_budget, segments, lease_ttl, ...), checked, defaults filled in; each is
+    # read as an attribute of the job (``job.codec``), so that a new option is one entry there.
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        options = self.__dict__.get("options")  # not self.options: unpickling asks before it is set
+        if options is None or name not in options:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return options[name]
 
     def prefix_for(self, day: date) -> str:
         """The day's source name: its prefix, or its pattern (wildcards and all)."""
@@ -201,12 +171,8 @@ class ArchiveJob:
     def operator_args(self) -> dict:
         """What every archive step of this job takes, by the operators' parameter names
         (which are the job's keys and the CLI's flags): the DAG hands these to each operator."""
-        return {"storage_class": self.storage_class, "codec": self.codec, "level": self.level,
-                "memory_budget": self.memory_budget, "concurrency": self.concurrency, "threads": self.threads,
-                "lease_ttl": self.lease_ttl, "throttle_budget": self.throttle_budget, "prices": self.prices,
-                "processes": 1 if self.segments == 1 else self.processes,
-                "segment_min_objects": self.segment_min_objects, "segment_min_bytes": self.segment_min_bytes,
-                "max_prefixes": self.max_prefixes, **self.spec_options}
+        steps = {o.name: self.options[o.name] for o in job_options() if o.operator == "step"}
+        return {**steps, "processes": 1 if self.segments == 1 else self.processes}
 
     @property
     def segment_tasks(self) -> int:
@@ -259,10 +225,15 @@ def _check_template(name: str, template: str, split_by: int | None) -> None:
                                "with '/' for a folder, or '-' for a date inside key names (logs/{date:%Y-%m-%d}-)")
     check_pattern(template, f"job {name!r}: prefix_template")
     wildcards = template.count(WILDCARD)
-    if split_by is not None and not (_whole(split_by) and 1 <= split_by <= wildcards):
+    if split_by is not None and not (is_whole(split_by) and 1 <= split_by <= wildcards):
         raise BadArgument(f"job {name!r}: split_by {split_by!r} must name one of the template's "
                           f"{wildcards} wildcard(s), by number from 1",
                           hint="e.g. split_by: 1 for one archive per value of the first '*'")
+
+
+def job_keys() -> set[str]:
+    """Every key a job may have: its own fields and the options that are job keys."""
+    return {f.name for f in fields(ArchiveJob)} - {"name", "options"} | {o.name for o in job_options()}
 
 
 def load_jobs(path: str | Path) -> dict[str, ArchiveJob]:
@@ -295,7 +266,7 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
     if not _JOB_NAME.fullmatch(str(name)):
         raise BadArgument(f"job name {name!r} may only use letters, digits, '_' and '-'")
     body = with_preset(name, _renamed(name, body))
-    known = {f.name for f in fields(ArchiveJob)} - {"name"}
+    known = job_keys()
     unknown = sorted(set(body) - known)
     if unknown:
         raise BadArgument(f"job {name!r}: unknown field(s) {', '.join(unknown)}",
@@ -304,6 +275,8 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
         if not body.get(required):
             raise BadArgument(f"job {name!r}: '{required}' is required")
     values = dict(body)
+    options = {o.name: o.job_value(values.pop(o.name), f"job {name!r}: {o.name}") if o.name in values
+               else o.default_for_job for o in job_options()}
     values["source"] = S3Url.parse(values["source"])
     values["destination"] = S3Url.parse(values["destination"])
     if values.get("inventory") is not None:
@@ -313,48 +286,16 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
                                                or values["inventory_max_age_days"] <= 0):
         raise BadArgument(f"job {name!r}: inventory_max_age_days must be a number of days > 0",
                           hint=f"{DEFAULT_INVENTORY_MAX_AGE_DAYS:g} (the default) suits a daily inventory, 8 a weekly one")
-    for size in ("memory_budget", "segment_min_bytes"):
-        if size in values:
-            values[size] = parse_size(values[size])
     if isinstance(values.get("start_date"), str):
         values["start_date"] = parse_date(values["start_date"], f"job {name!r}: start_date")
-    if values.get("storage_class", "GLACIER") not in STORAGE_CLASSES:
-        raise BadArgument(f"job {name!r}: storage_class {values['storage_class']!r} is not one of "
-                          f"{', '.join(STORAGE_CLASSES)}")
-    if values.get("codec", "gzip") not in CODECS:
-        raise BadArgument(f"job {name!r}: codec {values['codec']!r} is not gzip or zstd")
-    if values.get("segments") is not None and (not _whole(values["segments"]) or not 1 <= values["segments"] <= 1000):
-        raise BadArgument(f"job {name!r}: segments must be a whole number from 1 to 1000",
-                          hint="1 archives every prefix in one task; 2 or more cuts a large prefix into as many "
-                               "segment tasks")
-    if "processes" in values and (not _whole(values["processes"]) or not 1 <= values["processes"] <= 64):
-        raise BadArgument(f"job {name!r}: processes must be a whole number from 1 to 64",
-                          hint="1 (the default) keeps each archive task one process")
-    for number in ("concurrency", "threads"):
-        if values.get(number) is not None and (not _whole(values[number]) or values[number] < 1):
-            raise BadArgument(f"job {name!r}: {number} must be a whole number >= 1")
-    if "max_prefixes" in values and (not _whole(values["max_prefixes"]) or values["max_prefixes"] < 1):
-        raise BadArgument(f"job {name!r}: max_prefixes must be a whole number >= 1")
-    for number in ("min_age_days", "execution_timeout_minutes", "retries", "retry_delay_seconds",
-                   "segment_min_objects"):
-        if number in values and (not _whole(values[number]) or values[number] < 0):
-            raise BadArgument(f"job {name!r}: {number} must be a whole number >= 0")
-    if "late_window" in values:
-        values["late_window"] = _days(values["late_window"], f"job {name!r}: late_window")
-    if "expected_owner" in values:
-        values["expected_owner"] = str(values["expected_owner"])  # YAML reads 123456789012 as a number
-    if "lease_ttl" in values:
-        values["lease_ttl"] = check_lease_ttl(values["lease_ttl"], f"job {name!r}: lease_ttl")
-    if values.get("throttle_budget") is not None:
-        values["throttle_budget"] = check_throttle_budget(values["throttle_budget"], f"job {name!r}: throttle_budget")
-    if values.get("poll_interval") is not None and (not isinstance(values["poll_interval"], (int, float))
-                                                    or values["poll_interval"] <= 0):
-        raise BadArgument(f"job {name!r}: poll_interval must be a number of seconds > 0")
+    for number in ("min_age_days", "execution_timeout_minutes", "retries", "retry_delay_seconds"):
+        if number in values:
+            whole(0)(values[number], f"job {name!r}: {number}")
     _check_template(name, values["prefix_template"], values.get("split_by"))
     if is_pattern(values["source"].key):
         raise BadArgument(f"job {name!r}: source {values['source']} holds a '*'",
                           hint="put the wildcards in prefix_template; source is the bucket and a fixed prefix")
-    job = ArchiveJob(name=name, **values)
+    job = ArchiveJob(name=name, options=options, **values)
     job.spec_for(job.prefix_for(date(2026, 1, 31)))  # the engine's own checks, at load time
     return job
 
@@ -367,19 +308,6 @@ def check_inventory_location(url: S3Url, name: str = "--inventory") -> S3Url:
                           hint="name the folder S3 writes the reports under: "
                                "s3://DEST-BUCKET/[DEST-PREFIX/]SOURCE-BUCKET/CONFIG-ID/")
     return url
-
-
-def _days(value, what: str) -> int:
-    """Whole days from ``2``, ``"2d"`` or ``"36h"`` (hours round up to days)."""
-    match = re.fullmatch(r"\s*(\d+)\s*([dh]?)\s*", str(value)) if not isinstance(value, bool) else None
-    if match is None:
-        raise BadArgument(f"{what} must be a number of days such as 2d (or hours, 36h), not {value!r}")
-    number = int(match.group(1))
-    return -(-number // 24) if match.group(2) == "h" else number
-
-
-def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _renamed(name: str, body: dict) -> dict:

@@ -1,0 +1,140 @@
+"""One declaration per option (tasks/core/options.py): the CLI's flags, the job file's keys and
+the docs' option tables are made from the table, and the operators' parameters and template
+fields are checked against it."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from helpers import ROOT
+
+JOB = {"source": "s3://logs-bucket/", "prefix_template": "logs/{date:%Y/%m/%d}/", "destination": "s3://vault-bucket/a/"}
+
+
+def _parameters(*operators) -> set[str]:
+    return {name for op in operators for cls in op.__mro__ if "__init__" in vars(cls)
+            for name in inspect.signature(cls.__init__).parameters}
+
+
+def _archive_help() -> str:
+    from s3arch.cli import _parser
+
+    sub = next(a for a in _parser()._actions if a.dest == "command").choices["archive"]
+    return " ".join(sub.format_help().split())
+
+
+def test_the_docs_option_tables_are_the_ones_the_table_generates():
+    from devtools import option_tables
+
+    jobs = (ROOT / "docs/JOBS.md").read_text()
+    assert "<!-- options:settings -->" in jobs and "<!-- /options:settings -->" in jobs
+    for doc in option_tables.DOCS:
+        text = (ROOT / doc).read_text()
+        assert option_tables.rewritten(text) == text, f"{doc}: run python -m devtools.option_tables"
+    assert option_tables.main(["--check"]) == 0
+
+
+def test_a_stale_doc_table_is_reported_and_rewritten(tmp_path, monkeypatch):
+    from devtools import option_tables
+
+    doc = tmp_path / "JOBS.md"
+    doc.write_text("before\n<!-- options:settings -->\n| old | table |\n<!-- /options:settings -->\nafter\n")
+    monkeypatch.setattr(option_tables, "ROOT", tmp_path)
+    monkeypatch.setattr(option_tables, "DOCS", ("JOBS.md",))
+    assert option_tables.main(["--check"]) == 1 and "| old | table |" in doc.read_text()
+    assert option_tables.main([]) == 0
+    text = doc.read_text()
+    assert text.startswith("before\n<!-- options:settings -->\n| setting |") and text.endswith(
+        "<!-- /options:settings -->\nafter\n")
+    assert "| old | table |" not in text and "`--storage-class`" in text
+    assert option_tables.main(["--check"]) == 0
+
+
+def test_a_new_option_is_one_entry_in_the_table(monkeypatch, capsys):
+    """An option added to the table alone is an `archive` flag (help, type, exit 2 naming it),
+    a job key (checked, with its default) and a row of the docs' settings table."""
+    from devtools.option_tables import settings_table
+
+    from s3arch.cli import _parser
+    from s3arch.core import options
+    from s3arch.core.errors import BadArgument
+    from s3arch.ops.jobs import job_from_dict
+
+    knob = options.Option("example_knob", "an example knob", default=3, flag_type=int, doc_default="3 knobs",
+                          check=options.whole(1), cli=("archive",), operator=None,
+                          help="how many example knobs to turn (default 3)")
+    monkeypatch.setattr(options, "OPTIONS", (*options.OPTIONS, knob))
+
+    assert "--example-knob EXAMPLE_KNOB how many example knobs to turn (default 3)" in _archive_help()
+    argv = ["archive", "s3://logs-bucket/x/", "s3://vault-bucket/"]
+    assert _parser().parse_args(argv).example_knob == 3
+    assert _parser().parse_args([*argv, "--example-knob", "5"]).example_knob == 5
+    with pytest.raises(SystemExit) as refused:
+        _parser().parse_args([*argv, "--example-knob", "five"])
+    assert refused.value.code == 2 and "--example-knob: invalid int value: 'five'" in capsys.readouterr().err
+
+    assert job_from_dict("j", JOB).example_knob == 3
+    assert job_from_dict("j", {**JOB, "example_knob": 7}).example_knob == 7
+    with pytest.raises(BadArgument, match=r"job 'j': example_knob must be a whole number >= 1"):
+        job_from_dict("j", {**JOB, "example_knob": 0})
+
+    assert "| an example knob | `example_knob` | `--example-knob` | 3 knobs |" in settings_table()
+
+
+def test_a_job_key_outside_the_table_and_the_jobs_fields_is_refused():
+    from s3arch.core.errors import BadArgument
+    from s3arch.ops.jobs import job_from_dict
+
+    with pytest.raises(BadArgument, match="unknown field\\(s\\) example_knob") as refused:
+        job_from_dict("j", {**JOB, "example_knob": 7})
+    assert "storage_class" in refused.value.hint and "options" not in refused.value.hint.split(", ")
+
+
+def test_every_option_is_a_parameter_of_the_operators_it_names_and_templated_where_marked():
+    from s3arch_airflow.operators import (S3ArchiveBaseOperator, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
+                                          S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
+    from s3arch_airflow.restore import S3RestoreArchiveOperator
+
+    from s3arch.core.options import OPTIONS
+
+    steps = (S3ArchivePrefixOperator, S3PrepareSegmentsOperator, S3ArchiveSegmentOperator, S3AssembleSegmentsOperator)
+    takers = {"step": steps, "deleting": (S3ArchivePrefixOperator, S3AssembleSegmentsOperator),
+              "segments": (S3PrepareSegmentsOperator, S3ArchiveSegmentOperator, S3AssembleSegmentsOperator),
+              "restore": (S3RestoreArchiveOperator,)}
+    for option in OPTIONS:
+        for operator in takers.get(option.operator or "", ()):
+            assert option.name in _parameters(operator), f"{operator.__name__} takes no {option.name}"
+        assert (option.name in S3ArchiveBaseOperator.template_fields) == option.templated, option.name
+    assert {o.operator for o in OPTIONS} <= {*takers, None}
+    assert set(S3ArchiveBaseOperator.template_fields) >= {"source_bucket", "destination", "aws_conn_id"}
+    for operator in steps:
+        assert set(operator.template_fields) >= set(S3ArchiveBaseOperator.template_fields), operator.__name__
+
+
+def test_a_job_gives_every_step_option_to_the_operators_with_its_value():
+    from s3arch.core.options import OPTIONS
+    from s3arch.ops.jobs import job_from_dict
+
+    job = job_from_dict("j", {**JOB, "storage_class": "DEEP_ARCHIVE", "memory_budget": "512MiB",
+                              "sse": "aws:kms", "sse_bucket_key": True, "lease_ttl": 60})
+    args = job.operator_args
+    assert {o.name for o in OPTIONS if o.job == "key" and o.operator == "step"} == set(args)
+    assert (args["storage_class"], args["memory_budget"], args["sse"], args["sse_bucket_key"], args["lease_ttl"]) == \
+        ("DEEP_ARCHIVE", 512 << 20, "aws:kms", True, 60.0)
+    assert (job.storage_class, job.codec, job.concurrency, job.processes) == ("DEEP_ARCHIVE", "gzip", 128, 1)
+
+
+def test_a_job_keeps_its_options_through_pickling():
+    """Airflow and the segment workers pickle what they hand on; a job's options are read as
+    attributes, which must not recurse while it is being rebuilt."""
+    import pickle
+
+    from s3arch.ops.jobs import job_from_dict
+
+    job = job_from_dict("j", {**JOB, "codec": "zstd"})
+    copy = pickle.loads(pickle.dumps(job))
+    assert copy == job and copy.codec == "zstd"
+    with pytest.raises(AttributeError, match="no attribute 'no_such_option'"):
+        copy.no_such_option
