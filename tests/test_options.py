@@ -138,3 +138,23 @@ def test_a_job_keeps_its_options_through_pickling():
     assert copy == job and copy.codec == "zstd"
     with pytest.raises(AttributeError, match="no attribute 'no_such_option'"):
         copy.no_such_option
+
+
+def test_every_archive_flag_is_the_engine_setting_of_its_name_with_its_default():
+    """cli.py hands each `archive` flag to ArchiveSpec under its name (``threads`` is its
+    ``compress_threads``), so each is a field there, and a default both declare is the same."""
+    from dataclasses import MISSING, fields
+
+    from s3arch.core.config import ArchiveSpec
+    from s3arch.core.options import options_for
+
+    spec_defaults = {f.name: f.default for f in fields(ArchiveSpec)}
+    for option in options_for("archive"):
+        name = "compress_threads" if option.name == "threads" else option.name
+        assert name in spec_defaults, f"--{option.name} is no ArchiveSpec field"
+        # None: the engine's own default applies (threads, processes); segments' 0 is the
+        # engine's "one per process", which a job says by leaving it out.
+        if option.default is None or spec_defaults[name] is MISSING or option.name == "segments":
+            continue
+        value = option.check(option.default, option.name) if option.check else option.default
+        assert value == spec_defaults[name], option.name

@@ -27,7 +27,7 @@ from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 
-from s3arch.core.options import templated_options
+from s3arch.core.options import SPEC_OPTIONS, templated_options
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -35,9 +35,6 @@ if TYPE_CHECKING:
     from s3arch.core.stops import Cancel
 
 ROWS_XCOM_KEY = "archive_rows"
-# Encryption, Object Lock, owner and tags: operator parameters named as ArchiveSpec's fields.
-SPEC_KWARGS = ("without_tags", "sse", "sse_kms_key_id", "sse_bucket_key", "object_lock", "retain_days",
-               "legal_hold", "expected_owner")
 
 
 def as_bool(value: Any) -> bool:
@@ -48,8 +45,7 @@ def as_bool(value: Any) -> bool:
 
 
 # Operator keyword arguments of round 3, still accepted for one release with a warning.
-DEPRECATED_KWARGS = {"preview": "dry_run", "spec_options": "without_tags, sse, sse_kms_key_id, sse_bucket_key, "
-                                                             "object_lock, retain_days, legal_hold, expected_owner"}
+DEPRECATED_KWARGS = {"preview": "dry_run", "spec_options": ", ".join(SPEC_OPTIONS)}
 
 
 def deprecated_kwarg(operator: str, old: str) -> None:
@@ -129,7 +125,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         self.max_prefixes = max_prefixes
         if spec_options:
             deprecated_kwarg(name, "spec_options")
-            unknown = set(spec_options) - set(SPEC_KWARGS)
+            unknown = set(spec_options) - set(SPEC_OPTIONS)
             if unknown:
                 raise TypeError(f"{name}: spec_options has unknown setting(s) {', '.join(sorted(unknown))}")
             for option, value in spec_options.items():
@@ -146,7 +142,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
 
     @property
     def _spec_kwargs(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in SPEC_KWARGS}
+        return {k: getattr(self, k) for k in SPEC_OPTIONS}
 
     def _spec(self, prefix: str, *, delete_source: bool = False, delete_versions: bool = False):
         """The one engine spec of this step for ``prefix``: a dry run deletes nothing."""

@@ -166,9 +166,10 @@ OPTIONS: tuple[Option, ...] = (
                 "archived prefix, finish a deletion an earlier run did not"),
     Option("delete_versions", "versions of deleted sources", default=False, doc_default="off",
            operator="deleting", cli=("archive", "delete-sources"),
-           help_on={"delete-sources": "versioned bucket: delete the archived versions instead of adding delete markers"},
            help="with --delete-source on a versioned bucket: delete the archived versions "
-                "(frees the space) instead of adding delete markers"),
+                "(frees the space) instead of adding delete markers",
+           help_on={"delete-sources": "versioned bucket: delete the archived versions instead of adding "
+                                      "delete markers"}),
     Option("without_tags", "unreadable tags", default=False, doc_default="off", cli=("archive",),
            help="archive tagged objects whose tags may not be read (s3:GetObjectTagging denied) "
                 "without them, recording which, instead of failing"),
@@ -204,6 +205,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("late_window", "late window (days re-checked by each nightly run: `2d`, `36h`, or days)", default=0,
            doc_default="0", check=whole_days, operator=None),
 )
+
+
+# Encryption, Object Lock, owner and tags: what round 3 passed as one ``spec_options``
+# (still a job's property, and an operator parameter for one release).
+SPEC_OPTIONS = ("without_tags", "sse", "sse_kms_key_id", "sse_bucket_key", "object_lock", "retain_days",
+                "legal_hold", "expected_owner")
 
 
 def options_for(command: str) -> tuple[Option, ...]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from s3arch.core.config import DEFAULT_INVENTORY_MAX_AGE_DAYS, ArchiveSpec, S3Url
 from s3arch.core.errors import BadArgument
-from s3arch.core.options import is_whole, job_options, whole
+from s3arch.core.options import SPEC_OPTIONS, is_whole, job_options, whole
 from s3arch.io.sources import WILDCARD, check_pattern, is_pattern
 from s3arch.ops.presets import with_preset
 
@@ -253,9 +253,6 @@ def load_jobs(path: str | Path) -> dict[str, ArchiveJob]:
         raise BadArgument(f"jobs file {path} has no 'jobs:' mapping", hint="see docs/JOBS.md")
     return {name: job_from_dict(name, body or {}) for name, body in raw_jobs.items()}
 
-
-SPEC_OPTIONS = ("without_tags", "sse", "sse_kms_key_id", "sse_bucket_key", "object_lock", "retain_days",
-                "legal_hold", "expected_owner")
 
 # Keys of round 3 renamed so that a job, the CLI and the operators use one name per setting:
 # still read for one release, with a warning that names the new key.
