@@ -158,3 +158,20 @@ def test_every_archive_flag_is_the_engine_setting_of_its_name_with_its_default()
             continue
         value = option.check(option.default, option.name) if option.check else option.default
         assert value == spec_defaults[name], option.name
+
+
+def test_every_job_key_is_in_a_table_of_the_jobs_doc_and_the_field_table_names_only_job_keys():
+    """A job's own fields are rows of docs/JOBS.md's field table (by hand), its options rows of
+    the settings table (generated); the field table names no key that a job does not take."""
+    import re
+
+    from s3arch.core.options import job_options
+    from s3arch.ops.jobs import job_keys
+
+    text = (ROOT / "docs/JOBS.md").read_text()
+    field_table = re.search(r"^\| field \| default \| meaning \|\n((?:\|.*\n)+)", text, flags=re.M).group(1)
+    named = {name for row in field_table.splitlines()[1:] for name in re.findall(r"`(\w+)`", row.split("|")[1])}
+    settings = re.search(r"<!-- options:settings -->\n(.*?)<!-- /options:settings -->", text, flags=re.S).group(1)
+    in_settings = {o.name for o in job_options() if f"| `{o.name}` |" in settings}
+    assert job_keys() - named - in_settings == set()
+    assert named - job_keys() == {"layout", "filters"}  # a preset's, turned into prefix_template
