@@ -105,7 +105,7 @@ def _plan_arguments(pl: argparse.ArgumentParser) -> None:
     pl.add_argument("--from", dest="date_from", help="first day, YYYY-MM-DD (default: the oldest in the report)")
     pl.add_argument("--to", dest="date_to", help="last day, YYYY-MM-DD (default: the newest the job archives)")
     pl.add_argument("--inventory", help="s3://BUCKET/DEST-PREFIX/SOURCE-BUCKET/CONFIG-ID/ (default: the job's)")
-    pl.add_argument("--inventory-max-age-days", type=float, help="refuse an older report (default: the job's, 2)")
+    _option_flags(pl, "plan")
     pl.add_argument("--json", action="store_true")
 
 

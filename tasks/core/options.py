@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from s3arch.core.config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_OBJECTS,
-                                SSE_MODES, STORAGE_CLASSES, check_lease_ttl, check_throttle_budget, parse_size)
+from s3arch.core.config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_INVENTORY_MAX_AGE_DAYS, DEFAULT_LEASE_TTL,
+                                DEFAULT_SEGMENT_MIN_OBJECTS, SSE_MODES, STORAGE_CLASSES, check_lease_ttl,
+                                check_throttle_budget, parse_size)
 from s3arch.core.errors import BadArgument
 
 # A job value's check: (value, what to call it in an error, e.g. "job 'logs': concurrency")
@@ -95,6 +96,14 @@ def whole(low: int, high: int | None = None, hint: str | None = None) -> Check:
 def seconds_above_zero(value: Any, what: str) -> float:
     if not isinstance(value, (int, float)) or value <= 0:
         raise BadArgument(f"{what} must be a number of seconds > 0")
+    return value
+
+
+def _report_age(value: Any, what: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        raise BadArgument(f"{what} must be a number of days > 0",
+                          hint=f"{DEFAULT_INVENTORY_MAX_AGE_DAYS:g} (the default) suits a daily inventory, "
+                               "8 a weekly one")
     return value
 
 
@@ -202,6 +211,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("poll_interval", "restore poll (seconds)", flag_type=float, doc_default="by tier",
            check=seconds_above_zero, operator="restore", cli=("restore",),
            help="with --wait: seconds between polls (default by tier: 30 Expedited, 300 Standard, 900 Bulk)"),
+    Option("inventory_max_age_days", "oldest S3 Inventory report a plan takes (days)",
+           job_default=DEFAULT_INVENTORY_MAX_AGE_DAYS, flag_type=float,
+           doc_default=f"{DEFAULT_INVENTORY_MAX_AGE_DAYS:g}",
+           check=_report_age, operator=None, cli=("plan",), help="refuse an older report (default: the job's, 2)"),
     Option("late_window", "late window (days re-checked by each nightly run: `2d`, `36h`, or days)", default=0,
            doc_default="0", check=whole_days, operator=None),
 )

@@ -16,7 +16,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from s3arch.core.config import DEFAULT_INVENTORY_MAX_AGE_DAYS, ArchiveSpec, S3Url
+from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.core.errors import BadArgument
 from s3arch.core.options import SPEC_OPTIONS, is_whole, job_options, whole
 from s3arch.io.sources import WILDCARD, check_pattern, is_pattern
@@ -49,7 +49,6 @@ class ArchiveJob:
     # days and their sizes are planned from its newest report, refused when older than
     # inventory_max_age_days (tasks/ops/inventory.py). Each day is still listed when archived.
     inventory: S3Url | None = None
-    inventory_max_age_days: float = DEFAULT_INVENTORY_MAX_AGE_DAYS
     # A template with '*' wildcards (tasks/io/sources.py): the wildcard (its number, from 1)
     # whose values split a day into one archive each.
     split_by: int | None = None
@@ -278,11 +277,6 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
     values["destination"] = S3Url.parse(values["destination"])
     if values.get("inventory") is not None:
         values["inventory"] = check_inventory_location(S3Url.parse(values["inventory"]), f"job {name!r}: inventory")
-    if "inventory_max_age_days" in values and (not isinstance(values["inventory_max_age_days"], (int, float))
-                                               or isinstance(values["inventory_max_age_days"], bool)
-                                               or values["inventory_max_age_days"] <= 0):
-        raise BadArgument(f"job {name!r}: inventory_max_age_days must be a number of days > 0",
-                          hint=f"{DEFAULT_INVENTORY_MAX_AGE_DAYS:g} (the default) suits a daily inventory, 8 a weekly one")
     if isinstance(values.get("start_date"), str):
         values["start_date"] = parse_date(values["start_date"], f"job {name!r}: start_date")
     for number in ("min_age_days", "execution_timeout_minutes", "retries", "retry_delay_seconds"):
