@@ -60,20 +60,12 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
     (pushed as the ``archive_rows`` XCom even when the task fails). Errors the engine marks
     permanent fail the task without using its retries.
 
-    Each parameter is the job key of the same name and the ``s3arch archive`` flag with
-    dashes (docs/JOBS.md has the table): ``storage_class``, ``codec``, ``level``,
-    ``memory_budget``, ``concurrency`` (GETs in flight, default 128), ``threads``
-    (compression threads, default the CPUs), ``lease_ttl`` (seconds, default 180),
-    ``overwrite``, ``dry_run`` (list and estimate, write nothing), ``processes`` (local
-    worker processes; **default 1: one task is one process**, whatever the prefix's size),
-    ``segment_min_objects`` / ``segment_min_bytes`` (the size from which a prefix is cut into
-    one segment per process, when ``processes`` > 1), ``without_tags``, encryption (``sse``,
-    ``sse_kms_key_id``, ``sse_bucket_key``), Object Lock (``object_lock``, ``retain_days``,
-    ``legal_hold``), ``expected_owner`` and ``throttle_budget`` (seconds a request may stay
-    throttled before the prefix fails, retryable; default S3ARCH_THROTTLE_BUDGET, else 900),
-    ``max_prefixes`` (the prefixes a source pattern's wildcards may expand to, default 10000).
-    ``preview`` and ``spec_options`` (round 3's spellings) still work for one release, with a
-    warning."""
+    Each parameter is an option of tasks/core/options.py (the job key of the same name and
+    the ``s3arch archive`` flag with dashes; docs/JOBS.md's settings table), with the
+    engine's default when None; tests/test_options.py checks that every option the table
+    gives the archive steps is one. ``processes`` defaults to **1: one task is one process**,
+    whatever the prefix's size. ``preview`` and ``spec_options`` (round 3's spellings) still
+    work for one release, with a warning."""
 
     aws_hook_class = S3Hook
     template_fields: Sequence[str] = aws_template_fields("source_bucket", "destination", *templated_options())
