@@ -122,14 +122,10 @@ def _option_flags(parser: argparse.ArgumentParser, command: str) -> None:
     flag defaults to absent, so that the main parser's and the subcommand's (it works before
     or after the subcommand) do not override each other."""
     for option in options_for(command):
+        settings: dict = {"action": "store_true"} if option.switch else {
+            "default": option.default, "type": option.flag_type, "choices": option.choices, "metavar": option.metavar}
         if command == "connection":
-            settings: dict = {"default": argparse.SUPPRESS}
-        elif option.switch:
-            settings = {"action": "store_true"}
-        else:
-            settings = {"default": option.default}
-        if not option.switch:
-            settings.update(type=option.flag_type, choices=option.choices, metavar=option.metavar)
+            settings["default"] = argparse.SUPPRESS
         parser.add_argument(option.flag, help=option.help_on.get(command, option.help), **settings)
 
 
