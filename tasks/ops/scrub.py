@@ -336,7 +336,7 @@ def _late_drift(job: ArchiveJob, control, layout, day: date, prefix: str, counte
         return []
     changed = f", {check.changed:,} of them rewritten since" if check.changed else ""
     return [Drift(day.isoformat(), prefix, "newer than archive",
-                  f"{len(check.late):,} objects newer than its archive{changed} (first: {check.late[0].key})")]
+                  f"{check.late:,} objects newer than its archive{changed} (first: {check.found.first[0]})")]
 
 
 def _predates_indexes(header: dict) -> bool:

@@ -226,7 +226,7 @@ class CommitProtocol:
         held.confirm()
         record_parts(self.control, day, late.index_after(new), self.spec)
         r = self.result
-        r.part, r.late = new.number, len(late.late)
+        r.part, r.late = new.number, (late.produced or late.found).late
         r.notes.append(late.note())
         self._delete_sources(held, [*late.parts, new])
         return self._done()
@@ -294,11 +294,11 @@ class CommitProtocol:
         r = self._skipped(committed, late.parts)
         if late.late:
             part = part_layout(self.layout, late.next_part)
-            r.status, r.state, r.part, r.late = Outcome.DRY_RUN, State.COMMITTED.value, late.next_part, len(late.late)
-            r.objects, r.bytes_in = len(late.late), sum(o.size for o in late.late)
+            r.status, r.state, r.part, r.late = Outcome.DRY_RUN, State.COMMITTED.value, late.next_part, late.late
+            r.objects, r.bytes_in = late.late, late.found.late_bytes
             r.archive, r.manifest = f"s3://{part.bucket}/{part.archive_key(self.spec.extension)}", part.manifest_url
             r.notes.append(late.note().replace("archived as", "a run would archive them as")
-                           + "; first: " + ", ".join(o.key for o in late.late[:5]))
+                           + "; first: " + ", ".join(late.found.first))
         return r
 
     def _clean_stale(self, keep: SegmentPlan | None = None) -> None:
