@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from s3arch.core.config import (DEFAULT_CONCURRENCY, DEFAULT_LEASE_TTL, DEFAULT_SEGMENT_MIN_OBJECTS, SSE_MODES, ArchiveSpec,
                      S3Url, check_lease_ttl, default_processes, parse_size, resolve_throttle_budget)
-from s3arch.core.errors import ArchiverError, outcome
+from s3arch.core.errors import ArchiverError, EmptyPrefix, outcome
 from s3arch.core.progress import Progress, TerminalLine, human_bytes
 from s3arch.core.version import __version__
 
@@ -150,6 +151,9 @@ def _archive_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("--max-prefixes", type=int, default=ArchiveSpec.max_prefixes,
                    help="a source with '*' wildcards may expand to at most this many prefixes (default 10000)")
     a.add_argument("--overwrite", action="store_true", help="re-archive a prefix that is done")
+    a.add_argument("--late-window", metavar="DAYS",
+                   help="also re-check the DAYS days before the source's date (2d, or hours: 36h) and archive "
+                        "objects that landed there late as each day's next part, as a job's late_window")
     a.add_argument("--dry-run", action="store_true", help="list, count and estimate; write nothing")
     a.add_argument("--delete-source", action="store_true",
                    help="after the archive verified, delete sources whose ETag still matches; on an "
@@ -251,7 +255,8 @@ def _run(args) -> int:
 
 
 def _archive(args) -> int:
-    from s3arch.archive import archive_prefix
+    from s3arch.ops.jobs import parse_days
+    from s3arch.ops.window import earlier_sources
 
     clients = _clients(args)
     spec = ArchiveSpec(
@@ -267,7 +272,21 @@ def _archive(args) -> int:
         lease_ttl=check_lease_ttl(args.lease_ttl), throttle_budget=resolve_throttle_budget(getattr(args, "throttle_budget", None)),
         **({"compress_threads": args.threads} if args.threads else {}),
         processes=args.processes or default_processes(clients.endpoint_url))
-    spec = sized(spec, clients.control)
+    window = earlier_sources(spec.source, parse_days(args.late_window, "--late-window")) if args.late_window else []
+    for source in [*window, spec.source]:  # the window's days first, oldest first: each re-checked
+        try:
+            result = _archive_one(args, sized(replace(spec, source=source), clients.control), clients)
+        except EmptyPrefix:
+            if source is spec.source:
+                raise
+            continue  # nothing there that day: nothing to re-check
+        _print_result(args, result)
+    return 0
+
+
+def _archive_one(args, spec: ArchiveSpec, clients):
+    from s3arch.archive import archive_prefix
+
     show = not (args.json or args.quiet)
     live = TerminalLine(sys.stderr) if show and sys.stderr.isatty() else None
     if live:
@@ -276,13 +295,16 @@ def _archive(args) -> int:
         progress = Progress((lambda s: print(s.line(), file=sys.stderr, flush=True)) if show else None,
                             interval=5.0)
     try:
-        result = archive_prefix(spec, clients, progress)
+        return archive_prefix(spec, clients, progress)
     finally:
         if live:
             live.close()
+
+
+def _print_result(args, result) -> None:
     if args.json:
         print(json.dumps(result.to_dict()))
-        return 0
+        return
     if result.status == "skipped":
         parts = f" and {result.part - 1} late part(s)" if result.part > 1 else ""
         print(f"skipped: {result.source} is already archived at {result.archive}{parts} "
@@ -310,7 +332,6 @@ def _archive(args) -> int:
                  "backoff and fewer requests in flight" if result.throttled else ""))
     for note in result.notes:
         print(f"note: {note}")
-    return 0
 
 
 def sized(spec: ArchiveSpec, control) -> ArchiveSpec:
@@ -320,8 +341,6 @@ def sized(spec: ArchiveSpec, control) -> ArchiveSpec:
     one is archived as one pipeline. Without --segments the engine sizes it while it runs."""
     if spec.segments < 2 or spec.dry_run:
         return spec
-    from dataclasses import replace
-
     from s3arch.produce.segments import size_prefix
 
     size = size_prefix(control, spec.source.bucket, spec.source.key, spec.segment_min_objects, spec.segment_min_bytes)

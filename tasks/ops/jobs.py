@@ -340,7 +340,7 @@ def job_from_dict(name: str, body: dict) -> ArchiveJob:
         if number in values and (not _whole(values[number]) or values[number] < 0):
             raise BadArgument(f"job {name!r}: {number} must be a whole number >= 0")
     if "late_window" in values:
-        values["late_window"] = _days(values["late_window"], f"job {name!r}: late_window")
+        values["late_window"] = parse_days(values["late_window"], f"job {name!r}: late_window")
     if "expected_owner" in values:
         values["expected_owner"] = str(values["expected_owner"])  # YAML reads 123456789012 as a number
     if "lease_ttl" in values:
@@ -369,7 +369,7 @@ def check_inventory_location(url: S3Url, name: str = "--inventory") -> S3Url:
     return url
 
 
-def _days(value, what: str) -> int:
+def parse_days(value, what: str) -> int:
     """Whole days from ``2``, ``"2d"`` or ``"36h"`` (hours round up to days)."""
     match = re.fullmatch(r"\s*(\d+)\s*([dh]?)\s*", str(value)) if not isinstance(value, bool) else None
     if match is None:
