@@ -275,7 +275,8 @@ def _archive(args) -> int:
     window = earlier_sources(spec.source, parse_days(args.late_window, "--late-window")) if args.late_window else []
     for source in [*window, spec.source]:  # the window's days first, oldest first: each re-checked
         try:
-            result = _archive_one(args, sized(replace(spec, source=source), clients.control), clients)
+            result = _archive_one(args, sized(replace(spec, source=source), clients.control), clients,
+                                  recheck=source is not spec.source)
         except EmptyPrefix:
             if source is spec.source:
                 raise
@@ -284,7 +285,7 @@ def _archive(args) -> int:
     return 0
 
 
-def _archive_one(args, spec: ArchiveSpec, clients):
+def _archive_one(args, spec: ArchiveSpec, clients, recheck: bool = False):
     from s3arch.archive import archive_prefix
 
     show = not (args.json or args.quiet)
@@ -295,7 +296,7 @@ def _archive_one(args, spec: ArchiveSpec, clients):
         progress = Progress((lambda s: print(s.line(), file=sys.stderr, flush=True)) if show else None,
                             interval=5.0)
     try:
-        return archive_prefix(spec, clients, progress)
+        return archive_prefix(spec, clients, progress, recheck=recheck)
     finally:
         if live:
             live.close()

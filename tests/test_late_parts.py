@@ -77,9 +77,27 @@ def test_rerun_with_nothing_new_is_one_listing_and_reads_no_manifest(s3, archive
     again = archive_prefix(_spec(src, dst), clients)
     assert (again.status, again.part, again.objects) == ("skipped", 2, 31)
     assert not [what for (method, what) in seen if method == "GET" and "manifest.jsonl" in what]
-    assert seen[("PUT", "logs/2026/11/21.lease.json")] == 0  # wrote nothing, not even the lease
     lists = sum(n for (method, what), n in seen.items() if what == "LIST")
     assert 1 <= lists <= 4, seen  # the source once, the parts, the uploads of dead runs
+
+
+def test_a_recheck_with_nothing_new_takes_no_lease_and_writes_nothing(s3, archived_day, clients):
+    src, dst = archived_day
+    assert archive_prefix(_spec(src, dst), clients).status == "skipped"  # records the day index
+    seen = _requests(clients)
+    again = archive_prefix(_spec(src, dst), clients, recheck=True)
+    assert (again.status, again.part, again.objects) == ("skipped", 1, 30)
+    assert sorted(m for (m, _), n in seen.items() for _ in range(n)) == ["GET", "GET", "GET", "GET", "HEAD", "HEAD"], seen
+    assert (seen[("GET", "LIST")], seen[("GET", "21.parts.json")]) == (2, 1)  # the source's page, the parts
+
+
+def test_a_recheck_that_finds_late_objects_archives_them_under_the_lease(s3, archived_day, clients):
+    src, dst = archived_day
+    seed(s3, src, _day(1, start=100))
+    seen = _requests(clients)
+    result = archive_prefix(_spec(src, dst), clients, recheck=True)
+    assert (result.status, result.part, result.late) == ("archived", 2, 1)
+    assert seen[("PUT", "21.lease.json")] == 1 and seen[("DELETE", "21.lease.json")] == 1
 
 
 def test_first_recheck_of_an_old_day_reads_its_manifest_once_then_never(s3, archived_day, clients):
