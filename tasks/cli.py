@@ -153,7 +153,8 @@ def _archive_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("--overwrite", action="store_true", help="re-archive a prefix that is done")
     a.add_argument("--late-window", metavar="DAYS",
                    help="also re-check the DAYS days before the source's date (2d, or hours: 36h) and archive "
-                        "objects that landed there late as each day's next part, as a job's late_window")
+                        "objects that landed there late as each day's next part, as a job's late_window "
+                        "(--json: one line per day)")
     a.add_argument("--dry-run", action="store_true", help="list, count and estimate; write nothing")
     a.add_argument("--delete-source", action="store_true",
                    help="after the archive verified, delete sources whose ETag still matches; on an "
@@ -273,12 +274,12 @@ def _archive(args) -> int:
         **({"compress_threads": args.threads} if args.threads else {}),
         processes=args.processes or default_processes(clients.endpoint_url))
     window = earlier_sources(spec.source, parse_days(args.late_window, "--late-window")) if args.late_window else []
-    for source in [*window, spec.source]:  # the window's days first, oldest first: each re-checked
+    # The window's days first, oldest first: each re-checked (never overwritten), then the day named.
+    for day in [replace(spec, source=source, overwrite=False) for source in window] + [spec]:
         try:
-            result = _archive_one(args, sized(replace(spec, source=source), clients.control), clients,
-                                  recheck=source is not spec.source)
+            result = _archive_one(args, sized(day, clients.control), clients, recheck=day is not spec)
         except EmptyPrefix:
-            if source is spec.source:
+            if day is spec:
                 raise
             continue  # nothing there that day: nothing to re-check
         _print_result(args, result)

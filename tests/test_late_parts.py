@@ -366,3 +366,12 @@ def test_late_window_counts_back_from_the_date_as_the_source_spells_it(name, bef
     from s3arch.ops.window import earlier_sources
 
     assert [s.key for s in earlier_sources(S3Url("b", name), 1)] == [before]
+
+
+def test_archive_with_overwrite_and_late_window_overwrites_only_the_day_it_names(s3, archived_day, cli_env):
+    src, dst = archived_day
+    seed(s3, src, {f"{PREFIX}0100.log": b"late\n", "logs/2026/11/22/0000.log": b"next day\n"})
+    proc = run_cli(cli_env, "archive", f"s3://{src}/logs/2026/11/22/", f"s3://{dst}/vault/", "--storage-class",
+                   "STANDARD", "--late-window", "1", "--overwrite", "--json")
+    results = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert [(r["status"], r["part"], r["objects"]) for r in results] == [("archived", 2, 1), ("archived", 1, 1)]
