@@ -244,10 +244,10 @@ class Catalog:
             present: set[str] = set()
             for future in sources:
                 present |= future.result()
+            missing = {day: f.result() for day, f in unarchived.items()}
             counter.add("LIST", expansion_requests(self.control) - expansions)  # a pattern's levels
             scrub_days = scrub.result()
             restored_until = {day: f.result() for day, f in restored.items()}
-            missing = {day: f.result() for day, f in unarchived.items()}
         out = [self._split_day(day, [(n, layouts[(day, n)], parts[(day, n)]) for n in names[day]], missing[day],
                                listed, present, scrub_days.get(day.isoformat()), today) if day in missing else
                self._day(day, layouts[(day, names[day][0])], listed, present, scrub_days.get(day.isoformat()),

@@ -47,7 +47,7 @@ from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.io.listed import _listed
 from s3arch.format.day import committed_parts
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for, parse_index, read_chunk, read_through
-from s3arch.io.sources import resolved
+from s3arch.io.sources import expansion_requests, resolved
 from s3arch.ops.split_days import unarchived_splits
 from s3arch.protocol.parts import check_late
 from s3arch.restore.reading import DECODE_CHUNK, member_data
@@ -162,6 +162,7 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
     before = previous.get("days") or {}
     last_verified: dict[str, str] = {}
     verdicts: dict[str, dict] = {}
+    expansions = expansion_requests(control)
     with ThreadPoolExecutor(workers, thread_name_prefix="s3arch-scrub") as pool:
         futures, late = _submit_days(pool, job, control, days, listed, before, sample, rng, now, counter, result,
                                      last_verified)
@@ -181,6 +182,7 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
                 result.verified.append(day.isoformat())
         for future in unarchived.values():
             result.drift.extend(future.result())
+    counter.add("LIST", expansion_requests(control) - expansions)  # a pattern's levels, the split's days
     result.drift.sort(key=lambda d: d.day)
     result.verified = sorted(set(result.verified) - {d.day for d in result.drift})  # every part of the day
     for d in result.drift:

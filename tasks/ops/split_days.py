@@ -4,8 +4,10 @@ and the day's state made of its archives' (docs/CATALOG.md).
 
 A day is archived only when every value of the split wildcard that holds objects that day has
 its archive: the values are the split wildcard's delimiter listing (one LIST per level, shared
-by every day), and only a value with no archive is probed for objects (a LIST of one key per
-prefix until one answers), so a fully archived day costs nothing more.
+by every day), and only a value with no archive is probed for objects, so a fully archived day
+costs nothing more. A day that is a folder is probed by its parent's delimiter listing (one LIST
+per month and prefix, shared by the month's days); a date inside key names by a LIST of one key
+per prefix until one answers.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from datetime import date
 
 from s3arch.core.errors import BadArgument
-from s3arch.io.sources import holds_objects
+from s3arch.io.sources import child_prefixes, expand, holds_objects, is_pattern
 from s3arch.ops.jobs import ArchiveJob
 
 # The figures of an archive that a split day lists per archive (the rest is the day's).
@@ -28,15 +30,21 @@ def unarchived_splits(job: ArchiveJob, control, day: date, archived: list[str], 
         names = job.split(control, [job.prefix_for(day)])
     except BadArgument:
         return []  # the wildcards match nothing any more: no value left to archive
-    missing = []
-    for name in names:
-        if name in archived:
-            continue
-        holds, probes = holds_objects(control, job.source.bucket, name, job.max_prefixes)
+    return [name for name in names if name not in archived and _holds_objects(job, control, name, counter)]
+
+
+def _holds_objects(job: ArchiveJob, control, name: str, counter) -> bool:
+    bucket = job.source.bucket
+    if not name.endswith("/"):  # the date inside key names: no day folder to look for
+        holds, probes = holds_objects(control, bucket, name, job.max_prefixes)
         counter.add("LIST", probes)
-        if holds:
-            missing.append(name)
-    return missing
+        return holds
+    try:
+        prefixes = expand(control, bucket, name, job.max_prefixes) if is_pattern(name) else [name]
+    except BadArgument:
+        return False  # matches no prefix
+    # A folder exists while a key is under it: its parent's listing shows it.
+    return any(p in child_prefixes(control, bucket, p[:p.rstrip("/").rfind("/") + 1]) for p in prefixes)
 
 
 def for_split(verdict: dict | None, name: str) -> dict | None:
