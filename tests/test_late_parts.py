@@ -375,3 +375,25 @@ def test_archive_with_overwrite_and_late_window_overwrites_only_the_day_it_names
                    "STANDARD", "--late-window", "1", "--overwrite", "--json")
     results = [json.loads(line) for line in proc.stdout.decode().splitlines()]
     assert [(r["status"], r["part"], r["objects"]) for r in results] == [("archived", 2, 1), ("archived", 1, 1)]
+
+
+def test_late_objects_gone_before_their_part_is_made_leave_the_day_as_it_was(s3, archived_day, clients, monkeypatch):
+    from s3arch.core.errors import SourceChanged
+    from s3arch.protocol import parts as late_parts
+
+    src, dst = archived_day
+    seed(s3, src, _day(1, start=100))
+    listed_again = late_parts.LateCheck.pages
+
+    def deleted_first(check):  # the late object is deleted between the check and the part's listing
+        s3.delete_object(Bucket=src, Key=f"{PREFIX}0100.log")
+        return listed_again(check)
+
+    monkeypatch.setattr(late_parts.LateCheck, "pages", deleted_first)
+    before = keys_in(s3, dst)
+    with pytest.raises(SourceChanged, match="are gone from the source since they were found"):
+        archive_prefix(_spec(src, dst), clients)
+    assert keys_in(s3, dst) == before  # no part, no day index, no lease left
+    monkeypatch.undo()
+    again = archive_prefix(_spec(src, dst), clients)  # the retry finds the day as it was
+    assert (again.status, again.part, again.objects) == ("skipped", 1, 30)

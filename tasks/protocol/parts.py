@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.core.errors import SourceChanged
 from s3arch.core.progress import Progress
 from s3arch.format.day import (DayIndex, Part, day_records, digest_of, index_for, part_layout, read_day_index,
                                write_day_index)
@@ -158,6 +159,11 @@ class _PartTarget(WholeArchive):
     def __init__(self, spec: ArchiveSpec, layout: ArchiveLayout, archive_key: str, number: int, day: ArchiveLayout):
         super().__init__(spec, layout, archive_key)
         self.number, self.day = number, day
+
+    def nothing_listed(self) -> SourceChanged:
+        # The late objects are listed again for the part: gone meanwhile, the day is as it was.
+        return SourceChanged(f"the objects newer than {self.day.manifest_url} are gone from the source since "
+                             "they were found; nothing was written", hint="run it again: it re-checks the day")
 
     def records(self, control, coordinator: StreamCoordinator) -> ManifestWriter:
         header = {**manifest_header(self.spec, self.layout, self.archive_key),
