@@ -1,12 +1,14 @@
 """Bench line: the cost of re-running an archived day on which nothing new landed (docs/FORMAT.md,
-"Parts"), against the plain skip of the engine before late parts (``--baseline``, default main).
+"Parts"), against the plain skip of the engine before late parts (``--baseline``, default
+9cb771a^, the commit before them): a plain re-run, and a late window's re-check
+(``archive_prefix(recheck=True)``, which reads the day before taking any lease).
 
 Seeds one day of OBJECTS small objects on a throwaway MinIO and archives it; then, for each of
 the two engines (this tree, and the baseline's ``tasks/`` exported with ``git archive`` and
 imported as ``s3arch`` from a temporary folder), re-runs the day RUNS times in a fresh process
 and counts the control plane's S3 requests by kind and the seconds each re-run took. Both
 re-runs report ``skipped``; this tree's first re-check of the day also writes its day index, so
-it runs once before the measured runs, as a nightly run would have.
+two runs go before the measured runs, as nightly runs would have.
 
     .venv/bin/python -m bench.late_recheck     # prints the lines, writes bench/results/late-recheck.json
 """
@@ -46,20 +48,22 @@ def count(request, **_):
     seen[kind] += 1
 clients.control.meta.events.register("before-send.s3", count)
 spec = ArchiveSpec(source=S3Url(a["src"], a["prefix"]), destination=S3Url(a["dst"], "vault/"), storage_class="STANDARD")
-archive_prefix(spec, clients)  # warm: connections, and this tree's first re-check writes the day index
+options = {"recheck": True} if a["recheck"] else {}
+for _ in range(2):  # warm: the archive, connections, and this tree's first re-check writes the day index
+    archive_prefix(spec, clients, **options)
 runs = []
 for _ in range(a["runs"]):
     seen.clear()
     started = time.monotonic()
-    result = archive_prefix(spec, clients)
+    result = archive_prefix(spec, clients, **options)
     runs.append({"seconds": time.monotonic() - started, "status": result.status.value, "requests": dict(seen)})
 print(json.dumps(runs))
 """
 
 
-def measure(server, src: str, dst: str, pythonpath: str) -> list[dict]:
+def measure(server, src: str, dst: str, pythonpath: str, recheck: bool = False) -> list[dict]:
     args = {"key": server.access_key, "secret": server.secret_key, "endpoint": server.endpoint_url,
-            "src": src, "dst": dst, "prefix": PREFIX, "runs": RUNS}
+            "src": src, "dst": dst, "prefix": PREFIX, "runs": RUNS, "recheck": recheck}
     out = subprocess.run([sys.executable, "-c", _MEASURE, json.dumps(args)], env={"PYTHONPATH": pythonpath,
                          "PATH": "/usr/bin:/bin"}, cwd=ROOT, capture_output=True, text=True, check=True, timeout=600)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -71,13 +75,13 @@ def summary(runs: list[dict]) -> dict:
             "seconds": [round(r["seconds"], 4) for r in runs]}
 
 
-def main(baseline: str = "main") -> dict:
+def main(baseline: str = "9cb771a^") -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     server = start_minio()
     try:
         s3 = server.client(max_pool_connections=64)
-        for bucket in ("src", "dst", "src-base", "dst-base"):
+        for bucket in ("src", "dst", "dst-window", "src-base", "dst-base"):
             s3.create_bucket(Bucket=bucket)
         with ThreadPoolExecutor(32) as pool:
             for src in ("src", "src-base"):
@@ -89,11 +93,14 @@ def main(baseline: str = "main") -> dict:
             Path(tree, "tasks").rename(Path(tree, "s3arch"))
             base = summary(measure(server, "src-base", "dst-base", tree))
         late = summary(measure(server, "src", "dst", _tree_of_this_checkout()))
+        window = summary(measure(server, "src", "dst-window", _tree_of_this_checkout(), recheck=True))
     finally:
         server.stop()
-    result = {"objects": OBJECTS, "runs": RUNS, "baseline": baseline, "baseline_skip": base, "late_recheck": late}
+    result = {"objects": OBJECTS, "runs": RUNS, "baseline": baseline, "baseline_skip": base, "late_recheck": late,
+              "late_window_recheck": window}
     RESULT.write_text(json.dumps(result, indent=1) + "\n")
-    for name, line in (("skip (" + baseline + ")", base), ("re-check (late parts)", late)):
+    for name, line in (("skip (" + baseline + ")", base), ("re-check (late parts)", late),
+                       ("re-check in a late window (recheck=True)", window)):
         print(f"{name}: {OBJECTS:,} objects, nothing new: {line['requests']} in {line['seconds_median']:.3f}s "
               f"(median of {RUNS})")
     return result

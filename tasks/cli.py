@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from s3arch.core.config import ArchiveSpec, S3Url, check_lease_ttl, default_processes, parse_size, resolve_throttle_budget
-from s3arch.core.errors import ArchiverError, outcome
-from s3arch.core.options import options_for
+from s3arch.core.errors import ArchiverError, EmptyPrefix, outcome
+from s3arch.core.options import options_for, whole_days
 from s3arch.core.progress import Progress, TerminalLine, human_bytes
 from s3arch.core.version import __version__
 
@@ -205,21 +206,37 @@ def _run(args) -> int:
 
 
 def _archive(args) -> int:
-    from s3arch.archive import archive_prefix
+    from s3arch.ops.window import earlier_sources
 
     clients = _clients(args)
-    # Each archive flag is the ArchiveSpec field of its name; these few are read first.
+    # Each archive flag but --late-window is the ArchiveSpec field of its name; these few are read first.
     flags = {option.name: getattr(args, option.name) for option in options_for("archive")}
     flags.update(memory_budget=parse_size(args.memory_budget), segment_min_bytes=parse_size(args.segment_min_bytes),
                  lease_ttl=check_lease_ttl(args.lease_ttl),
                  processes=args.processes or default_processes(clients.endpoint_url))
     threads = flags.pop("threads")
+    late_window = flags.pop("late_window")  # days re-checked before this one, not a setting of the archive
     spec = ArchiveSpec(
         source=S3Url.parse(args.source), destination=S3Url.parse(args.destination), **flags,
         expected_owner=getattr(args, "expected_owner", None),
         throttle_budget=resolve_throttle_budget(getattr(args, "throttle_budget", None)),
         **({"compress_threads": threads} if threads else {}))
-    spec = sized(spec, clients.control)
+    window = earlier_sources(spec.source, whole_days(late_window, "--late-window")) if late_window else []
+    # The window's days first, oldest first: each re-checked (never overwritten), then the day named.
+    for day in [replace(spec, source=source, overwrite=False) for source in window] + [spec]:
+        try:
+            result = _archive_one(args, sized(day, clients.control), clients, recheck=day is not spec)
+        except EmptyPrefix:
+            if day is spec:
+                raise
+            continue  # nothing there that day: nothing to re-check
+        _print_result(args, result)
+    return 0
+
+
+def _archive_one(args, spec: ArchiveSpec, clients, recheck: bool = False):
+    from s3arch.archive import archive_prefix
+
     show = not (args.json or args.quiet)
     live = TerminalLine(sys.stderr) if show and sys.stderr.isatty() else None
     if live:
@@ -228,13 +245,16 @@ def _archive(args) -> int:
         progress = Progress((lambda s: print(s.line(), file=sys.stderr, flush=True)) if show else None,
                             interval=5.0)
     try:
-        result = archive_prefix(spec, clients, progress)
+        return archive_prefix(spec, clients, progress, recheck=recheck)
     finally:
         if live:
             live.close()
+
+
+def _print_result(args, result) -> None:
     if args.json:
         print(json.dumps(result.to_dict()))
-        return 0
+        return
     if result.status == "skipped":
         parts = f" and {result.part - 1} late part(s)" if result.part > 1 else ""
         print(f"skipped: {result.source} is already archived at {result.archive}{parts} "
@@ -262,7 +282,6 @@ def _archive(args) -> int:
                  "backoff and fewer requests in flight" if result.throttled else ""))
     for note in result.notes:
         print(f"note: {note}")
-    return 0
 
 
 def sized(spec: ArchiveSpec, control) -> ArchiveSpec:
@@ -272,8 +291,6 @@ def sized(spec: ArchiveSpec, control) -> ArchiveSpec:
     one is archived as one pipeline. Without --segments the engine sizes it while it runs."""
     if spec.segments < 2 or spec.dry_run:
         return spec
-    from dataclasses import replace
-
     from s3arch.produce.segments import size_prefix
 
     size = size_prefix(control, spec.source.bucket, spec.source.key, spec.segment_min_objects, spec.segment_min_bytes)

@@ -77,9 +77,27 @@ def test_rerun_with_nothing_new_is_one_listing_and_reads_no_manifest(s3, archive
     again = archive_prefix(_spec(src, dst), clients)
     assert (again.status, again.part, again.objects) == ("skipped", 2, 31)
     assert not [what for (method, what) in seen if method == "GET" and "manifest.jsonl" in what]
-    assert seen[("PUT", "logs/2026/11/21.lease.json")] == 0  # wrote nothing, not even the lease
     lists = sum(n for (method, what), n in seen.items() if what == "LIST")
     assert 1 <= lists <= 4, seen  # the source once, the parts, the uploads of dead runs
+
+
+def test_a_recheck_with_nothing_new_takes_no_lease_and_writes_nothing(s3, archived_day, clients):
+    src, dst = archived_day
+    assert archive_prefix(_spec(src, dst), clients).status == "skipped"  # records the day index
+    seen = _requests(clients)
+    again = archive_prefix(_spec(src, dst), clients, recheck=True)
+    assert (again.status, again.part, again.objects) == ("skipped", 1, 30)
+    assert sorted(m for (m, _), n in seen.items() for _ in range(n)) == ["GET", "GET", "GET", "GET", "HEAD", "HEAD"], seen
+    assert (seen[("GET", "LIST")], seen[("GET", "21.parts.json")]) == (2, 1)  # the source's page, the parts
+
+
+def test_a_recheck_that_finds_late_objects_archives_them_under_the_lease(s3, archived_day, clients):
+    src, dst = archived_day
+    seed(s3, src, _day(1, start=100))
+    seen = _requests(clients)
+    result = archive_prefix(_spec(src, dst), clients, recheck=True)
+    assert (result.status, result.part, result.late) == ("archived", 2, 1)
+    assert seen[("PUT", "21.lease.json")] == 1 and seen[("DELETE", "21.lease.json")] == 1
 
 
 def test_first_recheck_of_an_old_day_reads_its_manifest_once_then_never(s3, archived_day, clients):
@@ -277,3 +295,105 @@ def test_the_assemble_task_of_a_segmented_job_archives_late_objects_without_a_pl
     assert prepare_segments(spec, 3, clients).status == "skipped"  # the day is committed: no plan
     result = assemble_segments(spec, clients)
     assert (result.status, result.part, result.late) == ("archived", 2, 2)
+
+
+def test_a_day_with_many_late_objects_is_checked_and_archived_a_page_at_a_time(monkeypatch):
+    """30,000 late objects of 60,000 listed: the check counts them and the next part is fed
+    them page by page (a second pass of the merge), so the memory traced stays a few pages'
+    worth, where a list of them all would hold every entry (6.8 MB here, 228 bytes each)."""
+    import tracemalloc
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from s3arch.io.listed import ListedObject
+    from s3arch.protocol import parts as late_parts
+
+    listed, when = 60_000, datetime(2026, 11, 21, tzinfo=timezone.utc)
+
+    def pages(control, source, *args, **kwargs):
+        for start in range(0, listed, 1000):
+            yield [ListedObject(f"{PREFIX}{i:07d}.log", 100, f'"{i}"', when) for i in range(start, start + 1000)]
+
+    def archived(control, parts):  # the parts hold every even key, as listed
+        return ({"key": f"{PREFIX}{i:07d}.log", "etag": f'"{i}"'} for i in range(0, listed, 2))
+
+    monkeypatch.setattr(late_parts, "source_pages", pages)
+    monkeypatch.setattr(late_parts, "day_records", archived)
+    monkeypatch.setattr(late_parts, "read_day_index", lambda control, day: None)
+    tracemalloc.start()
+    try:
+        check = late_parts.check_late(None, S3Url("src", PREFIX), [SimpleNamespace(number=1, layout=None)])
+        fed = sum(len(page) for page in check.pages())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (check.late, check.found.late_bytes, fed, check.produced.late) == (30_000, 3_000_000, 30_000, 30_000)
+    assert check.found.first == [f"{PREFIX}{i:07d}.log" for i in (1, 3, 5, 7, 9)]
+    assert peak < 2 << 20, f"{peak:,} bytes traced"
+
+
+def test_archive_with_late_window_archives_a_late_object_of_an_earlier_day_as_its_next_part(s3, archived_day, cli_env):
+    src, dst = archived_day
+    seed(s3, src, {f"{PREFIX}0100.log": b"late\n", "logs/2026/11/23/0000.log": b"next day\n"})
+    proc = run_cli(cli_env, "archive", f"s3://{src}/logs/2026/11/23/", f"s3://{dst}/vault/",
+                   "--storage-class", "STANDARD", "--late-window", "2d", "--json")
+    results = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    # 11/22 holds nothing (not re-checked, no error); 11/21's late object is its part 2; then 11/23.
+    assert [(r["source"], r["status"], r["part"], r["late"]) for r in results] == [
+        (f"s3://{src}/{PREFIX}", "archived", 2, 1), (f"s3://{src}/logs/2026/11/23/", "archived", 1, 0)]
+    stem = STEM.format(src=src)
+    assert {f"{stem}.part-0002.tar.gz", f"vault/{src}/logs/2026/11/23.tar.gz"} <= set(keys_in(s3, dst))
+
+
+@pytest.mark.parametrize("value, says", [("two", "--late-window must be a number of days such as 2d"),
+                                         ("2", "--late-window needs a date in the source's name")])
+def test_archive_refuses_a_late_window_it_cannot_use_with_exit_2_naming_the_flag(s3, buckets, cli_env, value, says):
+    src, dst = buckets
+    source = f"s3://{src}/logs/2026/11/21/" if value == "two" else f"s3://{src}/logs/"
+    proc = run_cli(cli_env, "archive", source, f"s3://{dst}/vault/", "--late-window", value, check=False)
+    assert proc.returncode == 2 and says in proc.stderr.decode()
+    assert keys_in(s3, dst) == []
+
+
+@pytest.mark.parametrize("name, before", [
+    ("logs/2026/03/01/", "logs/2026/02/28/"),
+    ("AWSLogs/*/Config/*/2026/3/1/", "AWSLogs/*/Config/*/2026/2/28/"),
+    ("logs/2026-03-01-", "logs/2026-02-28-"),
+    ("*.2026-03-01-", "*.2026-02-28-"),
+    ("aws-account-id=1/year=2026/month=03/day=01/", "aws-account-id=1/year=2026/month=02/day=28/"),
+])
+def test_late_window_counts_back_from_the_date_as_the_source_spells_it(name, before):
+    from s3arch.ops.window import earlier_sources
+
+    assert [s.key for s in earlier_sources(S3Url("b", name), 1)] == [before]
+
+
+def test_archive_with_overwrite_and_late_window_overwrites_only_the_day_it_names(s3, archived_day, cli_env):
+    src, dst = archived_day
+    seed(s3, src, {f"{PREFIX}0100.log": b"late\n", "logs/2026/11/22/0000.log": b"next day\n"})
+    proc = run_cli(cli_env, "archive", f"s3://{src}/logs/2026/11/22/", f"s3://{dst}/vault/", "--storage-class",
+                   "STANDARD", "--late-window", "1", "--overwrite", "--json")
+    results = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert [(r["status"], r["part"], r["objects"]) for r in results] == [("archived", 2, 1), ("archived", 1, 1)]
+
+
+def test_late_objects_gone_before_their_part_is_made_leave_the_day_as_it_was(s3, archived_day, clients, monkeypatch):
+    from s3arch.core.errors import SourceChanged
+    from s3arch.protocol import parts as late_parts
+
+    src, dst = archived_day
+    seed(s3, src, _day(1, start=100))
+    listed_again = late_parts.LateCheck.pages
+
+    def deleted_first(check):  # the late object is deleted between the check and the part's listing
+        s3.delete_object(Bucket=src, Key=f"{PREFIX}0100.log")
+        return listed_again(check)
+
+    monkeypatch.setattr(late_parts.LateCheck, "pages", deleted_first)
+    before = keys_in(s3, dst)
+    with pytest.raises(SourceChanged, match="are gone from the source since they were found"):
+        archive_prefix(_spec(src, dst), clients)
+    assert keys_in(s3, dst) == before  # no part, no day index, no lease left
+    monkeypatch.undo()
+    again = archive_prefix(_spec(src, dst), clients)  # the retry finds the day as it was
+    assert (again.status, again.part, again.objects) == ("skipped", 1, 30)

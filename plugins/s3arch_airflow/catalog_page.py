@@ -249,6 +249,7 @@ function showDay(day) {
     ["$/month", `${usd(d.archive_monthly_usd)} as one archive vs ${usd(d.separate_monthly_usd)} as ${d.objects.toLocaleString()} objects`], ["Class", d.storage_class || "–"], ["Archived", d.archived_at || "–"]);
   if (d.archive_url) rows.push(["Archive", d.archive_url]);
   if (d.parts) rows.push(["Parts", `${d.parts} (late objects were archived as later parts)`]);
+  if (d.splits) rows.push(["Archives", d.splits.map((s) => `${s.prefix}: ${STATES[s.state]}${s.parts ? `, ${s.parts} parts` : ""}${s.late ? `, ${s.late}` : ""}`).join("; ")]);
   if (d.late) rows.push(["Newer than archive", `${d.late}: re-run the day to archive them as its next part`]);
   if (d.locked_until) rows.push(["Locked until", d.locked_until]);
   if (d.restored_until) rows.push(["Restored copy until", d.restored_until]);

@@ -216,7 +216,10 @@ OPTIONS: tuple[Option, ...] = (
            doc_default=f"{DEFAULT_INVENTORY_MAX_AGE_DAYS:g}",
            check=_report_age, operator=None, cli=("plan",), help="refuse an older report (default: the job's, 2)"),
     Option("late_window", "late window (days re-checked by each nightly run: `2d`, `36h`, or days)", default=0,
-           doc_default="0", check=whole_days, operator=None),
+           doc_default="0", check=whole_days, operator=None, cli=("archive",), metavar="DAYS",
+           help="also re-check the DAYS days before the source's date (2d, or hours: 36h) and archive "
+                "objects that landed there late as each day's next part, as a job's late_window "
+                "(--json: one line per day)"),
 )
 
 

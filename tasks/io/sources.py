@@ -152,6 +152,12 @@ def expand(control, bucket: str, pattern: str, max_prefixes: int = DEFAULT_MAX_P
     return sorted(candidates, key=key_order)
 
 
+def child_prefixes(control, bucket: str, prefix: str, delimiter: str = "/") -> list[str]:
+    """The ``CommonPrefixes`` of a delimiter listing of ``prefix``, listed once per set of
+    clients like a pattern's levels (``expansion_requests`` counts them)."""
+    return _common_prefixes(control, _levels_of(control), bucket, prefix, delimiter)
+
+
 def expansion_requests(control) -> int:
     """The delimiter LISTs made so far with these clients (for the bench and the reports)."""
     return _levels_of(control).requests

@@ -36,6 +36,7 @@ from s3arch.io.listed import ListedObject, _listed
 from s3arch.format.day import listed_parts
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, layout_for, parse_index, read_through
 from s3arch.io.reads import read_object
+from s3arch.ops.split_days import for_split, split_summary, unarchived_splits
 if TYPE_CHECKING:
     from s3arch.ops.inventory import InventoryDays
 from s3arch.core.timestamps import parse_s3_time
@@ -84,6 +85,7 @@ class DayState:
     problem: str | None = None        # a manifest or index that could not be read
     parts: int | None = None          # archive parts, when late objects made more than one (tasks/format/day.py)
     late: str | None = None           # the last scrub found objects newer than the archive: how many
+    splits: list[dict] | None = None  # a split job's day: each archive, and each value with objects but none
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -217,13 +219,17 @@ class Catalog:
                        [pool.submit(self._day_present, job.prefix_for(day), counter) for day in days])
             scrub = pool.submit(self._scrub_results, counter)
             listed = self._list_archives(counter)
-            layouts = {day: layout_for(S3Url(job.source.bucket, job.prefix_for(day)), job.destination)
-                       for day in days}
-            parts = {day: listed_parts(layout, listed) for day, layout in layouts.items()}
+            # A day's archives: its one, or a split job's one per value archived (split_days.py).
+            names = {day: job.parts_archived(day, listed) for day in days}
+            layouts = {(day, name): layout_for(S3Url(job.source.bucket, name), job.destination)
+                       for day in days for name in names[day]}
+            parts = {key: listed_parts(layout, listed) for key, layout in layouts.items()}
+            unarchived = {day: pool.submit(unarchived_splits, job, self.control, day, names[day], counter) for day in days
+                          if job.split_by and layouts[(day, names[day][0])].manifest_key in listed}
             # Manifest summaries: one GET of the index per committed day (and late part), only
             # for manifests not seen before with this ETag.
             wanted = {}
-            for layout in (one for day, layout in layouts.items() for one in (layout, *parts[day])):
+            for layout in (one for key, layout in layouts.items() for one in (layout, *parts[key])):
                 manifest = listed.get(layout.manifest_key)
                 if manifest is None:
                     continue
@@ -233,16 +239,19 @@ class Catalog:
             for layout, future in wanted.items():
                 found, problem = future.result()
                 self._summaries[layout.manifest_key] = (listed[layout.manifest_key].etag, found, problem)
-            restored = {day: pool.submit(self._restored_until, layouts[day], listed, counter)
-                        for day in restore_hint if day in layouts}
+            restored = {day: pool.submit(self._restored_until, layouts[(day, names[day][0])], listed, counter)
+                        for day in restore_hint if day in names}
             present: set[str] = set()
             for future in sources:
                 present |= future.result()
+            missing = {day: f.result() for day, f in unarchived.items()}
             counter.add("LIST", expansion_requests(self.control) - expansions)  # a pattern's levels
             scrub_days = scrub.result()
             restored_until = {day: f.result() for day, f in restored.items()}
-        out = [self._day(day, layouts[day], listed, present, scrub_days.get(day.isoformat()),
-                         restored_until.get(day), today, parts[day]) for day in days]
+        out = [self._split_day(day, [(n, layouts[(day, n)], parts[(day, n)]) for n in names[day]], missing[day],
+                               listed, present, scrub_days.get(day.isoformat()), today) if day in missing else
+               self._day(day, layouts[(day, names[day][0])], listed, present, scrub_days.get(day.isoformat()),
+                         restored_until.get(day), today, parts[(day, names[day][0])]) for day in days]
         inventory = self._inventory_days(listed, out, counter)
         return CatalogView(job.name, first.isoformat(), last.isoformat(),
                            datetime.now(timezone.utc).isoformat(timespec="seconds"), out,
@@ -346,10 +355,27 @@ class Catalog:
             return state.expiry
         return None
 
+    def _split_day(self, day: date, archives: list[tuple], missing: list[str], listed: dict, present: set[str],
+                   scrub: dict | None, today: date) -> DayState:
+        """A split day: archived when each value holding objects has its archive; figures summed."""
+        prefix = self.job.prefix_for(day)
+        splits = [self._day(day, layout, listed, {name}, for_split(scrub, name), None, today, parts, name)
+                  for name, layout, parts in archives]
+        entries = [split_summary(s) for s in splits] + [{"prefix": n, "state": MISSING} for n in missing]
+        d = DayState(day.isoformat(), prefix, MISSING if missing else ARCHIVED if prefix in present else SOURCES_DELETED,
+                     source_present=prefix in present, scrub=scrub, splits=sorted(entries, key=lambda s: s["prefix"]))
+        for name in ("objects", "bytes_in", "bytes_out", "archive_monthly_usd", "separate_monthly_usd"):
+            setattr(d, name, sum(getattr(s, name) or 0 for s in splits))
+        d.ratio = round(d.bytes_in / d.bytes_out, 3) if d.bytes_in and d.bytes_out else None
+        d.storage_class, d.archived_at = splits[0].storage_class, max(s.archived_at or "" for s in splits) or None
+        d.late = "; ".join(f"{s.prefix}: {s.late}" for s in splits if s.late) or None
+        d.problem = "; ".join(f"{s.prefix}: {s.problem}" for s in splits if s.problem) or None
+        return d
+
     def _day(self, day: date, layout, listed: dict, present: set[str], scrub: dict | None,
-             restored_until: str | None, today: date, parts: list) -> DayState:
+             restored_until: str | None, today: date, parts: list, prefix: str | None = None) -> DayState:
         job = self.job
-        prefix = job.prefix_for(day)
+        prefix = prefix or job.prefix_for(day)
         d = DayState(day.isoformat(), prefix, EMPTY, source_present=prefix in present, scrub=scrub,
                      restored_until=restored_until)
         archive_key = next((layout.archive_key(s) for s in ARCHIVE_SUFFIXES if layout.archive_key(s) in listed), None)

@@ -20,7 +20,9 @@ Drift is reported as one row per day with what to do:
 - ``archive without manifest``: an archive object no manifest commits (a run died before it),
 - ``member differs``: a sampled member's bytes do not match its SHA-256,
 - ``newer than archive``: the source holds objects no part of the day holds (they landed, or
-  were rewritten, after it was archived): "N objects newer than its archive".
+  were rewritten, after it was archived): "N objects newer than its archive" (a split job: per archive),
+- ``split not archived``: a split job's day some of whose archives are committed, and a value of
+  the split wildcard (an account, say) holding objects that day has none.
 
 A small result object goes beside the archives (``<archive prefix>_s3arch-scrub/<job>/``):
 one per scrub, and ``latest.json`` merged day by day, which the catalog shows.
@@ -40,11 +42,13 @@ from s3arch.ops.catalog import (SCRUB_DIR, _Counter, archive_prefix, read_scrub_
                       was_committed)
 from s3arch.core.config import S3Url
 from s3arch.core.cost import usd
-from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, ArchiverError, IntegrityError, translate
+from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, ArchiverError, BadArgument, IntegrityError, translate
 from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.io.listed import _listed
 from s3arch.format.day import committed_parts
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for, parse_index, read_chunk, read_through
+from s3arch.io.sources import expansion_requests, resolved
+from s3arch.ops.split_days import unarchived_splits
 from s3arch.protocol.parts import check_late
 from s3arch.restore.reading import DECODE_CHUNK, member_data
 from s3arch.restore.glacier import NEEDS_RESTORE
@@ -77,6 +81,8 @@ ACTIONS = {
     "member differs": "the archive's bytes are damaged: recover it from a version or replica, or re-archive "
                       "with overwrite while the source is there",
     "unreadable": "read the message; check the manifest and index objects",
+    "split not archived": "re-run the day (s3arch archive of that name, or clear the day's tasks): the missing "
+                          "archive is made, the committed ones are re-checked",
     "newer than archive": "re-run the day (s3arch archive, or clear its task): they are archived as the day's "
                           "next part; a job's late_window re-checks its recent days every night",
 }
@@ -156,9 +162,12 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
     before = previous.get("days") or {}
     last_verified: dict[str, str] = {}
     verdicts: dict[str, dict] = {}
+    expansions = expansion_requests(control)
     with ThreadPoolExecutor(workers, thread_name_prefix="s3arch-scrub") as pool:
         futures, late = _submit_days(pool, job, control, days, listed, before, sample, rng, now, counter, result,
                                      last_verified)
+        unarchived = {day: pool.submit(_unarchived_drift, job, control, day, listed, counter)
+                      for day in days if job.split_by}
         retrieval = 0.0
         for (day, source_prefix), future in futures.items():
             drift, sampled, sampled_bytes, dollars = future.result()
@@ -171,11 +180,14 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
                 result.drift.extend(drift)
             else:
                 result.verified.append(day.isoformat())
+        for future in unarchived.values():
+            result.drift.extend(future.result())
+    counter.add("LIST", expansion_requests(control) - expansions)  # a pattern's levels, the split's days
     result.drift.sort(key=lambda d: d.day)
     result.verified = sorted(set(result.verified) - {d.day for d in result.drift})  # every part of the day
     for d in result.drift:
         verdicts.setdefault(d.day, {"scrubbed": result.started, "drift": []})["drift"].append(
-            {"kind": d.kind, "detail": d.detail, "action": d.action})
+            {"kind": d.kind, "detail": d.detail, "action": d.action, "prefix": d.prefix})
     for iso, when in last_verified.items():
         if when:
             verdicts[iso]["last_verified"] = when  # kept from scrub to scrub while the day stays gone
@@ -207,8 +219,8 @@ def _submit_days(pool: ThreadPoolExecutor, job: ArchiveJob, control, days: list[
         archive_key = next((layout.archive_key(s) for s in ARCHIVE_SUFFIXES if layout.archive_key(s) in listed),
                            None)
         if layout.manifest_key in listed:
-            futures[(day, source_prefix)] = pool.submit(_check_day, job, control, layout, day, listed, sample,
-                                                        random.Random(rng.random()), now, counter)
+            futures[(day, source_prefix)] = pool.submit(_check_day, job, control, layout, day, source_prefix, listed,
+                                                        sample, random.Random(rng.random()), now, counter)
             late[(day, source_prefix)] = pool.submit(_late_drift, job, control, layout, day, source_prefix, counter)
         elif layout.lease_key in listed:
             continue  # a run is at work on it
@@ -247,9 +259,9 @@ def _until(head: dict) -> datetime | None:
     return value if isinstance(value, datetime) else parse_s3_time(value)
 
 
-def _check_day(job: ArchiveJob, control, layout, day: date, listed: dict, sample: int, rng: random.Random,
-               now: datetime, counter: _Counter) -> tuple[list[Drift], int, int, float]:
-    iso, prefix = day.isoformat(), job.prefix_for(day)
+def _check_day(job: ArchiveJob, control, layout, day: date, prefix: str, listed: dict, sample: int,
+               rng: random.Random, now: datetime, counter: _Counter) -> tuple[list[Drift], int, int, float]:
+    iso = day.isoformat()
     drift: list[Drift] = []
     index_url = f"s3://{layout.bucket}/{layout.index_key}"
     try:
@@ -324,9 +336,12 @@ def _late_drift(job: ArchiveJob, control, layout, day: date, prefix: str, counte
         parts = committed_parts(control, layout, source)
         if not parts:
             return []  # gone since the listing: the day's own check reports it
-        check = check_late(control, source, parts)
+        # A pattern is listed as the prefixes it expands to now (tasks/io/sources.py).
+        check = check_late(control, resolved(control, source, job.max_prefixes), parts)
     except (ArchiveDamaged, IntegrityError):
         return []  # the day's own check reports the damage
+    except BadArgument:
+        return []  # the pattern matches no prefix any more: nothing in the source, nothing late
     except ArchiverError as exc:
         return [Drift(day.isoformat(), prefix, "unreadable", f"checking for objects newer than the archive: {exc}")]
     counter.add("HEAD", len(parts))
@@ -335,8 +350,24 @@ def _late_drift(job: ArchiveJob, control, layout, day: date, prefix: str, counte
     if not check.late:
         return []
     changed = f", {check.changed:,} of them rewritten since" if check.changed else ""
+    where = f"{prefix}: " if job.split_by else ""  # which of the day's archives
     return [Drift(day.isoformat(), prefix, "newer than archive",
-                  f"{len(check.late):,} objects newer than its archive{changed} (first: {check.late[0].key})")]
+                  f"{where}{check.late:,} objects newer than its archive{changed} (first: {check.found.first[0]})")]
+
+
+def _unarchived_drift(job: ArchiveJob, control, day: date, listed: dict, counter: _Counter) -> list[Drift]:
+    """A split day some of whose archives are committed: each value holding objects with none."""
+    archived = [name for name in job.parts_archived(day, listed)
+                if layout_for(S3Url(job.source.bucket, name), job.destination).manifest_key in listed]
+    if not archived:
+        return []  # a day never archived is the catalog's "missing", not drift
+    try:
+        missing = unarchived_splits(job, control, day, archived, counter)
+    except ArchiverError as exc:
+        return [Drift(day.isoformat(), job.prefix_for(day), "unreadable", f"listing the day's split values: {exc}")]
+    return [Drift(day.isoformat(), name, "split not archived",
+                  f"{name} holds objects and has no archive; the day's other {len(archived)} archive(s) are committed")
+            for name in missing]
 
 
 def _predates_indexes(header: dict) -> bool:

@@ -20,7 +20,7 @@ from isal import isal_zlib
 from s3arch.format.compression import CompressedBlock, ParallelCompressor, codec_for
 from s3arch.core.config import ArchiveSpec, MiB
 from s3arch.core.coordinator import Stopped, StreamCoordinator
-from s3arch.core.errors import EmptyPrefix, IntegrityError
+from s3arch.core.errors import ArchiverError, EmptyPrefix, IntegrityError
 from s3arch.io.fetching import ByteBudget, Fetcher
 from s3arch.io.listing import ListingFeed
 from s3arch.io.sources import source_pages
@@ -56,7 +56,7 @@ class WholeArchive:
     def __str__(self) -> str:
         return str(self.spec.source)
 
-    def nothing_listed(self) -> EmptyPrefix:
+    def nothing_listed(self) -> ArchiverError:
         return EmptyPrefix(f"{self.spec.source} holds no objects; nothing was written",
                            hint="check the prefix (it must match the keys exactly, trailing / included)")
 

@@ -226,7 +226,7 @@ class CommitProtocol:
         held.confirm()
         record_parts(self.control, day, late.index_after(new), self.spec)
         r = self.result
-        r.part, r.late = new.number, len(late.late)
+        r.part, r.late = new.number, (late.produced or late.found).late
         r.notes.append(late.note())
         self._delete_sources(held, [*late.parts, new])
         return self._done()
@@ -285,21 +285,32 @@ class CommitProtocol:
         """Reading only: the result of a run that would skip (the prefix is committed and
         not to be overwritten) or archive late objects as a next part, else None. A dry run
         says what the real run would."""
-        if self.spec.overwrite:
+        checked = self._check_without_lease()
+        if checked is None:
             return None
-        committed = read_committed(self.control, self.layout, self.spec.source)
-        if committed is None:
-            return None
-        late = self._check_late(committed)
+        committed, late = checked
         r = self._skipped(committed, late.parts)
         if late.late:
             part = part_layout(self.layout, late.next_part)
-            r.status, r.state, r.part, r.late = Outcome.DRY_RUN, State.COMMITTED.value, late.next_part, len(late.late)
-            r.objects, r.bytes_in = len(late.late), sum(o.size for o in late.late)
+            r.status, r.state, r.part, r.late = Outcome.DRY_RUN, State.COMMITTED.value, late.next_part, late.late
+            r.objects, r.bytes_in = late.late, late.found.late_bytes
             r.archive, r.manifest = f"s3://{part.bucket}/{part.archive_key(self.spec.extension)}", part.manifest_url
             r.notes.append(late.note().replace("archived as", "a run would archive them as")
-                           + "; first: " + ", ".join(o.key for o in late.late[:5]))
+                           + "; first: " + ", ".join(late.found.first))
         return r
+
+    def skipped_before_lease(self) -> ArchiveResult | None:
+        """Reading only, no lease: the skip of a committed day with nothing new whose day index
+        is up to date (what a late window's re-check expects), else None: the run decides."""
+        checked = self._check_without_lease()
+        if checked is None or checked[1].late or checked[1].index is not None or self.spec.delete_source:
+            return None
+        self._skipped(checked[0], checked[1].parts)
+        return self._done()
+
+    def _check_without_lease(self) -> tuple[Committed, LateCheck] | None:
+        committed = None if self.spec.overwrite else read_committed(self.control, self.layout, self.spec.source)
+        return None if committed is None else (committed, self._check_late(committed))
 
     def _clean_stale(self, keep: SegmentPlan | None = None) -> None:
         """Step 4: abort the uploads and delete the segment temporaries of runs that are gone

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from s3arch.core.config import ArchiveSpec, S3Url
+from s3arch.core.errors import SourceChanged
 from s3arch.core.progress import Progress
 from s3arch.format.day import (DayIndex, Part, day_records, digest_of, index_for, part_layout, read_day_index,
                                write_day_index)
@@ -28,69 +29,103 @@ from s3arch.core.coordinator import StreamCoordinator
 from s3arch.produce.streamed import StreamedArchive, manifest_header, open_manifest
 
 _PAGE = 1000
+_FIRST = 5  # late keys a message names
+
+
+@dataclass
+class _Tally:
+    """Counts of one pass of the merge: what the parts hold, and the late objects found."""
+
+    archived: int = 0  # records of the parts (one per key)
+    archived_digest: int = 0
+    late: int = 0
+    late_bytes: int = 0
+    late_digest: int = 0
+    changed: int = 0  # of ``late``: keys a part holds with another ETag
+    superseded: int = 0  # digest of the (key, ETag) pairs the late rewrites replace
+    first: list[str] = field(default_factory=list)  # the first few late keys, for messages
 
 
 @dataclass
 class LateCheck:
-    """What a re-check of a committed day found."""
+    """What a re-check of a committed day found: counts only. The late objects themselves are
+    listed again, streamed, when they are archived (``pages``): a day where a million objects
+    arrived late holds a page of them at a time, never a list of all."""
 
+    control: object
+    source: S3Url
     parts: list[Part]
     listed: int = 0
-    late: list[ListedObject] = field(default_factory=list)  # in key order
-    changed: int = 0  # of ``late``: keys a part holds with another ETag
+    found: _Tally = field(default_factory=_Tally)
     manifests_read: bool = False  # False: the day index's digest (or an empty source) settled it
     index: DayIndex | None = None  # the day index to write: missing or behind its parts
-    archived: tuple[int, int] = (0, 0)  # (count, digest) of what the parts hold, when read
-    superseded: int = 0  # digest of the (key, ETag) pairs the late rewrites replace
+    produced: _Tally | None = None  # the pass that fed the next part (``pages``)
+
+    @property
+    def late(self) -> int:
+        return self.found.late
+
+    @property
+    def changed(self) -> int:
+        return self.found.changed
 
     @property
     def next_part(self) -> int:
         return self.parts[-1].number + 1
 
     def pages(self) -> Iterator[list[ListedObject]]:
-        for i in range(0, len(self.late), _PAGE):
-            yield self.late[i:i + _PAGE]
+        """The late objects as the source holds them now (a second pass of the merge), in pages;
+        what this pass hands on is what ``index_after`` counts."""
+        self.produced = _Tally()
+        page: list[ListedObject] = []
+        for obj in _late_objects(self.control, self.source, self.parts, self.produced):
+            page.append(obj)
+            if len(page) == _PAGE:
+                yield page
+                page = []
+        if page:
+            yield page
 
     def note(self) -> str:
-        changed = f" ({self.changed:,} of them rewritten since they were archived)" if self.changed else ""
-        return (f"{len(self.late):,} objects newer than the archive{changed}: archived as part "
+        found = self.produced or self.found
+        changed = f" ({found.changed:,} of them rewritten since they were archived)" if found.changed else ""
+        return (f"{found.late:,} objects newer than the archive{changed}: archived as part "
                 f"{self.next_part} of the day")
 
     def index_after(self, part: Part) -> DayIndex:
-        """The day index once ``part`` (made of ``late``) is committed."""
-        count, digest = self.archived
-        _, late_digest = digest_of((o.key, o.etag) for o in self.late)
-        return index_for([*self.parts, part], count + len(self.late) - self.changed,
-                         (digest - self.superseded + late_digest) % (1 << 64))
+        """The day index once ``part`` (made of what ``pages`` handed on) is committed."""
+        t = self.produced or self.found
+        return index_for([*self.parts, part], t.archived + t.late - t.changed,
+                         (t.archived_digest - t.superseded + t.late_digest) % (1 << 64))
 
 
 def check_late(control, source: S3Url, parts: list[Part]) -> LateCheck:
     """Compare the source with the committed ``parts`` of its day (reads only)."""
-    check = LateCheck(parts)
+    check = LateCheck(control, source, parts)
     index = read_day_index(control, parts[0].layout)
     listed = digest_of((o.key, o.etag) for page in source_pages(control, source) for o in page)
     check.listed = listed[0]
     fresh = index is not None and index.matches(parts)
     if check.listed == 0 or (fresh and index is not None and (index.objects, index.digest) == listed):
         return check
-    _merge(control, source, check)
+    check.manifests_read = True
+    for _ in _late_objects(control, source, parts, check.found):
+        pass
     if not check.late and not fresh:
-        check.index = index_for(parts, *check.archived)
+        check.index = index_for(parts, check.found.archived, check.found.archived_digest)
     return check
 
 
-def _merge(control, source: S3Url, check: LateCheck) -> None:
-    """One pass over the listing and the parts' records, both in key order."""
-    check.manifests_read = True
-    count = digest = superseded = 0
-    records = day_records(control, check.parts)
+def _late_objects(control, source: S3Url, parts: list[Part], tally: _Tally) -> Iterator[ListedObject]:
+    """One pass over the listing and the parts' records, both in key order (a merge of two
+    sorted streams: nothing held but a page of each): the late objects, counted in ``tally``."""
+    records = day_records(control, parts)
 
     def advance() -> dict | None:
-        nonlocal count, digest
         record = next(records, None)
         if record is not None:
-            _, one = digest_of([(record["key"], record["etag"])])
-            count, digest = count + 1, (digest + one) % (1 << 64)
+            tally.archived += 1
+            tally.archived_digest = (tally.archived_digest + _digest(record["key"], record["etag"])) % (1 << 64)
         return record
 
     record = advance()
@@ -102,12 +137,20 @@ def _merge(control, source: S3Url, check: LateCheck) -> None:
             if record is not None and record["key"] == obj.key:
                 if record["etag"] == obj.etag:
                     continue
-                check.changed += 1
-                superseded += digest_of([(record["key"], record["etag"])])[1]
-            check.late.append(obj)
+                tally.changed += 1
+                tally.superseded = (tally.superseded + _digest(record["key"], record["etag"])) % (1 << 64)
+            tally.late += 1
+            tally.late_bytes += obj.size
+            tally.late_digest = (tally.late_digest + _digest(obj.key, obj.etag)) % (1 << 64)
+            if len(tally.first) < _FIRST:
+                tally.first.append(obj.key)
+            yield obj
     while record is not None:
         record = advance()
-    check.archived, check.superseded = (count, digest), superseded % (1 << 64)
+
+
+def _digest(key: str, etag: str) -> int:
+    return digest_of([(key, etag)])[1]
 
 
 class _PartTarget(WholeArchive):
@@ -116,6 +159,11 @@ class _PartTarget(WholeArchive):
     def __init__(self, spec: ArchiveSpec, layout: ArchiveLayout, archive_key: str, number: int, day: ArchiveLayout):
         super().__init__(spec, layout, archive_key)
         self.number, self.day = number, day
+
+    def nothing_listed(self) -> SourceChanged:
+        # The late objects are listed again for the part: gone meanwhile, the day is as it was.
+        return SourceChanged(f"the objects newer than {self.day.manifest_url} are gone from the source since "
+                             "they were found; nothing was written", hint="run it again: it re-checks the day")
 
     def records(self, control, coordinator: StreamCoordinator) -> ManifestWriter:
         header = {**manifest_header(self.spec, self.layout, self.archive_key),
