@@ -27,7 +27,7 @@ from s3arch.produce.producers import OnThisMachine, PlannedAssembly
 from s3arch.core.progress import Progress
 from s3arch.io.retention import has_default_retention, require_object_lock
 from s3arch.io.reads import read_object
-from s3arch.io.s3 import S3Clients
+from s3arch.io.s3 import S3Clients, refuse_directory_bucket
 from s3arch.format.tally import ListingTally
 
 
@@ -129,6 +129,10 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: Cancel | None = None
     layout = layout_for(spec.source, spec.destination)
     archive_key = layout.archive_key(spec.extension)
     _check_owner(spec, clients)
+    # Before the retention read below, which would otherwise be sent to (and retried against)
+    # a bucket the check refuses by its name.
+    refuse_directory_bucket(spec.source.bucket, "source")
+    refuse_directory_bucket(layout.bucket, "destination")
     with ThreadPoolExecutor(1, thread_name_prefix="s3arch-retention") as pool:
         # The lease's first PUT needs to know whether the destination locks new objects by
         # default: asked beside the HeadBuckets, not after them, it is no round trip of its own

@@ -364,17 +364,25 @@ def _restore_archive(args, clients, bucket: str, key: str) -> None:
 
 
 def _extract(args, clients, layout) -> int:
-    from s3arch.restore.days import extract_day
+    from s3arch.core.errors import BadArgument
+    from s3arch.restore.days import extract_day_to_dir, extract_day_to_s3
     from s3arch.restore.extract import Selection
 
     keys = args.keys
     if args.from_file:
         keys = [line for line in args.from_file.read_text().splitlines() if line]
-    result = extract_day(clients, layout,
-                         to_s3=S3Url.parse(args.to) if args.to else None, to_dir=args.to_dir,
-                         selection=Selection.of(keys, args.glob), original_keys=args.original_keys,
-                         overwrite=args.overwrite, memory_budget=parse_size(args.memory_budget),
-                         metadata_file=args.metadata_file)
+    selection = Selection.of(keys, args.glob)
+    if args.to_dir is not None:
+        result = extract_day_to_dir(clients, layout, args.to_dir, selection=selection,
+                                    original_keys=args.original_keys, overwrite=args.overwrite,
+                                    metadata_file=args.metadata_file)
+    elif args.metadata_file is not None:
+        raise BadArgument("--metadata-file goes with --to-dir",
+                          hint="extracting to S3 sets each object's metadata and tags on the object itself")
+    else:
+        result = extract_day_to_s3(clients, layout, S3Url.parse(args.to), selection=selection,
+                                   original_keys=args.original_keys, overwrite=args.overwrite,
+                                   memory_budget=parse_size(args.memory_budget))
     if args.json:
         print(json.dumps({"status": "extracted", **result.to_dict()}))
     else:

@@ -72,7 +72,7 @@ def airflow_with_log_job(minio, home: Path, job_name: str, **job_overrides):
     and a prepared local Airflow home (migrated DB, pool, connection s3_archive)."""
     import uuid
 
-    from devtools.airflow_local import prepare_airflow, write_jobs_file
+    from devtools.airflow_local import write_jobs_file
 
     s3 = minio.client(max_pool_connections=32)
     suffix = uuid.uuid4().hex[:8]
@@ -84,7 +84,30 @@ def airflow_with_log_job(minio, home: Path, job_name: str, **job_overrides):
            "start_date": "2026-01-01", "retries": 1, "retry_delay_seconds": 1, "memory_budget": "64MiB",
            **job_overrides}
     jobs = write_jobs_file(home / "jobs.yaml", {job_name: job})
-    return prepare_airflow(home, minio, jobs), s3, src, dst
+    return _prepared_airflow(home, minio, jobs), s3, src, dst
+
+
+_MIGRATED_DB: list = []  # a copy of the first home's airflow.db as it was just migrated and pooled
+
+
+def _prepared_airflow(home: Path, minio, jobs: Path):
+    """``prepare_airflow``'s home, its DB a copy of the first one this session migrated:
+    ``airflow db migrate`` and ``pools set`` are two Airflow CLI starts, about 25 s on a busy
+    machine, and give every home the same tables and pool. Each home still has its own DB."""
+    import shutil
+    import tempfile
+
+    from devtools.airflow_local import LocalAirflow, airflow_env, prepare_airflow
+
+    if not _MIGRATED_DB:
+        airflow = prepare_airflow(home, minio, jobs)
+        kept = tempfile.TemporaryDirectory(prefix="s3arch-migrated-airflow-")  # removed when the session ends
+        shutil.copyfile(home / "airflow.db", Path(kept.name) / "airflow.db")
+        _MIGRATED_DB.append(kept)
+        return airflow
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(_MIGRATED_DB[0].name) / "airflow.db", home / "airflow.db")
+    return LocalAirflow(home, airflow_env(home, minio, jobs))
 
 
 def dag_bag(dag_folder: str):

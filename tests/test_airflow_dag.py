@@ -71,6 +71,7 @@ def xcom_rows(run, task_id: str = "report", key: str = "return_value", map_index
     return json.loads(value) if isinstance(value, str) else value
 
 
+@pytest.mark.slow  # a whole DagRun through dag.test(), every task archiving: end to end
 def test_scheduled_run_archives_logical_date_minus_the_jobs_age(af):
     day = date(2026, 10, 3)
     seed(af, day)
@@ -81,6 +82,7 @@ def test_scheduled_run_archives_logical_date_minus_the_jobs_age(af):
     assert archived_day(af, day) == source
 
 
+@pytest.mark.slow  # a whole DagRun through dag.test(), every task archiving: end to end
 def test_range_run_maps_one_task_per_date_named_by_prefix_and_rerun_skips(af):
     days = [date(2026, 10, 6), date(2026, 10, 7), date(2026, 10, 8)]
     seed(af, *days)
@@ -125,6 +127,7 @@ def asset_events(uris: list[str]):
 
 
 
+@pytest.mark.slow  # a whole DagRun through dag.test(), every task archiving: end to end
 def test_permanent_failure_of_one_prefix_does_not_stop_the_others_and_fails_the_run(af):
     seed(af, date(2026, 10, 10), date(2026, 10, 12))  # 10-11 has no objects: a permanent error
     run, tis = run_dag(af, conf={"date_from": "2026-10-10", "date_to": "2026-10-12"})
@@ -165,6 +168,7 @@ def test_malformed_date_is_rejected_by_the_trigger_form_schema(af):
         run_dag(af, conf={"date_from": "2026-13-01", "date_to": "2026-13-02"})
 
 
+@pytest.mark.slow  # a whole DagRun through dag.test(), every task archiving: end to end
 def test_on_call_rerun_of_one_prefix_touches_nothing_else(af):
     days = [date(2026, 10, 14), date(2026, 10, 15)]
     seed(af, *days)
@@ -180,6 +184,7 @@ def test_on_call_rerun_of_one_prefix_touches_nothing_else(af):
                                             f"{stem}.tar.gz"]
 
 
+@pytest.mark.slow  # a whole DagRun through dag.test(), every task archiving: end to end
 def test_range_longer_than_max_map_length_is_batched_into_fewer_tasks(af, monkeypatch):
     monkeypatch.setenv("AIRFLOW__CORE__MAX_MAP_LENGTH", "2")
     days = [date(2026, 10, 17) + timedelta(days=i) for i in range(5)]

@@ -44,6 +44,7 @@ def _run(dag_id: str, conf: dict):
     return run, tis
 
 
+@pytest.mark.slow  # a whole DagRun through dag.test(), then the restore of the day: end to end
 def test_a_split_job_maps_one_task_per_account_and_restores_the_day(trail_af):
     _, s3, src, dst = trail_af
     day = _trail(DAY)

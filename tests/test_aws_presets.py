@@ -19,7 +19,7 @@ from s3arch.format.manifest import layout_for
 from s3arch.ops.catalog import ARCHIVED, Catalog
 from s3arch.ops.jobs import job_from_dict
 from s3arch.ops.scrub import scrub
-from s3arch.restore.extract import extract_archive
+from s3arch.restore.extract import extract_to_s3
 
 DAY = date(2026, 1, 5)
 OTHER_DAYS = (date(2026, 1, 4), date(2026, 1, 15))
@@ -127,7 +127,7 @@ def test_a_preset_archives_restores_and_scrubs_one_day_of_its_aws_layout(case, s
     assert not layout.stem.endswith(("-", ".", "_"))
 
     s3.create_bucket(Bucket=f"{src}-back")
-    extract_archive(clients, layout, to_s3=S3Url(f"{src}-back", "restored/"), original_keys=True)
+    extract_to_s3(clients, layout, S3Url(f"{src}-back", "restored/"), original_keys=True)
     back = keys_in(s3, f"{src}-back")
     assert sorted(back) == sorted(f"restored/{k}" for k in day)
     assert all(s3.get_object(Bucket=f"{src}-back", Key=f"restored/{k}")["Body"].read() == _body(k) for k in day)

@@ -29,14 +29,31 @@ from s3arch.format.manifest import layout_for
 PROXY_SEED = 30  # the conftest proxy's random faults
 
 
-@pytest.fixture
-def archived(s3, buckets, cli_env):
-    """600 small logs under day/, archived (STANDARD) into a/: (objects, archive URL)."""
-    src, dst = buckets
+def _archive_day_logs(s3, env: dict, src: str, dst: str) -> tuple[dict, str]:
+    """600 small logs under day/ of ``src``, archived (STANDARD) into a/ of ``dst``: (objects, archive URL)."""
     objects = {f"day/{i // 100:02d}/{i:05d}.log": (b"entry %d\n" % i) * (i % 30 + 1) for i in range(600)}
     seed(s3, src, objects)
-    run_cli(cli_env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD", "--quiet")
+    run_cli(env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD", "--quiet")
     return objects, f"s3://{dst}/a/{src}/day.tar.gz"
+
+
+@pytest.fixture
+def archived(s3, buckets, cli_env):
+    """``_archive_day_logs`` in this test's buckets, for a test that changes the source or the archive."""
+    return _archive_day_logs(s3, cli_env, *buckets)
+
+
+@pytest.fixture(scope="module")
+def archived_to_read(minio):
+    """``_archive_day_logs`` once for the module's tests that only read the archive and its source."""
+    import uuid
+
+    s3 = minio.client(max_pool_connections=64)
+    src, dst = f"src-{uuid.uuid4().hex[:10]}", f"dst-{uuid.uuid4().hex[:10]}"
+    for bucket in (src, dst):
+        s3.create_bucket(Bucket=bucket)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **minio.env(), "PYTHONPATH": str(ROOT)}
+    return _archive_day_logs(s3, env, src, dst)
 
 
 def _run_through(proxy, cli_env, *args: str) -> tuple[subprocess.CompletedProcess, float, str]:
@@ -56,10 +73,11 @@ READERS = ["verify", "ls", "extract", "delete-sources"]
 
 
 @pytest.mark.parametrize("command", READERS)
-def test_a_reset_inside_the_manifest_body_is_resumed(command, s3, buckets, archived, proxy, cli_env, tmp_path,
-                                                     reliability):
+def test_a_reset_inside_the_manifest_body_is_resumed(command, s3, buckets, proxy, cli_env, tmp_path, reliability,
+                                                     request):
     """Before: exit 1, `botocore.exceptions.ResponseStreamingError` traceback, for all four."""
-    objects, archive = archived
+    # delete-sources empties its source (this test's buckets); the readers share one archive.
+    objects, archive = request.getfixturevalue("archived" if command == "delete-sources" else "archived_to_read")
     fault = proxy.add(Fault("reset", count=1, match=is_manifest_get))
     proc, took, stderr = _run_through(proxy, cli_env, *_command(command, archive, tmp_path))
     print(f"\n{command}: exit {proc.returncode} in {took:.1f} s: {stderr.strip()[-300:]}")
@@ -124,9 +142,9 @@ def _without_root_override() -> list[str]:
     return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else []
 
 
-def test_extract_into_a_read_only_directory_exits_2_naming_it(archived, cli_env, tmp_path, reliability):
+def test_extract_into_a_read_only_directory_exits_2_naming_it(archived_to_read, cli_env, tmp_path, reliability):
     """Before: exit 1, PermissionError traceback."""
-    _, archive = archived
+    _, archive = archived_to_read
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)

@@ -23,13 +23,16 @@ def _clients() -> S3Clients:
 
 @pytest.mark.parametrize("source, destination", [
     ("logs--use1-az4--x-s3", "vault"), ("logs", "vault--use1-az4--x-s3")])
-def test_directory_bucket_refused_at_the_bucket_check(source, destination):
+def test_directory_bucket_refused_at_the_bucket_check_before_any_request(source, destination):
     clients = _clients()
+    sent: list[str] = []
+    clients.control.meta.events.register("before-send", lambda request, **_: sent.append(request.url))
     started = time.monotonic()
     with pytest.raises(BadArgument) as caught:  # a request sent would be a TransientError after retries
         archive_prefix(ArchiveSpec(S3Url(source, "day/"), S3Url(destination, "a/"), storage_class="STANDARD"),
                        clients)
     print(f"refused in {time.monotonic() - started:.2f} s")
+    assert sent == [], f"requests sent before the refusal: {sent}"
     error = caught.value
     assert error.exit_code == 2
     bucket = source if source.endswith("--x-s3") else destination

@@ -168,7 +168,7 @@ def test_a_stalled_put_is_cancelled_and_sent_again_and_slowdown_is_waited_out(mi
     clients = engine_clients(minio, proxy.endpoint_url)
     layout = layout_for(S3Url(src, PREFIX), S3Url(dst, "vault/"))
     started = time.monotonic()
-    result = extract.extract_archive(clients, layout, to_s3=S3Url(dst, "stalled/"))
+    result = extract.extract_to_s3(clients, layout, S3Url(dst, "stalled/"))
     took = time.monotonic() - started
     assert stalled.injected == 1 and slowed.injected == 3
     assert result.objects == len(objects) and took < 25, (result, took)
@@ -201,8 +201,8 @@ def test_a_bug_while_sending_a_put_surfaces_as_itself_and_nothing_waits_for_it(m
 
     def run():
         try:
-            extract.extract_archive(engine_clients(minio), layout_for(S3Url(src, PREFIX), S3Url(dst, "vault/")),
-                                    to_s3=S3Url(dst, "bug/"))
+            extract.extract_to_s3(engine_clients(minio), layout_for(S3Url(src, PREFIX), S3Url(dst, "vault/")),
+                                  S3Url(dst, "bug/"))
         except BaseException as exc:  # noqa: BLE001 - what the run raised is the assertion
             outcome.append(exc)
 

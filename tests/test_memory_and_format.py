@@ -54,6 +54,7 @@ def test_peak_memory_stays_under_budget_on_a_prefix_many_times_larger(s3, bucket
     assert growth <= 64 << 20, f"memory grew by {growth >> 20} MiB, budget is 64 MiB"
 
 
+@pytest.mark.slow  # scale: 400 objects of 4 MiB (1.6 GB) seeded, then archived on three processes
 def test_process_tree_of_a_run_on_three_processes_stays_within_the_budget_plus_64_mib(s3, buckets, cli_env):
     """--memory-budget is what the run's processes hold together, the segment workers'
     interpreters included: the summed RSS of the tree, sampled from /proc as `top` would add it

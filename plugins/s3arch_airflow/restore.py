@@ -129,7 +129,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
 
     def _extract(self, context: Context, clients, layout) -> dict:
         from s3arch.core.config import S3Url, parse_size
-        from s3arch.restore.days import extract_day
+        from s3arch.restore.days import extract_day_to_s3
         from s3arch.restore.extract import Selection
 
         target = S3Url.parse(self.target) if self.target else S3Url(self.source_bucket, "")
@@ -141,8 +141,8 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
                 context["ti"].xcom_push(key=RESTORE_ROWS_XCOM_KEY, value=[row])
                 return row
         started = time.monotonic()
-        result = self._guard(context, lambda: extract_day(
-            clients, layout, to_s3=target, selection=Selection.of(keys, self.glob or None),
+        result = self._guard(context, lambda: extract_day_to_s3(
+            clients, layout, target, selection=Selection.of(keys, self.glob or None),
             original_keys=True, overwrite=as_bool(self.overwrite),
             memory_budget=parse_size(self.memory_budget)))
         row = result_row(self.prefix, "restored", objects=result.objects, bytes_in=result.bytes,

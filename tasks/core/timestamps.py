@@ -1,5 +1,5 @@
 """S3's timestamps, as its answers give them: the control client keeps them as text
-(``botocore_hooks.keep_timestamps_as_text``: botocore's dateutil parsing cost a listing most of its CPU)
+(``botocore_hooks.engine_session``: botocore's dateutil parsing cost a listing most of its CPU)
 and the few that are needed are parsed here."""
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
-"""What the engine changes in a boto3 S3 client, each for a reason its function gives:
-path-style and unsigned payloads (``with_s3_options``), no ``Expect: 100-continue``, retried
-expired tokens, timestamps kept as text, a quick failure on an untrusted certificate, the
-expected bucket owner on every request; ``prepare`` installs them with the listing's page
-parser and the throttling handler on the control client.
+"""What the engine changes in a boto3 S3 client, each for a reason its function gives: a
+session of its own whose clients keep timestamps as text (``engine_session``), path-style and
+unsigned payloads (``with_s3_options``), no ``Expect: 100-continue``, retried expired tokens,
+a quick failure on an untrusted certificate, the expected bucket owner on every request;
+``prepare`` installs them with the listing's page parser and the throttling handler on the
+control client.
 """
 
 from __future__ import annotations
-
-import logging
 
 import boto3
 from botocore.config import Config
@@ -17,12 +16,8 @@ from s3arch.core.errors import IO_ERRORS, translate
 from s3arch.io.listed import install_page_parser
 from s3arch.io.throttling import install as wait_out_throttling
 
-_log = logging.getLogger(__name__)
-
-
 def prepare(control, throttle_budget: float) -> None:
     """The engine's hooks on the control client (once, as it is made)."""
-    keep_timestamps_as_text(control)
     send_bodies_at_once(control)
     retry_expired_tokens(control)
     install_page_parser(control)
@@ -91,28 +86,35 @@ def retry_expired_tokens(client) -> None:
     client.meta.events.register("needs-retry.s3", retry)
 
 
-def keep_timestamps_as_text(client) -> None:
-    """Make this client return timestamps as S3's ISO 8601 text instead of datetimes.
+def engine_session(session: boto3.Session) -> tuple[boto3.Session, str | None]:
+    """A session of the engine's own for its clients, over the caller's profile and credentials
+    (asked of ``session`` when a client needs them, so a refreshing credential stays one), and
+    the CA bundle that profile or AWS_CA_BUNDLE names (None: the default trust).
 
-    botocore parses every LastModified with dateutil: listing cost 125 us of CPU per key
-    here, 43 us without it. The engine parses the few timestamps it needs with
-    ``datetime.fromisoformat`` (``parse_s3_time``). botocore has no public switch for one
-    client, so the client's own parser factory is replaced (the session's would change every
-    client of a caller's session). If that internal attribute moves, listing is slower, not
-    wrong: that is logged as a warning, and tests/test_botocore_hooks.py fails.
+    Its clients return timestamps as S3's ISO 8601 text instead of datetimes: botocore parses
+    every LastModified with dateutil, which cost listing 125 us of CPU per key here, 43 us
+    without it; the engine parses the few timestamps it needs with ``datetime.fromisoformat``
+    (``parse_s3_time``). The parser is a component of the botocore session, which is why the
+    session is the engine's own: no client of the caller's session changes.
     """
-    import botocore
+    import botocore.session
+    from botocore.credentials import CredentialProvider, CredentialResolver
     from botocore.parsers import ResponseParserFactory
 
-    endpoint = getattr(client, "_endpoint", None)
-    if endpoint is None or not hasattr(endpoint, "_response_parser_factory"):
-        _log.warning("botocore %s has no client._endpoint._response_parser_factory: S3 timestamps are parsed "
-                     "with dateutil again, which triples a listing's CPU per key; this botocore moved what "
-                     "s3arch's parser hook sets", botocore.__version__)
-        return
+    class FromCaller(CredentialProvider):
+        METHOD = "s3arch-caller-session"
+
+        def load(self):
+            return session.get_credentials()
+
+    # profile_name says "default" where none was chosen, which botocore refuses without a config file.
+    profile = session.profile_name if session.profile_name in session.available_profiles else None
+    core = botocore.session.Session(profile=profile)
+    core.register_component("credential_provider", CredentialResolver([FromCaller()]))
     factory = ResponseParserFactory()
     factory.set_parser_defaults(timestamp_parser=str)
-    endpoint._response_parser_factory = factory
+    core.register_component("response_parser_factory", factory)
+    return boto3.Session(botocore_session=core, region_name=session.region_name), core.get_config_variable("ca_bundle")
 
 
 def fail_fast_on_untrusted_certificate(client) -> None:

@@ -91,7 +91,83 @@ class _Range:
     pages: deque = field(default_factory=deque)
 
 
-class RangeListing:
+class ParallelListing:
+    """What a listing by several workers hands its consumer: pages in key order (``__iter__``)
+    or as they come (``by_range``), a worker's failure raised to the consumer, ``close``.
+
+    A subclass's workers append each page to its part's ``pages`` (in order) or
+    ``(part, page)`` to ``_ready`` and ``(part, None)`` once a part is listed (unordered),
+    set its ``more`` to False at its end, notify ``_cond``, and hand a failure to ``_fail``;
+    ``_parts`` gives the parts in key order. A part is anything with ``pages`` and ``more``.
+    """
+
+    def __init__(self, ordered: bool, coordinator: StreamCoordinator | None, what: str):
+        self._ordered = ordered
+        self._ready: deque = deque()  # unordered: (part, page) from any part, as they come
+        self._own = coordinator is None
+        self._coordinator = coordinator or StreamCoordinator(what)
+        self._stopped = False  # closed by the consumer, or a worker failed
+        self._cond = threading.Condition()
+
+    def _parts(self) -> Iterator:
+        """The parts in key order; a part may be added behind the one being consumed."""
+        raise NotImplementedError
+
+    def _listing(self) -> list:
+        """Every part so far (some may still be listed)."""
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[list[ListedObject]]:
+        if not self._ordered:
+            yield from (page for _, page in self.by_range() if page is not None)
+            return
+        for part in self._parts():
+            while True:
+                with self._cond:
+                    while not part.pages and part.more and not self._coordinator.is_set():
+                        self._cond.wait(0.2)
+                    self._raise_if_failed()
+                    page = part.pages.popleft() if part.pages else None
+                    self._cond.notify_all()
+                if page is None:
+                    break
+                yield page
+
+    def by_range(self) -> Iterator[tuple[object, list[ListedObject] | None]]:
+        """Unordered: (its part, page) as they come, and (part, None) once a part is listed.
+        A part's pages come in key order, one part's after another's in any."""
+        while True:
+            with self._cond:
+                while not self._ready and not self._coordinator.is_set() and any(p.more for p in self._listing()):
+                    self._cond.wait(0.2)
+                self._raise_if_failed()
+                if not self._ready:
+                    return
+                item = self._ready.popleft()
+                self._cond.notify_all()
+            yield item
+
+    def close(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def _raise_if_failed(self) -> None:
+        if self._coordinator.is_set():
+            exc = self._coordinator.exception
+            if self._own and exc is not None:
+                raise exc
+            raise Stopped("listing stopped")
+
+    def _fail(self, exc: BaseException) -> None:
+        """A worker's failure: to the coordinator (the first one wins), and every worker stops."""
+        self._coordinator.set_exception(exc)
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+
+class RangeListing(ParallelListing):
     """A prefix listed as contiguous key ranges in parallel, its pages handed on in key order
     or, with ``ordered=False``, as they arrive.
 
@@ -117,15 +193,11 @@ class RangeListing:
         self._page_size = page_size
         self._min_cut = 2 * page_size  # keys: cutting off less than two pages is not worth a LIST
         self._ahead = pages_ahead
-        self._ready: deque | None = None if ordered else deque()  # unordered: pages from any range
+        super().__init__(ordered, coordinator, f"the listing of s3://{bucket}/{prefix}")
         self._waiting = pages_ahead * workers
         self._first = _Range(start_after, last_key)
         self._ranges = [self._first]
         self._space: KeySpace | None = None
-        self._own = coordinator is None
-        self._coordinator = coordinator or StreamCoordinator(f"the listing of s3://{bucket}/{prefix}")
-        self._stopped = False  # closed by the consumer, or a worker failed
-        self._cond = threading.Condition()
         self.requests = 0
         for i in range(workers):
             threading.Thread(target=self._work, args=(self._first if i == 0 else None,),
@@ -135,54 +207,20 @@ class RangeListing:
     def ranges(self) -> int:
         return len(self._ranges)
 
-    def __iter__(self) -> Iterator[list[ListedObject]]:
-        if self._ready is not None:
-            yield from (page for _, page in self.by_range() if page is not None)
-            return
+    def _parts(self) -> Iterator[_Range]:
         r: _Range | None = self._first
         while r is not None:
-            with self._cond:
-                while not r.pages and r.more and not self._coordinator.is_set():
-                    self._cond.wait(0.2)
-                self._raise_if_failed()
-                page = r.pages.popleft() if r.pages else None
-                self._cond.notify_all()
-            if page is None:
-                r = r.next
-            else:
-                yield page
+            yield r
+            r = r.next  # read once r is consumed: a cut made meanwhile is followed
 
-    def by_range(self) -> Iterator[tuple[object, list[ListedObject] | None]]:
-        """Unordered: (its key range, page) as they come, and (key range, None) once a range
-        is listed. A range's pages come in key order, one range's after another's in any."""
-        while True:
-            with self._cond:
-                while not self._ready and not self._coordinator.is_set() and any(r.more for r in self._ranges):
-                    self._cond.wait(0.2)
-                self._raise_if_failed()
-                if not self._ready:
-                    return
-                item = self._ready.popleft()
-                self._cond.notify_all()
-            yield item
-
-    def _raise_if_failed(self) -> None:
-        if self._coordinator.is_set():
-            exc = self._coordinator.exception
-            if self._own and exc is not None:
-                raise exc
-            raise Stopped("listing stopped")
+    def _listing(self) -> list[_Range]:
+        return self._ranges
 
     def _halted(self) -> bool:
         return self._stopped or self._coordinator.is_set()
 
     def _full(self, r: _Range) -> bool:
-        return len(r.pages) >= self._ahead if self._ready is None else len(self._ready) >= self._waiting
-
-    def close(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
+        return len(r.pages) >= self._ahead if self._ordered else len(self._ready) >= self._waiting
 
     def _work(self, r: _Range | None) -> None:
         try:
@@ -194,10 +232,7 @@ class RangeListing:
                 self._list(r)
                 r = None
         except BaseException as exc:  # noqa: BLE001 - the coordinator's; the first one wins
-            self._coordinator.set_exception(exc)
-            with self._cond:
-                self._stopped = True
-                self._cond.notify_all()
+            self._fail(exc)
 
     def _list(self, r: _Range) -> None:
         token, after, probe = None, r.after, False
@@ -232,7 +267,7 @@ class RangeListing:
                 if listed:
                     if self._space is None:
                         self._space = KeySpace(self._prefix, [o.key for o in listed])
-                    if self._ready is None:
+                    if self._ordered:
                         r.pages.append(listed)
                     else:
                         self._ready.append((r, listed))
@@ -252,7 +287,7 @@ class RangeListing:
                 if not (truncated or trimmed or (asked_one and not listed)) and (upto is not None or bool(r.after)):
                     probe = not asked_one
                     r.more, after, token = True, r.last or after, None
-                if not r.more and self._ready is not None:
+                if not r.more and not self._ordered:
                     self._ready.append((r, None))
                 self._cond.notify_all()
                 if not r.more:

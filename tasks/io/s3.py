@@ -79,7 +79,7 @@ class S3Clients:
         ``ExpectedBucketOwner`` on every request of both planes: S3 answers 403 for a bucket
         another account owns, so a bucket name taken over elsewhere fails instead of receiving
         data."""
-        session = session or boto3.Session()
+        session, ca_bundle = botocore_hooks.engine_session(session or boto3.Session())
         region = session.region_name or "us-east-1"
         config = Config(retries={"mode": "standard", "max_attempts": max_attempts},
                         max_pool_connections=max_pool_connections,
@@ -97,7 +97,7 @@ class S3Clients:
                                      config=botocore_hooks.with_s3_options(config, path_style=True))
         botocore_hooks.prepare(control, resolve_throttle_budget(throttle_budget))
         if verify is None:  # AWS_CA_BUNDLE or the profile's ca_bundle, as botocore reads them: the CRT plane too
-            verify = session._session.get_config_variable("ca_bundle") or None
+            verify = ca_bundle or None
         if expected_owner == "self":
             expected_owner = botocore_hooks.own_account(session, region, verify, botocore_config)
         if expected_owner:

@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from s3arch.core.config import ArchiveSpec, S3Url
-from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.core.errors import IO_ERRORS, BadArgument, translate
 from s3arch.io.listed import ListedObject, _listed
 from s3arch.io.keys import key_order
 from s3arch.io.listing import iter_pages
-from s3arch.io.ranges import LISTING_WORKERS, RangeListing
+from s3arch.io.ranges import LISTING_WORKERS, ParallelListing, RangeListing
 
 WILDCARD = "*"
 DEFAULT_MAX_PREFIXES = ArchiveSpec.max_prefixes  # prefixes a pattern may expand to (a job's max_prefixes)
@@ -234,7 +233,7 @@ class _Prefix:
     more: bool = True
 
 
-class PrefixesListing:
+class PrefixesListing(ParallelListing):
     """Many prefixes listed at once, ``workers`` at a time in key order, their pages handed on
     in key order or, with ``ordered=False``, as they arrive (``by_range``: (prefix, page) and
     (prefix, None) once a prefix is listed). At most ``pages_ahead`` pages wait per prefix in
@@ -245,53 +244,18 @@ class PrefixesListing:
                  ordered: bool = True):
         self._control, self._bucket = control, bucket
         self._start_after, self._last_key = start_after, last_key
+        super().__init__(ordered, None, f"the listing of {len(prefixes):,} prefixes of s3://{bucket}/")
         self._todo = deque(_Prefix(p, deque()) for p in prefixes)
         self._order = list(self._todo)
-        self._ordered, self._ahead = ordered, pages_ahead
-        self._ready: deque = deque()
-        self._coordinator = StreamCoordinator(f"the listing of {len(prefixes):,} prefixes of s3://{bucket}/")
-        self._cond = threading.Condition()
-        self._stopped = False
+        self._ahead = pages_ahead
         for i in range(max(1, min(workers, len(prefixes)))):
             threading.Thread(target=self._work, name=f"s3arch-list-prefixes-{i}", daemon=True).start()
 
-    def __iter__(self) -> Iterator[list[ListedObject]]:
-        if not self._ordered:
-            yield from (page for _, page in self.by_range() if page is not None)
-            return
-        for item in self._order:
-            while True:
-                with self._cond:
-                    while not item.pages and item.more and not self._coordinator.is_set():
-                        self._cond.wait(0.2)
-                    self._raise_if_failed()
-                    page = item.pages.popleft() if item.pages else None
-                    self._cond.notify_all()
-                if page is None:
-                    break
-                yield page
+    def _parts(self) -> Iterator[_Prefix]:
+        return iter(self._order)
 
-    def by_range(self) -> Iterator[tuple[object, list[ListedObject] | None]]:
-        while True:
-            with self._cond:
-                while not self._ready and not self._coordinator.is_set() and any(p.more for p in self._order):
-                    self._cond.wait(0.2)
-                self._raise_if_failed()
-                if not self._ready:
-                    return
-                item = self._ready.popleft()
-                self._cond.notify_all()
-            yield item
-
-    def close(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
-
-    def _raise_if_failed(self) -> None:
-        if self._coordinator.is_set():
-            exc = self._coordinator.exception
-            raise exc if exc is not None else Stopped("listing stopped")
+    def _listing(self) -> list[_Prefix]:
+        return self._order
 
     def _full(self, item: _Prefix) -> bool:
         return len(item.pages) >= self._ahead if self._ordered else len(self._ready) >= 4 * self._ahead
@@ -321,10 +285,7 @@ class PrefixesListing:
                         self._ready.append((item, None))
                     self._cond.notify_all()
         except BaseException as exc:  # noqa: BLE001 - the consumer's; the first one wins
-            self._coordinator.set_exception(exc)
-            with self._cond:
-                self._stopped = True
-                self._cond.notify_all()
+            self._fail(exc)
 
     def _after(self, prefix: str) -> str | None:
         after = self._start_after

@@ -30,7 +30,6 @@ one per scrub, and ``latest.json`` merged day by day, which the catalog shows.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
@@ -50,9 +49,9 @@ from s3arch.format.manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for
 from s3arch.io.sources import expansion_requests, resolved
 from s3arch.ops.split_days import unarchived_splits
 from s3arch.protocol.parts import check_late
-from s3arch.restore.reading import DECODE_CHUNK, member_data
+from s3arch.restore.reading import read_member
 from s3arch.restore.glacier import NEEDS_RESTORE
-from s3arch.io.reads import none_if_missing, read_object, stream_object
+from s3arch.io.reads import none_if_missing, read_object
 from s3arch.core.timestamps import parse_s3_time
 
 # Request prices (us-east-1 list prices, as tasks/core/cost.py dates its table): LIST per 1,000,
@@ -319,7 +318,7 @@ def _check_day(job: ArchiveJob, control, layout, day: date, prefix: str, listed:
                 except (ArchiveDamaged, IntegrityError, ValueError) as exc:  # a chunk that does not inflate or parse
                     return drift + [Drift(iso, prefix, "manifest damaged", f"{layout.manifest_url}: {exc}")], \
                         0, 0, 0.0
-            sampled, sampled_bytes, bad = _check_members(control, layout, header, archive_key, picked, counter)
+            sampled, sampled_bytes, bad = _check_members(control, layout, header, picked, counter)
             drift += [Drift(iso, prefix, "member differs", problem) for problem in bad]
         retrieval = sampled_bytes / (1 << 30) * RETRIEVAL_PER_GB.get(archive.get("StorageClass") or "STANDARD", 0.0)
         return drift, sampled, sampled_bytes, retrieval
@@ -424,29 +423,21 @@ def _pick_from_index(control, layout, index: dict, sample: int, rng: random.Rand
     return rng.sample(records, min(sample, len(records)))
 
 
-def _check_members(control, layout, header: dict, archive_key: str, picked: list[dict],
-                   counter: _Counter) -> tuple[int, int, list[str]]:
+def _check_members(control, layout, header: dict, picked: list[dict], counter: _Counter) -> tuple[int, int, list[str]]:
     """Read each picked member by ranged GET (one GET of its blocks) and check its SHA-256."""
     bad, read = [], 0
     for record in picked:
         start, end = record["range"]
         counter.add("GET")
         read += end - start  # what the ranged GET asks for, and is billed
-        compressed = stream_object(control, layout.bucket, archive_key, f"read s3://{layout.bucket}/{archive_key}",
-                                   start=start, end=end, chunk=DECODE_CHUNK)
-        digest, size = hashlib.sha256(), 0
         try:
-            for data in member_data(compressed, record, header):
-                digest.update(data)
-                size += len(data)
+            size, sha256 = read_member(control, layout.bucket, header, record)
         except ArchiverError:
             raise  # S3 or the network, typed at the I/O: not drift
         except Exception as exc:  # a damaged deflate stream is drift, not a crash
             bad.append(f"{record['key']}: does not decompress ({exc})")
             continue
-        finally:
-            compressed.close()
-        if size != record["size"] or digest.hexdigest() != record["sha256"]:
+        if size != record["size"] or sha256 != record["sha256"]:
             bad.append(f"{record['key']}: SHA-256 differs from the manifest's")
     return len(picked), read, bad
 

@@ -9,12 +9,15 @@ part's archive. Given a later part's own URL, a reader sees that part alone.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Callable, Iterator
 
+from s3arch.core.config import S3Url
 from s3arch.core.errors import BadArgument
 from s3arch.format.day import Part, committed_parts, day_records
 from s3arch.format.manifest import ArchiveLayout, find_records, iter_manifest
-from s3arch.restore.extract import ExtractResult, Selection, conflict_error, extract_archive
+from s3arch.restore.extract import ExtractResult, Selection, conflict_error, extract_to_dir, extract_to_s3
 from s3arch.restore.reading import list_members
 
 
@@ -34,12 +37,25 @@ def part_holding(control, layout: ArchiveLayout, key: str) -> ArchiveLayout:
     return layout
 
 
-def extract_day(clients, layout: ArchiveLayout, *, selection: Selection = Selection(), **options) -> ExtractResult:
-    """``extract_archive`` over every part of the day, each key from its latest part; the
-    options are ``extract_archive``'s. Conflicts are gathered over all parts, then raised."""
+def extract_day_to_s3(clients, layout: ArchiveLayout, target: S3Url, *, selection: Selection = Selection(),
+                      **options) -> ExtractResult:
+    """``extract_to_s3`` over every part of the day, each key from its latest part."""
+    return _extract_day(clients, layout, selection, partial(extract_to_s3, target=target, **options))
+
+
+def extract_day_to_dir(clients, layout: ArchiveLayout, directory: Path, *, selection: Selection = Selection(),
+                       **options) -> ExtractResult:
+    """``extract_to_dir`` over every part of the day, each key from its latest part."""
+    return _extract_day(clients, layout, selection, partial(extract_to_dir, directory=directory, **options))
+
+
+def _extract_day(clients, layout: ArchiveLayout, selection: Selection,
+                 extract: Callable[..., ExtractResult]) -> ExtractResult:
+    """``extract`` (one part's extract, to its target) over every part of the day, each key from
+    its latest part. Conflicts are gathered over all parts, then raised."""
     parts = committed_parts(clients.control, layout)
     if len(parts) <= 1:
-        return extract_archive(clients, layout, selection=selection, **options)
+        return extract(clients, layout, selection=selection)
     later: set[str] = set()  # keys of the parts after the one being extracted: superseded there
     plans = []
     for part in reversed(parts):
@@ -54,11 +70,10 @@ def extract_day(clients, layout: ArchiveLayout, *, selection: Selection = Select
     total: ExtractResult | None = None
     for part, chosen, superseded in reversed(plans):
         if chosen is not None:
-            result = extract_archive(clients, part.layout, selection=chosen, skip_keys=superseded,
-                                     raise_conflicts=False, **options)
+            result = extract(clients, part.layout, selection=chosen, skip_keys=superseded, raise_conflicts=False)
             total = result if total is None else _sum(total, result)
     if total is None:  # no keys asked for
-        return extract_archive(clients, layout, selection=selection, **options)
+        return extract(clients, layout, selection=selection)
     if total.conflicts:
         raise conflict_error(total)
     return total

@@ -15,7 +15,7 @@ import fnmatch
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from s3arch.core.config import MiB, S3Url
 from s3arch.core.errors import BadArgument, DestinationConflict, IntegrityError
@@ -44,33 +44,44 @@ class Selection:
         return cls(tuple(dict.fromkeys(keys)) if keys is not None else None, glob)
 
 
-def extract_archive(clients, layout: ArchiveLayout, *, to_s3: S3Url | None = None, to_dir: Path | None = None,
-                    selection: Selection = Selection(), original_keys: bool = False, overwrite: bool = False,
-                    memory_budget: int = 256 * MiB, metadata_file: Path | None = None,
-                    skip_keys: frozenset[str] = frozenset(), raise_conflicts: bool = True) -> ExtractResult:
-    """``metadata_file``: with ``to_dir``, where to write each extracted object's attributes
-    (JSON Lines, FORMAT.md "Metadata file"), since a file system keeps only bytes and mtime.
-    ``skip_keys``: keys a later part of the day holds (tasks/restore/days.py). Without
-    ``raise_conflicts`` the result lists them instead (``conflict_error`` makes the error)."""
-    if (to_s3 is None) == (to_dir is None):
-        raise BadArgument("give exactly one target: --to s3://BUCKET/PREFIX/ or --to-dir PATH")
-    if metadata_file is not None and to_dir is None:
-        raise BadArgument("--metadata-file goes with --to-dir",
-                          hint="extracting to S3 sets each object's metadata and tags on the object itself")
+def extract_to_s3(clients, layout: ArchiveLayout, target: S3Url, *, selection: Selection = Selection(),
+                  original_keys: bool = False, overwrite: bool = False, memory_budget: int = 256 * MiB,
+                  skip_keys: frozenset[str] = frozenset(), raise_conflicts: bool = True) -> ExtractResult:
+    """The selected objects written back as objects under ``target``, each with the metadata
+    and tags it was archived with. ``skip_keys``: keys a later part of the day holds
+    (tasks/restore/days.py). Without ``raise_conflicts`` the result lists them instead
+    (``conflict_error`` makes the error)."""
+    def writer(prefix: str, result: ExtractResult) -> Writer:
+        return S3Writer(clients, target, prefix, original_keys, overwrite, memory_budget, result)
+
+    return _extract(clients, layout, selection, writer, skip_keys, raise_conflicts)
+
+
+def extract_to_dir(clients, layout: ArchiveLayout, directory: Path, *, selection: Selection = Selection(),
+                   original_keys: bool = False, overwrite: bool = False, metadata_file: Path | None = None,
+                   skip_keys: frozenset[str] = frozenset(), raise_conflicts: bool = True) -> ExtractResult:
+    """The selected objects written as files under ``directory``. ``metadata_file``: where to
+    write each one's attributes (JSON Lines, FORMAT.md "Metadata file"), since a file system
+    keeps only bytes and mtime. ``skip_keys`` and ``raise_conflicts`` as ``extract_to_s3``'s."""
+    def writer(prefix: str, result: ExtractResult) -> Writer:
+        return DirWriter(Path(directory), prefix, original_keys, overwrite, metadata_file)
+
+    return _extract(clients, layout, selection, writer, skip_keys, raise_conflicts)
+
+
+def _extract(clients, layout: ArchiveLayout, selection: Selection,
+             writer_for: Callable[[str, ExtractResult], Writer], skip_keys: frozenset[str],
+             raise_conflicts: bool) -> ExtractResult:
+    """The selection read in runs and handed to the target's writer, made by ``writer_for``
+    from the archived prefix and the result it counts into."""
     control = clients.control
     header, records = _select(control, layout, selection)
     if skip_keys:
         records = (r for r in records if r["key"] not in skip_keys)
     archive_key = header["archive"]["key"]
     require_readable(control, layout.bucket, archive_key)
-    prefix = header["source"]["prefix"]
     result = ExtractResult(f"s3://{layout.bucket}/{archive_key}", "")
-    writer: Writer
-    if to_s3 is not None:
-        writer = S3Writer(clients, to_s3, prefix, original_keys, overwrite, memory_budget, result)
-    else:
-        assert to_dir is not None  # the CLI and the restore operator give one of the two
-        writer = DirWriter(Path(to_dir), prefix, original_keys, overwrite, metadata_file)
+    writer = writer_for(header["source"]["prefix"], result)
     result.target = writer.target
     cursor = None
     try:

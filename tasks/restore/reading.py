@@ -66,22 +66,30 @@ def cat_object(control, layout: ArchiveLayout, key: str, out: BinaryIO) -> dict:
         raise BadArgument(f"{key!r} is not in {layout.manifest_url}",
                           hint="s3arch ls lists the archived keys")
     require_readable(control, layout.bucket, header["archive"]["key"])
-    start, end = record["range"]
-    archive_key = header["archive"]["key"]
-    chunks = stream_object(control, layout.bucket, archive_key, f"read s3://{layout.bucket}/{archive_key}",
-                           start=start, end=end, chunk=DECODE_CHUNK)
-    digest, size = hashlib.sha256(), 0
-    try:
-        for data in member_data(chunks, record, header):
-            digest.update(data)
-            size += len(data)
-            out.write(data)
-    finally:
-        chunks.close()
-    if size != record["size"] or digest.hexdigest() != record["sha256"]:
+    size, sha256 = read_member(control, layout.bucket, header, record, out)
+    if size != record["size"] or sha256 != record["sha256"]:
         raise IntegrityError(f"{key!r} read back from the archive does not match its manifest "
                              f"entry (missing {record['size'] - size} bytes or SHA-256 differs)")
     return record
+
+
+def read_member(control, bucket: str, header: dict, record: dict, out: BinaryIO | None = None) -> tuple[int, str]:
+    """One member read by one ranged GET of its blocks, written to ``out`` if given: the size
+    and SHA-256 (hex) of what was read, for the caller to hold against ``record``'s."""
+    start, end = record["range"]
+    archive_key = header["archive"]["key"]
+    compressed = stream_object(control, bucket, archive_key, f"read s3://{bucket}/{archive_key}",
+                               start=start, end=end, chunk=DECODE_CHUNK)
+    digest, size = hashlib.sha256(), 0
+    try:
+        for data in member_data(compressed, record, header):
+            digest.update(data)
+            size += len(data)
+            if out is not None:
+                out.write(data)
+    finally:
+        compressed.close()
+    return size, digest.hexdigest()
 
 
 def member_data(compressed: Iterable[bytes], record: dict, header: dict) -> Iterator[bytes]:
