@@ -4,9 +4,7 @@
 A scheduled run or a Backfill's run (one logical date, no range or prefixes in the form) plans
 one day. Handing that day to a mapped ``archive`` task (and, for a job with segment tasks, to a
 ``size`` task first) cost two or three more task instances per day: each a worker slot, a task
-process and a DAG parse, queued behind the other runs' (bench/results/backfill-16-baseline.json:
-the plan, size and report tasks of a 16-day Backfill held 238 slot-seconds, its days' work far
-less). So the plan task of such a run archives the day itself, then skips the tasks it stood in
+process and a DAG parse, queued behind the other runs' for the slots. So the plan task of such a run archives the day itself, then skips the tasks it stood in
 for; ``report`` still reports it, and on-call clears the ``plan`` task (with its downstream, the
 UI's default) to run the day again. A day large enough for segment tasks still goes to them.
 """
