@@ -41,7 +41,8 @@ class S3PlanArchiveOperator(S3ArchivePrefixOperator):
         from airflow.sdk.exceptions import DownstreamTasksSkipped
 
         params = context["params"]
-        planned = planned_batches(self.job, params, context["logical_date"] or context["dag_run"].run_after)
+        # A run triggered without a logical date (the form, the REST API) has none in its context.
+        planned = planned_batches(self.job, params, context.get("logical_date") or context["dag_run"].run_after)
         if any(params.get(name) for name in RANGE_PARAMS) or len(planned) != 1 or len(planned[0]) != 1:
             return planned
         self.prefix = planned[0][0]  # the label and lineage name the day archived here
