@@ -120,7 +120,10 @@ def range_run(airflow, dag_id: str, days: list[date]) -> float:
 
     state = wait(ended, 3600, "the range run", airflow)
     if state != "success":
-        raise RuntimeError(f"the range run {run_id} ended {state}")
+        failed = [(ti["task_id"], ti["map_index"], ti["state"]) for ti in _pages(
+            airflow, f"dags/{dag_id}/dagRuns/{run_id}/taskInstances", "task_instances")
+            if ti["state"] not in ("success", "skipped")]
+        raise RuntimeError(f"the range run {run_id} ended {state}: {failed}\n{airflow.log_tail('worker-1', 80)}")
     return time.monotonic() - started
 
 
@@ -144,6 +147,51 @@ def backfill(airflow, dag_id: str, days: list[date]) -> float:
     return time.monotonic() - started
 
 
+def _seconds(later: str | None, earlier: str | None) -> float | None:
+    if not (later and earlier):
+        return None
+    return (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds()
+
+
+def _pages(airflow, path: str, field: str) -> list[dict]:
+    """Every entry of a listing of the REST API (it answers at most 100 at a time)."""
+    entries: list[dict] = []
+    while True:
+        page = airflow.api("GET", f"{path}{'&' if '?' in path else '?'}limit=100&offset={len(entries)}")[field]
+        entries += page
+        if len(page) < 100:
+            return entries
+
+
+def where_time_goes(airflow, dag_id: str) -> dict:
+    """Per task of the Backfill's DagRuns, mean seconds from the upstream's end (the run's
+    start for the first) to scheduled, scheduled to queued, queued to running (the Celery
+    worker's start), running to done; and the slot-seconds each task held in total."""
+    runs = {r["dag_run_id"]: r for r in _pages(airflow, f"dags/{dag_id}/dagRuns?run_type=backfill", "dag_runs")}
+    instances = [ti for ti in _pages(airflow, f"dags/{dag_id}/dagRuns/~/taskInstances", "task_instances")
+                 if ti["dag_run_id"] in runs and ti["start_date"]]
+    ended: dict[str, list[str]] = {}  # each run's task end times, to find a task's upstream end
+    for ti in instances:
+        ended.setdefault(ti["dag_run_id"], []).append(ti["end_date"])
+    phases: dict[str, dict[str, list[float]]] = {}
+    for ti in instances:
+        before = [e for e in ended[ti["dag_run_id"]] if e and e <= (ti["scheduled_when"] or ti["queued_when"] or ti["start_date"])]
+        upstream_end = max(before, default=runs[ti["dag_run_id"]]["start_date"])
+        steps = {"to_scheduled": _seconds(ti["scheduled_when"], upstream_end),
+                 "scheduled_to_queued": _seconds(ti["queued_when"], ti["scheduled_when"]),
+                 "queued_to_running": _seconds(ti["start_date"], ti["queued_when"]),
+                 "running": _seconds(ti["end_date"], ti["start_date"])}
+        for step, value in steps.items():
+            if value is not None:
+                phases.setdefault(ti["task_id"], {}).setdefault(step, []).append(value)
+    table = {task: {**{step: round(sum(v) / len(v), 2) for step, v in steps.items()},
+                    "instances": len(steps["running"]), "slot_s": round(sum(steps["running"]), 1)}
+             for task, steps in phases.items()}
+    for task, row in table.items():
+        print(f"  {task:<10} " + ", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+    return table
+
+
 def _line(name: str, wall: float, cli: float, days: int) -> dict:
     figures = {"wall_s": round(wall, 1), "cli_wall_s": round(cli, 1), "vs_cli": round(wall / cli, 2),
                "orchestration_s_per_day": round((wall - cli) / days, 3)}
@@ -165,6 +213,7 @@ def run_airflow(server, days: list[date], backfilled: list[date]) -> dict:
         time.sleep(10)  # the scheduler's own run of each job's latest day (empty: allowed) goes first
         seconds = {"range": range_run(airflow, "s3_archive__range", days)}
         seconds["backfill"] = backfill(airflow, "s3_archive__dagruns", backfilled)
+        seconds["backfill_tasks"] = where_time_goes(airflow, "s3_archive__dagruns")
     finally:
         airflow.stop()
         shutil.rmtree(home, ignore_errors=True)
@@ -182,6 +231,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--days", type=int, default=365, help="days of the range run")
     parser.add_argument("--backfill-days", type=int, default=60, help="logical dates of the Backfill")
+    parser.add_argument("--output", help="result file name under bench/results (default backfill-DAYS.json)")
     args = parser.parse_args(argv)
     days = [FIRST_DAY + timedelta(days=i) for i in range(args.days)]
     server = start_bench_minio()
@@ -206,9 +256,10 @@ def main(argv=None) -> int:
         results["range_run"] = _line(f"date-range run, {len(days)} days", airflow["range"], cli["range"], len(days))
         results["backfill"] = _line(f"Backfill, {len(backfilled)} dates", airflow["backfill"], cli["backfill"],
                                     len(backfilled))
+        results["backfill"]["per_task_mean_s"] = airflow["backfill_tasks"]
         results["targets"] = {"range_run": TARGETS["range"], "backfill": TARGETS["backfill"]}
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"backfill-{len(days)}.json").write_text(json.dumps(results, indent=1) + "\n")
+        (RESULTS / (args.output or f"backfill-{len(days)}.json")).write_text(json.dumps(results, indent=1) + "\n")
     finally:
         server.stop()
     return 0

@@ -291,3 +291,53 @@ def test_scheduler_catches_up_missed_nightly_runs_and_a_rerun_of_them_is_green(c
         assert {row["status"] for row in report(airflow, run["dag_run_id"], NIGHTLY).values()} <= {"skipped"}
     for day in _nightly_days():
         assert_archived_once(airflow.s3, airflow.src, airflow.dst, day, airflow.nightly)
+
+
+def test_a_paused_backfill_starts_no_new_day_and_resumed_archives_every_day_once(celery_stack):
+    """A Backfill of four days, one run at a time: paused while its first day is held mid-archive,
+    it starts no other day; an on-call run of that same day meets its lease, retries and skips
+    it (no day archived twice); resumed, it archives every day once and every run is green."""
+    airflow = celery_stack
+    days = [date(2026, 6, 1) + timedelta(days=i) for i in range(4)]
+    logical = [d + timedelta(days=MIN_AGE) for d in days]
+    seeded = {}
+    for day in days:
+        seeded.update(seed_day(airflow.s3, airflow.src, TEMPLATE, day, files_per_hour=1, lines_per_file=10))
+    held = stall_gets_of(airflow, days[0], count=24, seconds=600)
+    backfill = airflow.api("POST", "backfills", {
+        "dag_id": DAG_ID, "from_date": f"{logical[0]}T00:00:00Z", "to_date": f"{logical[-1]}T00:00:00Z",
+        "run_backwards": False, "dag_run_conf": {}, "reprocess_behavior": "none", "max_active_runs": 1})
+    try:
+        assert wait_until(lambda: held.injected, 180), "the first day's archive did not start"
+        assert airflow.api("PUT", f"backfills/{backfill['id']}/pause")["is_paused"] is True
+        # On call archives the held day at the same time: its try meets the backfill's lease.
+        on_call = trigger(airflow, {"prefixes": [day_prefix(days[0])]})
+        wait_for(lambda: any(ti["task_id"] == "archive" and ti["state"] == "up_for_retry"
+                             for ti in task_instances(airflow, on_call)), 180, "the on-call run to meet the lease", airflow)
+    finally:
+        airflow.proxy.faults.remove(held)
+        airflow.proxy.released.set()  # the held GETs go on
+    assert wait_run(airflow, on_call) == "success"
+    airflow.proxy.released.clear()
+    assert report(airflow, on_call)[day_prefix(days[0])]["status"] == "skipped"
+
+    def backfill_runs():
+        runs = [r for r in runs_of(airflow, DAG_ID, "backfill") if r["logical_date"][:10] in map(str, logical)]
+        return runs if len(runs) == len(days) else None
+
+    first = next(r for r in wait_for(backfill_runs, 60, "the backfill's runs", airflow)
+                 if r["logical_date"].startswith(f"{logical[0]}"))
+    assert wait_run(airflow, first["dag_run_id"]) == "success"
+    # The on-call run was queued, retried and finished after the first day's run: the scheduler
+    # went round many times, and started none of the paused backfill's days.
+    waiting = [r for r in backfill_runs() if r["dag_run_id"] != first["dag_run_id"]]
+    assert [(r["state"], r["start_date"]) for r in waiting] == [("queued", None)] * 3
+    assert all(not keys_in(airflow.s3, airflow.dst, f"archive/{airflow.src}/{d:logs/%Y/%m/%d}.") for d in days[1:])
+
+    assert airflow.api("PUT", f"backfills/{backfill['id']}/unpause")["is_paused"] is False
+    runs = wait_for(lambda: (r := backfill_runs()) and all(x["state"] in ("success", "failed") for x in r) and r,
+                    420, "the resumed backfill", airflow)
+    assert sorted(r["state"] for r in runs) == ["success"] * len(days)
+    for day in days:
+        assert_archived_once(airflow.s3, airflow.src, airflow.dst, day, seeded)
+    assert_clean(airflow)

@@ -72,12 +72,15 @@ def xcom_rows(run, task_id: str = "report", key: str = "return_value", map_index
 
 
 @pytest.mark.slow  # a whole DagRun through dag.test(), every task archiving: end to end
-def test_scheduled_run_archives_logical_date_minus_the_jobs_age(af):
+def test_scheduled_run_archives_logical_date_minus_the_jobs_age_in_its_plan_task(af):
+    """A run of one logical date is archived by its plan task: no archive task runs, the
+    report still lists the day."""
     day = date(2026, 10, 3)
     seed(af, day)
     run, tis = run_dag(af, logical=day + timedelta(days=2))
     assert run.state == "success"
-    assert tis[("archive", 0)].rendered_map_index == "logs/2026/10/03/"
+    assert tis["plan"].state == "success" and tis["archive"].state == "skipped"
+    assert [(r["prefix"], r["status"]) for r in xcom_rows(run)] == [("logs/2026/10/03/", "archived")]
     source = {k: v for k, v in af.seeded.items() if k.startswith("logs/2026/10/03/")}
     assert archived_day(af, day) == source
 

@@ -262,3 +262,27 @@ def test_archiving_a_selected_gap_of_days_makes_one_run_with_all_its_prefixes(ap
     assert listed["total_entries"] == before + 1
     assert listed["dag_runs"][0]["dag_run_id"] == created["dag_run_id"]
     assert listed["dag_runs"][0]["conf"]["prefixes"] == prefixes
+
+
+def test_a_backfills_progress_counts_the_days_s3_holds_archived_and_says_it_is_paused(api):
+    """A Backfill over three logical dates whose first day is archived already: the job's days
+    say 1 of 3 days archived, three runs waiting, and, once paused through the REST API, paused."""
+    from airflow.models.backfill import _create_backfill
+
+    days = [date(2026, 3, 20), date(2026, 3, 21), date(2026, 3, 22)]
+    for day in days:
+        seed_day(api.s3, api.src, LOG_TEMPLATE, day, files_per_hour=1, lines_per_file=5)
+    assert _dag(DAG).test(run_conf={"prefixes": ["logs/2026/03/20/"]}).state == "success"
+    backfill = _create_backfill(  # min_age_days 2: logical dates 03-22..03-24 archive 03-20..03-22
+        dag_id=DAG, from_date=datetime(2026, 3, 22, tzinfo=timezone.utc), to_date=datetime(2026, 3, 24, tzinfo=timezone.utc),
+        max_active_runs=2, reverse=False, dag_run_conf={}, triggering_user_name="admin")
+    api.client.cookies.set("_token", api.tokens["user"])
+    assert api.client.put(f"/api/v2/backfills/{backfill.id}/pause").status_code == 200
+
+    answer = _get(api.client, api.tokens["viewer"], f"{PREFIX}/api/dags/{DAG}/days?date_from=2026-03-01&date_to=2026-03-31")
+    assert answer.status_code == 200, answer.text
+    progress = next(b for b in answer.json()["backfills"] if b["id"] == backfill.id)
+    assert (progress["days"], progress["archived"], progress["outside_view"]) == (3, 1, 0)
+    assert progress["paused"] is True and progress["completed_at"] is None
+    assert progress["runs"] == {"queued": 3}
+    assert "renderBackfills" in PAGE and "days archived" in PAGE

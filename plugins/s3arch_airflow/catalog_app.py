@@ -164,7 +164,9 @@ def job_days(dag_id: str, user: GetUserDep,
         first, last, refresh=refresh,
         restore_hint=restored if job.storage_class in NEEDS_RESTORE else None)
     view = apply_runs(view, runs)  # a new view: the cached one stays as S3 showed it
-    return {**view.to_dict(), "job_info": job_info(job, user)}
+    from s3arch_airflow.backfills import backfill_progress
+
+    return {**view.to_dict(), "job_info": job_info(job, user), "backfills": backfill_progress(job, dag_id, view)}
 
 
 def airflow_runs(job, first: date, last: date) -> tuple[dict[str, dict], set[date]]:

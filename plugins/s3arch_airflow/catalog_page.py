@@ -62,6 +62,7 @@ button.primary:not(:disabled) { background:var(--accent); color:#fff; border-col
   <span id="status" class="muted" role="status" aria-live="polite"></span>
 </div>
 <div id="totals" class="totals" aria-label="Job totals"></div>
+<ul id="backfills" class="runs" aria-label="Backfills"></ul>
 <div id="legend" class="legend"></div>
 <div class="layout">
   <div id="years" class="years" aria-label="Days by year"></div>
@@ -165,7 +166,19 @@ async function load(refresh) {
   document.body.dataset.loaded = "true";
 }
 
+// A long backfill's progress: days archived (as S3 shows them) of the days it plans.
+function renderBackfills() {
+  $("backfills").innerHTML = (data.backfills || []).map((b) => {
+    const runs = Object.entries(b.runs).map(([s, n]) => `${n} ${s}`).join(", ");
+    const state = b.completed_at ? "finished" : b.paused ? "paused" : "active";
+    const outside = b.outside_view ? `, ${b.outside_view} outside the shown range` : "";
+    return `<li>Backfill ${b.id} (${state}), logical dates ${b.from_date} to ${b.to_date}: ` +
+      `<b>${b.archived} of ${b.days} days archived</b>${outside}; runs: ${esc(runs)}</li>`;
+  }).join("");
+}
+
 function render() {
+  renderBackfills();
   const t = data.totals;
   $("totals").innerHTML = [
     ["Days archived", `${t.archived} of ${t.days}`], ["Objects", t.objects.toLocaleString()],

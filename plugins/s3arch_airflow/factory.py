@@ -24,6 +24,7 @@ from airflow.sdk import DAG, AssetAlias, Param, TriggerRule, task
 from s3arch.ops.jobs import ArchiveJob, load_jobs
 from s3arch_airflow.operators import (ROWS_XCOM_KEY, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
                                       S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
+from s3arch_airflow.plan_task import S3PlanArchiveOperator, split_source_names
 from s3arch_airflow.report import job_retry_args, job_task_args
 from s3arch_airflow.restore import RESTORE_ROWS_XCOM_KEY, S3RestoreArchiveOperator
 
@@ -36,8 +37,10 @@ backfills; a date range or explicit prefixes from the trigger form), archives th
 tasks (one per prefix; a range longer than a month shares 32 tasks, consecutive days each),
 then reports. For a job with ``segments`` > 1, a ``size`` task lists each prefix up to its
 threshold; the large ones are archived by a ``prepare`` task, ``segments`` mapped ``segment``
-tasks named ``<prefix> [k/N]`` that may run on any worker, and an ``assemble`` task. On-call
-re-runs a prefix by clearing its mapped task in the UI (a task of several days re-runs only
+tasks named ``<prefix> [k/N]`` that may run on any worker, and an ``assemble`` task. A run of
+one day (scheduled, or one of a Backfill's) is archived by its ``plan`` task, unless large enough
+for segment tasks; on-call re-runs it by clearing ``plan``. On-call
+re-runs a prefix of a range by clearing its mapped task in the UI (a task of several days re-runs only
 those not archived yet), or by triggering with ``{"prefixes": ["<prefix>"]}``; a prefix
 already archived is skipped unless ``overwrite`` is set.
 """
@@ -103,28 +106,6 @@ def archive_dag(job: ArchiveJob) -> DAG:
         default_args={"retries": 0},
     ) as dag:
 
-        @task(task_id="plan", execution_timeout=timedelta(minutes=10))
-        def plan_prefixes(params: dict, dag_run=None, logical_date=None) -> list[list[str]]:
-            from s3arch_airflow.compat import conf
-
-            from s3arch.ops.jobs import archive_batches, plan
-            from s3arch_airflow.failures import fail_task
-
-            reference = logical_date or dag_run.run_after
-            try:
-                prefixes = plan(job, date_from=params.get("date_from"), date_to=params.get("date_to"),
-                                prefixes=params.get("prefixes"), logical_date=reference.date())
-            except BaseException as exc:
-                fail_task("bad parameters, nothing was started", exc)
-            if job.split_by:  # one task per value of the split wildcard (an account's day, say)
-                prefixes = split_source_names(job, prefixes)
-            planned = archive_batches(prefixes, conf.getint("core", "max_map_length"))
-            print(f"{len(prefixes)} prefix(es) in {len(planned)} task(s): "
-                  f"{prefixes[0]}{' .. ' + prefixes[-1] if len(prefixes) > 1 else ''}")
-            return planned
-
-        planned = plan_prefixes()  # type: ignore[call-arg, misc]  # params come from the context
-
         # What every step of this job shares; each operator takes only its own on top.
         step = dict(
             source_bucket=job.source.bucket,
@@ -137,6 +118,9 @@ def archive_dag(job: ArchiveJob) -> DAG:
         )
         deleting = dict(delete_source=job.delete_source, delete_versions=job.delete_versions)
         outlets = [AssetAlias(f"s3_archive__{job.name}")]  # one asset event per archive made
+        # A run of one day is archived by its plan task (s3arch_airflow/plan_task.py).
+        planned = S3PlanArchiveOperator(task_id="plan", job=job, outlets=outlets, **deleting,
+                                        **{**step, "map_index_template": None}).output
 
         # A job with segment tasks sizes the planned prefixes; its archive tasks leave the
         # large ones to the segment tasks.
@@ -301,17 +285,3 @@ def scrub_dags(path: str | os.PathLike | None = None) -> dict[str, DAG]:
     from s3arch_airflow.scrub_dag import scrub_dag
 
     return {dag.dag_id: dag for dag in map(scrub_dag, load_jobs(jobs_file(path)).values())}
-
-
-def split_source_names(job: ArchiveJob, names: list[str]) -> list[str]:
-    """A split job's day names, one per value of its ``split_by`` wildcard (delimiter LISTs
-    of the source bucket); a pattern that matches nothing fails the run before any task."""
-    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-    from s3arch_airflow.failures import fail_task
-    from s3arch_airflow.operators import engine_clients
-
-    try:
-        control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner, job.throttle_budget).control
-        return job.split(control, names)
-    except BaseException as exc:
-        fail_task("nothing was started", exc)

@@ -87,10 +87,11 @@ def report_run(ti, *, task_id: str, rows_key: str, columns: tuple[str, ...] = CO
     if not planned:
         raise AirflowFailException("the plan task produced nothing (bad parameters?); see its log")
     batches = [p if isinstance(p, list) else [p] for p in planned]
-    mapped = {task_id: len(batches)}
-    if segmented_task_id:
+    # A run of one day archived by its plan task (plan_task.py) has no other rows.
+    pushed: list = [ti.xcom_pull(task_ids="plan", key=rows_key)]
+    mapped = {"plan": 0} if pushed[0] else {task_id: len(batches)}
+    if segmented_task_id and not pushed[0]:
         mapped[segmented_task_id] = len(ti.xcom_pull(task_ids=SIZE_TASK_ID) or [])
-    pushed: list = []
     for task, count in mapped.items():
         if count:
             pushed += ti.xcom_pull(task_ids=task, key=rows_key, map_indexes=list(range(count))) or []

@@ -1,0 +1,103 @@
+"""The archive DAG's ``plan`` task: which prefixes a run archives, in batches for the mapped
+``archive`` tasks; and, for a run of one day, the archive itself.
+
+A scheduled run or a Backfill's run (one logical date, no range or prefixes in the form) plans
+one day. Handing that day to a mapped ``archive`` task (and, for a job with segment tasks, to a
+``size`` task first) cost two or three more task instances per day: each a worker slot, a task
+process and a DAG parse, queued behind the other runs' for the slots. So the plan task of such a run archives the day itself, then skips the tasks it stood in
+for; ``report`` still reports it, and on-call clears the ``plan`` task (with its downstream, the
+UI's default) to run the day again. A day large enough for segment tasks still goes to them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from s3arch_airflow.operators import S3ArchivePrefixOperator
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from s3arch.ops.jobs import ArchiveJob
+
+# The trigger form's fields that make a run more than its logical date's day.
+RANGE_PARAMS = ("date_from", "date_to", "prefixes")
+
+
+class S3PlanArchiveOperator(S3ArchivePrefixOperator):
+    """Plan the run's prefixes (``job``'s plan for the form's parameters or the logical date)
+    and return them in batches, one per mapped ``archive`` task. A run of one logical date that
+    plans one prefix, not large enough for segment tasks, is archived here (the same archive
+    step as the ``archive`` task's, pushing its row as ``archive_rows``) and the tasks after
+    this one but ``report`` are skipped."""
+
+    ui_color = "#f0f4ff"
+
+    def __init__(self, *, job: ArchiveJob, **kwargs):
+        super().__init__(prefix=[], allow_empty=job.allow_empty, **kwargs)
+        self.job = job
+
+    def execute(self, context: Context) -> list:  # the batches, where the archive task returns rows
+        from airflow.sdk.exceptions import DownstreamTasksSkipped
+
+        params = context["params"]
+        # A run triggered without a logical date (the form, the REST API) has none in its context.
+        planned = planned_batches(self.job, params, context.get("logical_date") or context["dag_run"].run_after)
+        if any(params.get(name) for name in RANGE_PARAMS) or len(planned) != 1 or len(planned[0]) != 1:
+            return planned
+        self.prefix = planned[0][0]  # the label and lineage name the day archived here
+        if self.job.segment_tasks and self._large(self.prefix):
+            return planned
+        # Pushed first: the report finds the plan even if the archive below fails.
+        context["ti"].xcom_push(key="return_value", value=planned)
+        self._run_each(context, [self.prefix], lambda clients, prefix: self._archive(clients, prefix, context))
+        stood_in_for = sorted(set(self.get_flat_relative_ids(upstream=False)) - {"report"})
+        self.log.info("%s archived by the plan task: %s skipped", self.prefix, ", ".join(stood_in_for))
+        raise DownstreamTasksSkipped(tasks=stood_in_for)
+
+    def _large(self, prefix: str) -> bool:
+        """Whether the day is for segment tasks: listed up to the job's threshold, as ``size`` does."""
+        from s3arch.ops.jobs import split_by_size
+        from s3arch_airflow.failures import fail_task
+        from s3arch_airflow.operators import engine_clients
+
+        try:
+            control = engine_clients(self.hook, self.expected_owner, self.throttle_budget).control
+            return prefix in split_by_size(self.job, [[prefix]], control)["large"]
+        except BaseException as exc:
+            fail_task("sizing the day", exc)
+
+
+def planned_batches(job: ArchiveJob, params: dict, reference) -> list[list[str]]:
+    """The run's prefixes in batches of consecutive days, one per mapped ``archive`` task;
+    bad parameters fail the task before anything starts, without a retry."""
+    from s3arch_airflow.compat import conf
+
+    from s3arch.ops.jobs import archive_batches, plan
+    from s3arch_airflow.failures import fail_task
+
+    try:
+        prefixes = plan(job, date_from=params.get("date_from"), date_to=params.get("date_to"),
+                        prefixes=params.get("prefixes"), logical_date=reference.date())
+    except BaseException as exc:
+        fail_task("bad parameters, nothing was started", exc)
+    if job.split_by:  # one task per value of the split wildcard (an account's day, say)
+        prefixes = split_source_names(job, prefixes)
+    planned = archive_batches(prefixes, conf.getint("core", "max_map_length"))
+    print(f"{len(prefixes)} prefix(es) in {len(planned)} task(s): "
+          f"{prefixes[0]}{' .. ' + prefixes[-1] if len(prefixes) > 1 else ''}")
+    return planned
+
+
+def split_source_names(job: ArchiveJob, names: list[str]) -> list[str]:
+    """A split job's day names, one per value of its ``split_by`` wildcard (delimiter LISTs
+    of the source bucket); a pattern that matches nothing fails the run before any task."""
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+    from s3arch_airflow.failures import fail_task
+    from s3arch_airflow.operators import engine_clients
+
+    try:
+        control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner, job.throttle_budget).control
+        return job.split(control, names)
+    except BaseException as exc:
+        fail_task("nothing was started", exc)
