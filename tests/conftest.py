@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -151,8 +152,16 @@ class ReliabilityLog:
         self.rows.append((fault, injected, outcome, test))
 
     def render(self) -> str:
+        """One row per test: a parametrized test's cases are merged into one row, and the
+        error text an outcome quotes is cut where it names a scratch bucket or path (the
+        test's name says what the message must name; the test checks it)."""
+        by_test: dict[str, list[tuple[str, str, str]]] = {}
+        for fault, injected, outcome, test in self.rows:
+            by_test.setdefault(test.split("[")[0], []).append((fault, injected, _without_scratch_names(outcome)))
         lines = ["| fault | injected | outcome | test |", "|---|---|---|---|"]
-        lines += [f"| {f} | {i} | {o.replace('|', '/')} | `{t}` |" for f, i, o, t in self.rows]
+        for test, cases in by_test.items():
+            fault, injected, outcome = (_merged([case[k] for case in cases]) for k in range(3))
+            lines.append(f"| {fault} | {injected} | {outcome.replace('|', '/')} | `{test}` |")
         return "\n".join(lines)
 
     def write(self, path: Path) -> None:
@@ -165,6 +174,31 @@ class ReliabilityLog:
     def test_files() -> set[Path]:
         """The test files that record faults (``make reliability`` runs the same set)."""
         return {path for path in (ROOT / "tests").glob("test_*.py") if "reliability.record" in path.read_text()}
+
+
+def _without_scratch_names(outcome: str) -> str:
+    """An outcome's clauses, each cut before the quoted message that names a throwaway bucket
+    or a temporary path ("exit 3 in 3.9 s: error: read s3://dst-1a2b.../day.tar.gz: ..." is
+    "exit 3 in 3.9 s")."""
+    clauses = [c.split(": ", 1)[0] if re.search(r"s3://|/dev/shm/|/tmp/", c) else c for c in outcome.split("; ")]
+    return "; ".join(clauses)
+
+
+def _merged(texts: list[str]) -> str:
+    """One text for a parametrized test's cases: the words they share before and after, and
+    what differs between them as "a / b / c", case by case."""
+    if len(set(texts)) == 1:
+        return texts[0]
+    words = [text.split(" ") for text in texts]
+    shortest = min(len(w) for w in words)
+    head = 0
+    while head < shortest and len({w[head] for w in words}) == 1:
+        head += 1
+    tail = 0
+    while tail < shortest - head and len({w[-1 - tail] for w in words}) == 1:
+        tail += 1
+    middles = " / ".join(" ".join(w[head:len(w) - tail]) for w in words)
+    return " ".join(words[0][:head] + [middles] + (words[0][len(words[0]) - tail:] if tail else []))
 
 
 @pytest.fixture(scope="session")
