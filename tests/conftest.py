@@ -186,7 +186,7 @@ def _without_scratch_names(outcome: str) -> str:
 
 def _merged(texts: list[str]) -> str:
     """One text for a parametrized test's cases: the words they share before and after, and
-    what differs between them as "a / b / c", case by case."""
+    what differs between them as "a / b / c", case by case, or as a range when it is a number."""
     if len(set(texts)) == 1:
         return texts[0]
     words = [text.split(" ") for text in texts]
@@ -197,8 +197,13 @@ def _merged(texts: list[str]) -> str:
     tail = 0
     while tail < shortest - head and len({w[-1 - tail] for w in words}) == 1:
         tail += 1
-    middles = " / ".join(" ".join(w[head:len(w) - tail]) for w in words)
-    return " ".join(words[0][:head] + [middles] + (words[0][len(words[0]) - tail:] if tail else []))
+    middles = [" ".join(w[head:len(w) - tail]) for w in words]
+    try:
+        numbers = sorted(float(m) for m in middles)
+        middle = f"{numbers[0]:g}-{numbers[-1]:g}"  # timings of the cases: their range
+    except ValueError:
+        middle = " / ".join(middles)
+    return " ".join(words[0][:head] + [middle] + (words[0][len(words[0]) - tail:] if tail else []))
 
 
 @pytest.fixture(scope="session")
