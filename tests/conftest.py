@@ -134,11 +134,11 @@ def cli_env(minio):
 
 
 class ReliabilityLog:
-    """Faults the tests injected and what came of them, as the table of docs/RELIABILITY.md
+    """Faults the tests injected and what came of them, as the list of docs/RELIABILITY.md
     (between its table markers). A run that covered every test that records here and passed
-    writes the table to ``.cache/reliability/fault-table.md`` (``make test`` leaves the tree
-    clean); ``make reliability`` runs those tests and also rewrites the doc's table
-    (S3ARCH_WRITE_RELIABILITY_DOC=1)."""
+    writes the full table, doses included, to ``.cache/reliability/fault-table.md`` (``make
+    test`` leaves the tree clean); ``make reliability`` runs those tests and also rewrites the
+    doc's list (S3ARCH_WRITE_RELIABILITY_DOC=1)."""
 
     BEGIN, END = "<!-- fault-table:begin -->", "<!-- fault-table:end -->"
     TABLE = ROOT / ".cache" / "reliability" / "fault-table.md"
@@ -151,16 +151,23 @@ class ReliabilityLog:
         test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0].split("::")[-1]
         self.rows.append((fault, injected, outcome, test))
 
-    def render(self) -> str:
+    def merged(self) -> list[tuple[str, str, str, str]]:
         """One row per test: a parametrized test's cases are merged into one row, and the
         error text an outcome quotes is cut where it names a scratch bucket or path (the
         test's name says what the message must name; the test checks it)."""
         by_test: dict[str, list[tuple[str, str, str]]] = {}
         for fault, injected, outcome, test in self.rows:
             by_test.setdefault(test.split("[")[0], []).append((fault, injected, _without_scratch_names(outcome)))
+        return [(*(_merged([case[k] for case in cases]) for k in range(3)), test) for test, cases in by_test.items()]
+
+    def render(self) -> str:
+        """The doc's list: one line per test, the fault and what came of it."""
+        return "\n".join(f"- {fault}: {outcome} (`{test}`)" for fault, _, outcome, test in self.merged())
+
+    def render_table(self) -> str:
+        """The full record for ``.cache/reliability/``: also what each test injected."""
         lines = ["| fault | injected | outcome | test |", "|---|---|---|---|"]
-        for test, cases in by_test.items():
-            fault, injected, outcome = (_merged([case[k] for case in cases]) for k in range(3))
+        for fault, injected, outcome, test in self.merged():
             lines.append(f"| {fault} | {injected} | {outcome.replace('|', '/')} | `{test}` |")
         return "\n".join(lines)
 
@@ -216,6 +223,6 @@ def reliability(request):
         (ran <= {ROOT / "tests"} or ReliabilityLog.test_files() <= ran)
     if log.rows and complete and not request.session.testsfailed:
         ReliabilityLog.TABLE.parent.mkdir(parents=True, exist_ok=True)
-        ReliabilityLog.TABLE.write_text(log.render() + "\n")
+        ReliabilityLog.TABLE.write_text(log.render_table() + "\n")
         if os.environ.get("S3ARCH_WRITE_RELIABILITY_DOC") == "1":
             log.write(ReliabilityLog.DOC)
