@@ -9,7 +9,7 @@ same bytes, made into the archiver's own tar stream (``s3arch.format.tarwriter``
 pipeline does (``s3arch.format.compression.codec_for``: 1 MiB blocks, each on its own), on one
 thread, timed in that thread's CPU time (``time.thread_time``), so MB/s is per core and other
 load on the machine does not count against it. The reference is zlib level 6 on the whole
-stream (what `gzip -6` does). Speeds are the best of ``--repeat`` runs; sizes are exact. The README's codec table and docs/COST.md's ratio quote this file's output.
+stream (what `gzip -6` does). Speeds are the best of ``--repeat`` runs; sizes are exact. docs/COST.md's codec table and worked example quote this file's output.
 """
 
 from __future__ import annotations

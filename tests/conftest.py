@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -133,11 +134,11 @@ def cli_env(minio):
 
 
 class ReliabilityLog:
-    """Faults the tests injected and what came of them, as the table of docs/RELIABILITY.md
+    """Faults the tests injected and what came of them, as the list of docs/RELIABILITY.md
     (between its table markers). A run that covered every test that records here and passed
-    writes the table to ``.cache/reliability/fault-table.md`` (``make test`` leaves the tree
-    clean); ``make reliability`` runs those tests and also rewrites the doc's table
-    (S3ARCH_WRITE_RELIABILITY_DOC=1)."""
+    writes the full table, doses included, to ``.cache/reliability/fault-table.md`` (``make
+    test`` leaves the tree clean); ``make reliability`` runs those tests and also rewrites the
+    doc's list (S3ARCH_WRITE_RELIABILITY_DOC=1)."""
 
     BEGIN, END = "<!-- fault-table:begin -->", "<!-- fault-table:end -->"
     TABLE = ROOT / ".cache" / "reliability" / "fault-table.md"
@@ -150,9 +151,24 @@ class ReliabilityLog:
         test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0].split("::")[-1]
         self.rows.append((fault, injected, outcome, test))
 
+    def merged(self) -> list[tuple[str, str, str, str]]:
+        """One row per test: a parametrized test's cases are merged into one row, and the
+        error text an outcome quotes is cut where it names a scratch bucket or path (the
+        test's name says what the message must name; the test checks it)."""
+        by_test: dict[str, list[tuple[str, str, str]]] = {}
+        for fault, injected, outcome, test in self.rows:
+            by_test.setdefault(test.split("[")[0], []).append((fault, injected, _without_scratch_names(outcome)))
+        return [(*(_merged([case[k] for case in cases]) for k in range(3)), test) for test, cases in by_test.items()]
+
     def render(self) -> str:
+        """The doc's list: one line per test, the fault and what came of it."""
+        return "\n".join(f"- {fault}: {outcome} (`{test}`)" for fault, _, outcome, test in self.merged())
+
+    def render_table(self) -> str:
+        """The full record for ``.cache/reliability/``: also what each test injected."""
         lines = ["| fault | injected | outcome | test |", "|---|---|---|---|"]
-        lines += [f"| {f} | {i} | {o.replace('|', '/')} | `{t}` |" for f, i, o, t in self.rows]
+        for fault, injected, outcome, test in self.merged():
+            lines.append(f"| {fault} | {injected} | {outcome.replace('|', '/')} | `{test}` |")
         return "\n".join(lines)
 
     def write(self, path: Path) -> None:
@@ -167,6 +183,36 @@ class ReliabilityLog:
         return {path for path in (ROOT / "tests").glob("test_*.py") if "reliability.record" in path.read_text()}
 
 
+def _without_scratch_names(outcome: str) -> str:
+    """An outcome's clauses, each cut before the quoted message that names a throwaway bucket
+    or a temporary path ("exit 3 in 3.9 s: error: read s3://dst-1a2b.../day.tar.gz: ..." is
+    "exit 3 in 3.9 s")."""
+    clauses = [c.split(": ", 1)[0] if re.search(r"s3://|/dev/shm/|/tmp/", c) else c for c in outcome.split("; ")]
+    return "; ".join(clauses)
+
+
+def _merged(texts: list[str]) -> str:
+    """One text for a parametrized test's cases: the words they share before and after, and
+    what differs between them as "a / b / c", case by case, or as a range when it is a number."""
+    if len(set(texts)) == 1:
+        return texts[0]
+    words = [text.split(" ") for text in texts]
+    shortest = min(len(w) for w in words)
+    head = 0
+    while head < shortest and len({w[head] for w in words}) == 1:
+        head += 1
+    tail = 0
+    while tail < shortest - head and len({w[-1 - tail] for w in words}) == 1:
+        tail += 1
+    middles = [" ".join(w[head:len(w) - tail]) for w in words]
+    try:
+        numbers = sorted(float(m) for m in middles)
+        middle = f"{numbers[0]:g}-{numbers[-1]:g}"  # timings of the cases: their range
+    except ValueError:
+        middle = " / ".join(middles)
+    return " ".join(words[0][:head] + [middle] + (words[0][len(words[0]) - tail:] if tail else []))
+
+
 @pytest.fixture(scope="session")
 def reliability(request):
     log = ReliabilityLog()
@@ -177,6 +223,6 @@ def reliability(request):
         (ran <= {ROOT / "tests"} or ReliabilityLog.test_files() <= ran)
     if log.rows and complete and not request.session.testsfailed:
         ReliabilityLog.TABLE.parent.mkdir(parents=True, exist_ok=True)
-        ReliabilityLog.TABLE.write_text(log.render() + "\n")
+        ReliabilityLog.TABLE.write_text(log.render_table() + "\n")
         if os.environ.get("S3ARCH_WRITE_RELIABILITY_DOC") == "1":
             log.write(ReliabilityLog.DOC)

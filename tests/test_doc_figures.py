@@ -20,6 +20,8 @@ LATEST = "bench/results/latest.json"
 SPLIT = "bench/results/20261126T050805Z.json"
 SCALE = "bench/results/scale-1000000.json"
 RATIO = "bench/results/ratio.json"
+INVENTORY = "bench/results/inventory-10000000.json"
+BACKFILL = "bench/results/backfill-40.json"
 
 FIGURES = [
     # (doc, fragment quoting the figure, result file, path in it, decimals)
@@ -37,8 +39,8 @@ FIGURES = [
     ("bench/README.md", "| defaults | 753.0 s | 0.332 ms | 100 MiB", "bench/results/scale-200000.json", "archive_defaults.peak_rss_mib", 0),
     ("README.md", "archive in 0.75 of the time", LATEST, "results.small.ratio.median", 2),
     ("README.md", "at 0.245 ms of client CPU per object", LATEST, "results.small.ours.cpu_ms_per_object", 3),
-    ("README.md", "objects in 649 s in one process", SCALE, "archive_processes_1.wall_s", 0),
-    ("README.md", "in one process, in 110 MiB", SCALE, "archive_processes_1.peak_rss_mib", 0),
+    ("docs/DEPLOY.md", "objects took 649 s in one process", SCALE, "archive_processes_1.wall_s", 0),
+    ("docs/DEPLOY.md", "in one process, in 110 MiB", SCALE, "archive_processes_1.peak_rss_mib", 0),
     ("bench/README.md", "**0.245 ms CPU/object**", LATEST, "results.small.ours.cpu_ms_per_object", 3),
     ("bench/README.md", "peak RSS 328 MiB at 256 MiB, worst of 3", LATEST, "results.many.ours.peak_rss.max", 0),
     ("bench/README.md", "peak RSS 101 / 196 / 184 MiB", LATEST, "results.small.ours.peak_rss.max", 0),
@@ -59,6 +61,23 @@ FIGURES = [
     ("bench/README.md", "| 649.3 s | 1,540 |", SCALE, "archive_processes_1.wall_s", 1),
     ("bench/README.md", "4.74:1 with `gzip -6`", RATIO, "reference.ratio", 2),
     ("README.md", "at the 4.24:1 the default codec reaches", RATIO, "default.ratio", 2),
+    ("bench/README.md", "| defaults | 37.2 s | 0.328 ms | 98 MiB", "bench/results/scale-20000.json", "archive_defaults.wall_s", 1),
+    ("bench/README.md", "| 558.0 s | 38.0 s | 61 MiB", INVENTORY, "CSV.wall_s", 1),
+    ("bench/README.md", "| 55.0 s | 3.8 s | 217 MiB", INVENTORY, "Parquet.peak_rss_mib", 0),
+    ("bench/README.md", "| 134.5 s | 231.8 s | **0.58x**", BACKFILL, "range_run.vs_cli", 2),
+    ("bench/README.md", "| 230.3 s | 113.0 s | **2.04x**", BACKFILL, "backfill.vs_cli", 2),
+    ("bench/README.md", "index](../docs/FORMAT.md#parts-objects-that-arrive-after-their-day)) in 1.265 s",
+     "bench/results/late-recheck.json", "late_recheck.seconds_median", 3),
+    ("bench/README.md", "re-check 16 (no lease) in 1.190 s", "bench/results/late-recheck.json",
+     "late_window_recheck.seconds_median", 3),
+    ("bench/README.md", "| 75.9 s | 65.0 s | **1.17x**", "bench/results/backfill-16-plan-archives.json",
+     "backfill.vs_cli", 2),
+    ("bench/README.md", "| 52.4 s | 32.6 s | **1.61x**", "bench/results/backfill-40-plan-archives.json",
+     "backfill.vs_cli", 2),
+    ("bench/README.md", "no HEAD) in 2.55 s", "bench/results/catalog.json", "first_read.seconds", 2),
+    ("bench/README.md", "from the cache, with its 499 KiB of JSON, 59 ms", "bench/results/catalog.json", "cached_json_ms", 0),
+    ("docs/JOBS.md", "took 51 LISTs (0.9 s)", "bench/results/expand-org-trail.json", "expand_seconds.median", 1),
+    ("docs/JOBS.md", "850 prefixes 8.5 s", "bench/results/expand-org-trail.json", "listing_seconds.median", 1),
 ]
 
 

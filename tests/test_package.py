@@ -193,10 +193,9 @@ def test_installed_cli_archives_verifies_and_extracts_without_the_repo_or_airflo
 
 
 def _documented_dag_file(jobs: Path) -> str:
-    """The DAG file docs/DEPLOY.md gives, as printed but for the jobs file's path."""
-    text = (ROOT / "docs" / "DEPLOY.md").read_text()
-    section = text[text.index("## Add it to the Airflow you already run"):]
-    block = section[section.index("```python\n") + len("```python\n"):]
+    """The DAG file the README gives, as printed but for the jobs file's path."""
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index("```python\n# dags/s3arch.py\n") + len("```python\n"):]
     block = block[:block.index("```")]
     assert block.count("/opt/airflow/dags/archive_jobs.yaml") == 1 and len(block.splitlines()) <= 8, block
     return block.replace("/opt/airflow/dags/archive_jobs.yaml", str(jobs))
