@@ -10,7 +10,8 @@ Then, each into its own destination:
   REST API: wall time from the trigger to the run's success, each task's host, start and end,
   and each task's peak RSS (its task process, ``airflow worker -- <ti id>``, with any processes
   it starts, sampled from /proc);
-- ``s3arch archive --processes 1`` on the same day (bench/scale.py's run);
+- bench/scale.py's runs of the CLI on the same day: ``s3arch archive`` with the defaults, its
+  verify and ``--processes 1`` (also saved as bench/results/scale-N.json, as ``make bench-scale``);
 - ``s3arch verify`` of the DAG's archive, and every member of it read back and compared with
   the source: the member's key and size with the source's listing, its MD5 with the source
   object's ETag (MinIO's ETag of a single-part object is the MD5 of its bytes).
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from bench.backfill import _parsed, wait
 from bench.bench import DEST_BUCKET, RESULTS, RssSampler, _descendants, bench_env, start_bench_minio
-from bench.scale import SCALE_BUCKET, _line, _prefix, archive_run, seed_day, verify_run, _clear
+from bench.scale import SCALE_BUCKET, _clear, _line, _prefix, cli_runs, seed_day, verify_run
 from devtools.airflow_celery import WORKERS, prepare_celery_airflow
 from devtools.airflow_local import write_jobs_file
 
@@ -181,6 +182,11 @@ def compare_with_source(s3, objects: int, archive_url: str) -> dict:
     return {"members": compared, "seconds": round(time.monotonic() - started, 1)}
 
 
+def _save(results: dict) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"scale-celery-{results['objects']}.json").write_text(json.dumps(results, indent=1) + "\n")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--objects", type=int, default=1_000_000)
@@ -208,21 +214,19 @@ def main(argv=None) -> int:
         for t in dag["tasks"]:
             print(f"  {t['task']:<8} {t['label'] or '':<28} {t['host'] or '-':<16} try {t['try']} "
                   f"{t['seconds']:>7.1f} s  peak RSS {t['peak_rss_mib'] or '-'} MiB", flush=True)
-        load = os.getloadavg()[0]
-        results["cli_processes_1"], _ = archive_run(server, env, args.objects, "celery-reference", ("--processes", "1"))
-        results["cli_processes_1"]["load_average_1min"] = {"before": round(load, 1),
-                                                           "after": round(os.getloadavg()[0], 1)}
-        print(_line("CLI --processes 1", results["cli_processes_1"]), flush=True)
-        ratio = dag["wall_s"] / results["cli_processes_1"]["wall_s"]
-        results["dag_vs_cli_processes_1_wall"] = round(ratio, 2)
-        print(f"DAG on Celery / CLI --processes 1 wall time: {ratio:.2f}", flush=True)
+        results["segment_hosts"] = hosts
         results["verify"] = verify_run(server, env, args.objects, row["archive"])
         print(_line("verify", results["verify"]), flush=True)
         results["compared_with_source"] = compare_with_source(s3, args.objects, row["archive"])
         print(f"every member compared with the source: {results['compared_with_source']}", flush=True)
-        results["segment_hosts"] = hosts
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"scale-celery-{args.objects}.json").write_text(json.dumps(results, indent=1) + "\n")
+        _save(results)  # what the DAG did, in case the CLI's runs are cut short
+        # The CLI's runs on the same day (bench/scale.py: defaults, its verify, --processes 1),
+        # saved as bench/results/scale-N.json too.
+        results["cli"] = cli_runs(server, env, args.objects)
+        ratio = dag["wall_s"] / results["cli"]["archive_processes_1"]["wall_s"]
+        results["dag_vs_cli_processes_1_wall"] = round(ratio, 2)
+        print(f"DAG on Celery / CLI --processes 1 wall time: {ratio:.2f}", flush=True)
+        _save(results)
     finally:
         server.stop()
     return 0
