@@ -89,6 +89,9 @@ class TaskTrees(threading.Thread):
                 if ti_id and ti_id not in self.samplers:
                     self.samplers[ti_id] = sampler = RssSampler(pid, interval=0.1)
                     sampler.start()
+            for sampler in self.samplers.values():  # a task's tree is sampled while its process lives
+                if not Path(f"/proc/{sampler.pid}").exists():
+                    sampler.done.set()
 
     def peaks_mib(self) -> dict[str, float]:
         self.done.set()
@@ -96,7 +99,8 @@ class TaskTrees(threading.Thread):
         for sampler in self.samplers.values():
             sampler.done.set()
             sampler.join()
-        return {ti_id: max(s.peak_tree, s.hwm_root) / 2**20 for ti_id, s in self.samplers.items()}
+        # The summed RSS only: a forked task process's VmHWM starts at its parent's RSS.
+        return {ti_id: s.peak_tree / 2**20 for ti_id, s in self.samplers.items()}
 
 
 def dag_run(airflow, day: str) -> tuple[float, str]:
