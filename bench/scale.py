@@ -79,6 +79,15 @@ def seed_day(s3, objects: int) -> bool:
     return True
 
 
+def seeded(server, objects: int):
+    """The environment of the bench's processes and a client, once the day is seeded."""
+    env, s3 = bench_env(server), server.client(max_pool_connections=32)
+    started = time.monotonic()
+    if seed_day(s3, objects):
+        print(f"seeded {objects:,} objects in {time.monotonic() - started:.0f} s", flush=True)
+    return env, s3
+
+
 def _clear(s3, stem: str) -> None:
     keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=DEST_BUCKET, Prefix=stem)
             for o in page.get("Contents", [])]
@@ -155,10 +164,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     server = start_bench_minio()
     try:
-        env, s3 = bench_env(server), server.client(max_pool_connections=32)
-        started = time.monotonic()
-        if seed_day(s3, args.objects):
-            print(f"seeded {args.objects:,} objects in {time.monotonic() - started:.0f} s", flush=True)
+        env, _ = seeded(server, args.objects)
         cli_runs(server, env, args.objects, reference=not args.no_reference)
     finally:
         server.stop()

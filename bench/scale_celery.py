@@ -34,8 +34,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.backfill import _parsed, wait
-from bench.bench import DEST_BUCKET, RESULTS, RssSampler, _descendants, bench_env, start_bench_minio
-from bench.scale import SCALE_BUCKET, _clear, _line, _prefix, cli_runs, seed_day, verify_run
+from bench.bench import DEST_BUCKET, RESULTS, RssSampler, _descendants, start_bench_minio
+from bench.scale import SCALE_BUCKET, _clear, _line, _prefix, cli_runs, seeded, verify_run
 from devtools.airflow_celery import WORKERS, prepare_celery_airflow
 from devtools.airflow_local import write_jobs_file
 
@@ -200,10 +200,7 @@ def main(argv=None) -> int:
     day_template(args.objects)  # a day no template can name is refused before any work
     server = start_bench_minio()
     try:
-        env, s3 = bench_env(server), server.client(max_pool_connections=32)
-        started = time.monotonic()
-        if seed_day(s3, args.objects):
-            print(f"seeded {args.objects:,} objects in {time.monotonic() - started:.0f} s", flush=True)
+        env, s3 = seeded(server, args.objects)
         results: dict = {"objects": args.objects, "when": datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"),
                          "cpus": os.cpu_count()}
         _clear(s3, STEM)
