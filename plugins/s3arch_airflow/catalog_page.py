@@ -68,7 +68,6 @@ button.primary:not(:disabled) { background:var(--accent); color:#fff; border-col
   <div id="years" class="years" aria-label="Days by year"></div>
   <div class="side">
     <div class="panel" id="detail" aria-live="polite"><span class="muted">Hover or select a day (arrow keys move, Enter selects, Shift extends).</span></div>
-    <div class="panel" id="inventory" hidden></div>
     <div class="panel" id="actions">
       <div><b>Actions</b> <span id="selinfo" class="muted"></span></div>
       <div class="bar">
@@ -85,6 +84,7 @@ button.primary:not(:disabled) { background:var(--accent); color:#fff; border-col
       <div id="perm" class="muted" style="margin-top:6px"></div>
       <ul id="runs" class="runs"></ul>
     </div>
+    <div class="panel" id="inventory" hidden></div>
   </div>
 </div>
 <script>
