@@ -12,7 +12,7 @@ TOXIPROXY := .cache/bin/toxiproxy-server
 RCLONE_VERSION := v1.72.0
 RCLONE := .cache/bin/rclone
 
-.PHONY: demo airflow airflow-celery typecheck test test-fast compat reliability screenshot bench bench-scale bench-backfill venv minio s5cmd bench-tools lock clean
+.PHONY: demo airflow airflow-celery typecheck test test-fast compat reliability screenshot bench bench-scale bench-scale-celery bench-backfill venv minio s5cmd bench-tools lock clean
 
 $(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ bench: venv minio bench-tools
 # takes ~15 minutes once; it stays in .cache/bench-minio.
 bench-scale: venv minio
 	$(PY) -m bench.scale
+
+# The same 1M-object day as segment tasks of the archive DAG on the Celery stack (two workers),
+# against `s3arch archive --processes 1` (bench/scale_celery.py). ARGS: --objects N, --segments K.
+bench-scale-celery: venv minio
+	$(PY) -m bench.scale_celery $(ARGS)
 
 # A year of days of 500 small logs on the Celery stack: a date-range run and Airflow's Backfill
 # against the CLI, one process per day (bench/backfill.py). ARGS: --days N for fewer days.

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
 from datetime import datetime, timezone
 
-from bench.bench import DEST_BUCKET, RESULTS, bench_env, ensure_buckets, measure, start_bench_minio
+from bench.bench import DEFAULT_BUDGET_MIB, DEST_BUCKET, RESULTS, bench_env, ensure_buckets, measure, start_bench_minio
 from bench.datasets import DAY
 from devtools.sample_data import log_lines, put_extracted
 
@@ -78,6 +79,15 @@ def seed_day(s3, objects: int) -> bool:
     return True
 
 
+def seeded(server, objects: int):
+    """The environment of the bench's processes and a client, once the day is seeded."""
+    env, s3 = bench_env(server), server.client(max_pool_connections=32)
+    started = time.monotonic()
+    if seed_day(s3, objects):
+        print(f"seeded {objects:,} objects in {time.monotonic() - started:.0f} s", flush=True)
+    return env, s3
+
+
 def _clear(s3, stem: str) -> None:
     keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=DEST_BUCKET, Prefix=stem)
             for o in page.get("Contents", [])]
@@ -119,6 +129,34 @@ def _line(name: str, f: dict) -> str:
             f"MinIO CPU {f['minio_cpu_s']:.0f} s")
 
 
+def cli_runs(server, env, objects: int, reference: bool = True) -> dict:
+    """The day archived by `s3arch archive` with the defaults, that archive verified, and (with
+    ``reference``) the same archive with --processes 1: the figures bench/results/scale-N.json holds."""
+    results: dict = {"objects": objects, "when": datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"),
+                     "load_average_1min_at_start": round(os.getloadavg()[0], 1)}
+    results["archive_defaults"], archive_url = archive_run(server, env, objects, "defaults")
+    print(_line("archive (defaults)", results["archive_defaults"]), flush=True)
+    results["verify"] = verify_run(server, env, objects, archive_url)
+    print(_line("verify", results["verify"]), flush=True)
+    if reference:
+        results["archive_processes_1"], _ = archive_run(server, env, objects, "processes-1", ("--processes", "1"))
+        print(_line("archive --processes 1", results["archive_processes_1"]), flush=True)
+        ratio = results["archive_defaults"]["wall_s"] / results["archive_processes_1"]["wall_s"]
+        results["defaults_vs_processes_1_wall"] = round(ratio, 2)
+        print(f"defaults / --processes 1 wall time: {ratio:.2f}", flush=True)
+    results["load_average_1min_at_end"] = round(os.getloadavg()[0], 1)
+    d = results["archive_defaults"]
+    results["memory_budget_mib"] = DEFAULT_BUDGET_MIB
+    print(f"defaults' process tree peak RSS {d['peak_rss_mib']} MiB against the {DEFAULT_BUDGET_MIB} MiB budget "
+          f"+ 64 MiB: {'within' if d['peak_rss_mib'] <= DEFAULT_BUDGET_MIB + 64 else 'OVER'}", flush=True)
+    print(f"archive {d['bytes_out'] / 2**20:,.0f} MiB from {d['bytes_in'] / 2**30:.1f} GiB "
+          f"in {d['segments']} segment(s); load average {results['load_average_1min_at_start']} at the start, "
+          f"{results['load_average_1min_at_end']} at the end", flush=True)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"scale-{objects}.json").write_text(json.dumps(results, indent=1) + "\n")
+    return results
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--objects", type=int, default=1_000_000)
@@ -126,28 +164,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     server = start_bench_minio()
     try:
-        env, s3 = bench_env(server), server.client(max_pool_connections=32)
-        started = time.monotonic()
-        if seed_day(s3, args.objects):
-            print(f"seeded {args.objects:,} objects in {time.monotonic() - started:.0f} s", flush=True)
-        results: dict = {"objects": args.objects,
-                         "when": datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")}
-        results["archive_defaults"], archive_url = archive_run(server, env, args.objects, "defaults")
-        print(_line("archive (defaults)", results["archive_defaults"]), flush=True)
-        results["verify"] = verify_run(server, env, args.objects, archive_url)
-        print(_line("verify", results["verify"]), flush=True)
-        if not args.no_reference:
-            results["archive_processes_1"], _ = archive_run(server, env, args.objects, "processes-1",
-                                                            ("--processes", "1"))
-            print(_line("archive --processes 1", results["archive_processes_1"]), flush=True)
-            ratio = results["archive_defaults"]["wall_s"] / results["archive_processes_1"]["wall_s"]
-            results["defaults_vs_processes_1_wall"] = round(ratio, 2)
-            print(f"defaults / --processes 1 wall time: {ratio:.2f}", flush=True)
-        d = results["archive_defaults"]
-        print(f"archive {d['bytes_out'] / 2**20:,.0f} MiB from {d['bytes_in'] / 2**30:.1f} GiB "
-              f"in {d['segments']} segment(s)", flush=True)
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"scale-{args.objects}.json").write_text(json.dumps(results, indent=1) + "\n")
+        env, _ = seeded(server, args.objects)
+        cli_runs(server, env, args.objects, reference=not args.no_reference)
     finally:
         server.stop()
     return 0

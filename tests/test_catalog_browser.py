@@ -12,10 +12,11 @@ import os
 import shutil
 import time
 import urllib.request
-from datetime import date
+from datetime import date, datetime, timezone
 
 import pytest
 
+from devtools.inventory_reports import write_report
 from devtools.sample_data import seed_day
 from devtools.servers import ServerStartError
 from helpers import LOG_TEMPLATE, ROOT, airflow_with_log_job, engine_clients
@@ -29,6 +30,9 @@ DAG = f"s3_archive__{JOB}"
 PASSWORDS = {"admin": "admin-pw", "user": "user-pw", "viewer": "viewer-pw"}
 ARCHIVED = [date(2026, 3, 2), date(2026, 3, 3), date(2026, 3, 5)]
 MISSING = date(2026, 3, 4)
+# Days the job's S3 Inventory report holds objects of that are not archived: the missing day,
+# and one before the job's start (outside the calendar: only the inventory knows it).
+INVENTORY_ONLY = date(2026, 2, 27)
 # A button of the UI's navigation bar, by its label ("Browse", "User").
 _NAV_BUTTON = "//nav//button[normalize-space()='{0}'] | //button[normalize-space()='{0}']"
 SCREENSHOT = ROOT / ("docs" if os.environ.get("S3ARCH_WRITE_SCREENSHOT") == "1" else ".cache") / "catalog.png"
@@ -64,6 +68,7 @@ def stack(minio, tmp_path_factory):
         seed_day(s3, src, LOG_TEMPLATE, day, files_per_hour=1, lines_per_file=5)
     for day in ARCHIVED:
         archive_prefix(job.spec_for(job.prefix_for(day)), clients)
+    _add_inventory(s3, airflow.env["S3ARCH_JOBS_FILE"], src, [*ARCHIVED, MISSING, INVENTORY_ONLY])
     try:
         airflow.start()
     except ServerStartError as exc:
@@ -75,6 +80,23 @@ def stack(minio, tmp_path_factory):
         yield airflow
     finally:
         airflow.stop()
+
+
+def _add_inventory(s3, jobs_file: str, src: str, days: list[date]) -> None:
+    """An S3 Inventory report of the source made now, two objects a day (the report's rows, not
+    the source's), named by the job as its ``inventory``."""
+    import uuid
+
+    import yaml
+
+    inv = f"{JOB}-inv-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=inv)
+    location = f"inventories/{src}/daily/"
+    write_report(s3, inv, location, src, [(f"{d:logs/%Y/%m/%d}/{n}.log", 1024) for d in days for n in (1, 2)],
+                 created=datetime.now(timezone.utc))
+    jobs = yaml.safe_load(open(jobs_file))
+    jobs["jobs"][JOB]["inventory"] = f"s3://{inv}/{location}"
+    open(jobs_file, "w").write(yaml.safe_dump(jobs, sort_keys=False))
 
 
 def _token(airflow, role: str) -> str:
@@ -204,6 +226,22 @@ def test_user_sees_days_and_restores_one(stack, browser):
     browser.switch_to.default_content()
     SCREENSHOT.parent.mkdir(exist_ok=True)
     browser.save_screenshot(str(SCREENSHOT))
+
+
+def test_the_days_the_inventory_knows_that_are_not_archived_are_listed_and_marked(stack, browser):
+    from selenium.webdriver.common.by import By
+
+    _login(browser, stack, "viewer")
+    _open_catalog(browser, stack)
+    panel = browser.find_element(By.ID, "inventory")
+    assert panel.is_displayed()
+    assert browser.find_element(By.ID, "inventory-summary").text == "2 day(s) not archived, 4 objects"
+    listed = [li.get_attribute("data-inventory-day") for li in panel.find_elements(By.CSS_SELECTOR, "li")]
+    assert listed == [INVENTORY_ONLY.isoformat(), MISSING.isoformat()]
+    assert "inv" in _cell(browser, MISSING).get_attribute("class").split()
+    assert "inv" not in _cell(browser, ARCHIVED[0]).get_attribute("class").split()  # in the report, but archived
+    _cell(browser, MISSING).click()
+    assert "2 objects, 2.0 KiB: not archived" in browser.find_element(By.ID, "detail").text
 
 
 def test_viewer_buttons_are_disabled_and_the_api_says_403(stack, browser):

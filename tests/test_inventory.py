@@ -231,3 +231,39 @@ def test_the_catalog_shows_the_days_the_inventory_knows_that_are_not_archived(s3
     assert by_day["2026-11-21"].inventory == {"objects": 1, "bytes": 7} and by_day["2026-11-20"].inventory is None
     again = catalog.view(date(2026, 11, 20), date(2026, 11, 21), today=date(2026, 11, 25), refresh=True)
     assert again.requests["GET"] < view.requests["GET"]  # the same report is not read again
+
+
+def test_the_dags_sizing_takes_the_days_the_report_covers_from_it_and_lists_only_the_rest(s3, buckets, inv, clients):
+    """The archive DAG's size task: two days the report covers are sized from its rows (the
+    source holds nothing of them: a listing would find them empty), the day that had not ended
+    when the report was made is listed; the large ones go to segment tasks."""
+    from s3arch.ops.sizing import split_by_size
+
+    src, dst = buckets
+    created = datetime.now(timezone.utc) - timedelta(hours=1)
+    big, small, fresh = (created.date() - timedelta(days=back) for back in (2, 1, 0))
+    job = make_job(src, dst, inv, segments=2, segment_min_objects=5)
+    write_report(s3, inv, LOCATION.format(src=src), src,
+                 [(f"{job.prefix_for(big)}{i}.log", 10) for i in range(6)] + [(f"{job.prefix_for(small)}0.log", 10)],
+                 created=created)
+    seed(s3, src, {f"{job.prefix_for(fresh)}{i}.log": b"x" for i in range(5)})
+    split = split_by_size(job, [[job.prefix_for(big)], [job.prefix_for(small)], [job.prefix_for(fresh)]],
+                          clients.control)
+    assert split["large"] == [job.prefix_for(big), job.prefix_for(fresh)]
+    assert [(s["objects"], s["bytes"], s["source"]) for s in split["sizes"]] == [
+        (6, 60, "inventory"), (1, 10, "inventory"), (5, 5, "listing")]
+    assert [s["requests"] for s in split["sizes"]][:2] == [0, 0]
+    assert split["inventory"]["days"] == 2
+
+
+def test_the_dags_sizing_refuses_a_stale_report_naming_the_setting(s3, buckets, inv, clients):
+    from s3arch.ops.sizing import split_by_size
+
+    src, dst = buckets
+    created = datetime.now(timezone.utc) - timedelta(days=3)
+    job = make_job(src, dst, inv, segments=2, segment_min_objects=5)
+    write_report(s3, inv, LOCATION.format(src=src), src, [(f"{job.prefix_for(created.date())}a.log", 1)],
+                 created=created)
+    with pytest.raises(BadArgument, match="older than 2 day") as caught:
+        split_by_size(job, [[job.prefix_for(created.date() - timedelta(days=1))]], clients.control)
+    assert "inventory_max_age_days" in caught.value.hint

@@ -7,7 +7,8 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from s3arch.ops.jobs import job_from_dict, split_by_size
+from s3arch.ops.jobs import job_from_dict
+from s3arch.ops.sizing import split_by_size
 
 JOB = {"source": "s3://app-logs/", "prefix_template": "logs/{date:%Y/%m/%d}/", "destination": "s3://vault/archive/",
        "segments": 3, "segment_min_objects": 1000}

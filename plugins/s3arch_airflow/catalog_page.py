@@ -38,6 +38,7 @@ button.primary:not(:disabled) { background:var(--accent); color:#fff; border-col
 .cell.sel { box-shadow:0 0 0 2px var(--fg); }
 .cell.drift { border-color:var(--failed); border-width:2px; }
 .cell.lock::after { content:""; position:absolute; right:1px; top:1px; width:4px; height:4px; border-radius:50%; background:var(--fg); opacity:.7; }
+.cell.inv::after { content:""; position:absolute; left:1px; top:1px; width:4px; height:4px; border-radius:50%; background:var(--accent); }
 .cell.restored::before { content:""; position:absolute; left:1px; bottom:1px; width:4px; height:4px; background:#a855f7; }
 .none { visibility:hidden; }
 """ + "".join(f".s-{s} {{ background:var(--{s}); }}\n" for s in (
@@ -84,6 +85,7 @@ button.primary:not(:disabled) { background:var(--accent); color:#fff; border-col
       <div id="perm" class="muted" style="margin-top:6px"></div>
       <ul id="runs" class="runs"></ul>
     </div>
+    <div class="panel" id="inventory" hidden></div>
   </div>
 </div>
 <script>
@@ -127,7 +129,8 @@ async function api(url, options) {
 
 async function init() {
   $("legend").innerHTML = Object.entries(STATES).filter(([s]) => s !== "future").map(([s, t]) => `<span><i class="sw s-${s}"></i>${t}</span>`).join("")
-    + `<span><i class="sw" style="border:2px solid var(--failed)"></i>Scrub found drift</span><span>● locked</span><span><i class="sw" style="background:#a855f7"></i>restored copy</span>`;
+    + `<span><i class="sw" style="border:2px solid var(--failed)"></i>Scrub found drift</span><span>● locked</span><span><i class="sw" style="background:#a855f7"></i>restored copy</span>`
+    + `<span><span style="color:var(--accent)">●</span> in the inventory, not archived</span>`;
   // In a DAG's Catalog tab the server says which job that DAG is (archive, restore or scrub DAG), or none.
   const wanted = new URLSearchParams(location.search).get("dag_id");
   let listing;
@@ -200,7 +203,7 @@ function render() {
         const real = new Date(Date.UTC(+y, m, dn)).getUTCMonth() === m;
         if (!real) { html.push(`<span class="cell none"></span>`); continue; }
         const state = d ? d.state : "future";
-        const cls = ["cell", "s-" + state, d && d.scrub && d.scrub.drift ? "drift" : "", d && d.locked_until ? "lock" : "", d && d.restored_until ? "restored" : ""].join(" ");
+        const cls = ["cell", "s-" + state, d && d.scrub && d.scrub.drift ? "drift" : "", d && d.locked_until ? "lock" : "", d && d.restored_until ? "restored" : "", d && d.inventory ? "inv" : ""].join(" ");
         html.push(`<button class="${cls}" data-day="${iso}" tabindex="-1" aria-label="${iso}: ${STATES[state]}" title="${iso}: ${STATES[state]}"${d ? "" : " disabled"}></button>`);
       }
     }
@@ -217,6 +220,21 @@ function render() {
   const first = (focus && $("years").querySelector(`[data-day="${focus}"]`)) || [...cells].filter((c) => !c.disabled).pop();
   if (first) first.tabIndex = 0;
   markSelection();
+  renderInventory();
+}
+
+// The job's S3 Inventory report: the days it holds objects of that are not archived, in the
+// calendar's range or not (a backfill's to-do list), or why it could not be read.
+function renderInventory() {
+  const inv = data.inventory, box = $("inventory");
+  box.hidden = !inv;
+  if (!inv) return;
+  if (inv.problem) { box.innerHTML = `<b>Inventory</b><div class="error">${esc(inv.problem)}</div>`; return; }
+  const days = inv.unarchived, objects = days.reduce((n, d) => n + d.objects, 0);
+  const rows = days.map((d) => `<li data-inventory-day="${d.day}">${d.day}: ${d.objects.toLocaleString()} objects, ${fmtBytes(d.bytes)}</li>`);
+  box.innerHTML = `<b>Inventory</b> <span class="muted">report of ${esc(inv.created.replace("T", " "))}</span>`
+    + `<div id="inventory-summary">${days.length} day(s) not archived, ${objects.toLocaleString()} objects</div>`
+    + `<ul class="runs" style="max-height:160px; overflow:auto">${rows.join("")}</ul>`;
 }
 
 function keys(ev) {
@@ -267,6 +285,7 @@ function showDay(day) {
   if (d.locked_until) rows.push(["Locked until", d.locked_until]);
   if (d.restored_until) rows.push(["Restored copy until", d.restored_until]);
   if (d.scrub) rows.push(["Last scrub", d.scrub.drift ? d.scrub.drift.map((x) => `${x.kind}: ${x.detail} — ${x.action}`).join("; ") : `verified on ${d.scrub.verified}`]);
+  if (d.inventory) rows.push(["Inventory", `${d.inventory.objects.toLocaleString()} objects, ${fmtBytes(d.inventory.bytes)}: not archived`]);
   if (d.problem) rows.push(["Problem", d.problem]);
   if (d.airflow) rows.push(["Last task", `<a href="${ROOT}${d.airflow.url.slice(1)}">${esc(d.airflow.state)} (${esc(d.airflow.run_id)})</a>`]);
   $("detail").innerHTML = `<b>${d.day}</b><dl>${rows.map(([k, v]) => `<dt>${k}</dt><dd>${k === "Last task" ? v : esc(v)}</dd>`).join("")}</dl>`;

@@ -147,13 +147,14 @@ def segment_path(job: ArchiveJob, planned, step: dict, deleting: dict, outlets: 
 
     @task(task_id="size", execution_timeout=timedelta(minutes=30), **job_retry_args(job))
     def size_prefixes(planned: list[list[str]]) -> list[str]:
-        """Each prefix is listed up to the job's threshold: the large ones go to segment tasks.
-        Retried as the archive tasks are: only what another try can help."""
+        """Each prefix is sized from the job's inventory report, or listed up to the job's
+        threshold: the large ones go to segment tasks. Retried as the archive tasks are: only
+        what another try can help."""
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
         from s3arch_airflow.failures import fail_task
         from s3arch_airflow.operators import engine_clients
 
-        from s3arch.ops.jobs import split_by_size
+        from s3arch.ops.sizing import split_by_size
 
         try:
             control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner,
@@ -163,7 +164,10 @@ def segment_path(job: ArchiveJob, planned, step: dict, deleting: dict, outlets: 
             fail_task("sizing the prefixes", exc)
         for size in split["sizes"]:
             print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} "
-                  f"objects, {size['bytes']:,} bytes ({size['requests']} LIST requests, {size['seconds']:.2f}s)")
+                  f"objects, {size['bytes']:,} bytes (from the {size['source']}: {size['requests']} LIST requests, "
+                  f"{size['seconds']:.2f}s)")
+        if "inventory" in split:
+            print(f"inventory report {split['inventory']['report']} sized {split['inventory']['days']} day(s)")
         if split["large"]:
             print(f"{len(split['large'])} prefix(es) in {job.segment_tasks} segments each: {', '.join(split['large'])}")
         return split["large"]

@@ -62,6 +62,10 @@ class InventoryReport:
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.manifest_key}"
 
+    def covers(self, day: date) -> bool:
+        """Whether the report was made after ``day`` ended (a younger day may be incomplete in it)."""
+        return datetime.combine(day + timedelta(days=1), datetime.min.time(), timezone.utc) <= self.created
+
 
 @dataclass(frozen=True)
 class DaySize:
@@ -86,8 +90,7 @@ class InventoryDays:
     bytes_read: int = 0
 
     def covers(self, day: date) -> bool:
-        """Whether the report was made after ``day`` ended (a younger day may be incomplete in it)."""
-        return datetime.combine(day + timedelta(days=1), datetime.min.time(), timezone.utc) <= self.report.created
+        return self.report.covers(day)
 
     def summary(self) -> dict:
         return {"report": self.report.url, "created": self.report.created.isoformat(timespec="seconds"),

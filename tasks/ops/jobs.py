@@ -393,16 +393,3 @@ def archive_batches(prefixes: list[str], max_tasks: int) -> list[list[str]]:
     than ``max_tasks`` (Airflow's max_map_length)."""
     return batches(prefixes, min(SPREAD_TASKS, max_tasks))
 
-
-def split_by_size(job: ArchiveJob, planned: list[list[str]], control) -> dict:
-    """The large prefixes of a job with segment tasks (``job.segments`` >= 2): each planned
-    prefix is sized (a listing up to the job's threshold) and large ones become
-    ``job.segments`` segment tasks and an assemble task; their archive tasks leave them alone.
-    Returns the large prefixes, in plan order, and what sizing found and cost."""
-    from s3arch.produce.segments import size_prefixes
-
-    sizes = size_prefixes(control, job.source.bucket, [prefix for batch in planned for prefix in batch],
-                          job.segment_min_objects, job.segment_min_bytes)
-    return {"large": [s.prefix for s in sizes if s.large(job.segment_min_objects, job.segment_min_bytes)],
-            "sizes": [{"prefix": s.prefix, "objects": s.objects, "bytes": s.bytes, "complete": s.complete,
-                       "seconds": round(s.seconds, 3), "requests": s.requests} for s in sizes]}
