@@ -21,7 +21,6 @@ SPLIT = "bench/results/20261126T050805Z.json"
 SCALE = "bench/results/scale-1000000.json"
 RATIO = "bench/results/ratio.json"
 INVENTORY = "bench/results/inventory-10000000.json"
-BACKFILL = "bench/results/backfill-40.json"
 
 FIGURES = [
     # (doc, fragment quoting the figure, result file, path in it, decimals)
@@ -65,8 +64,6 @@ FIGURES = [
     ("bench/README.md", "| defaults | 37.2 s | 0.328 ms | 98 MiB", "bench/results/scale-20000.json", "archive_defaults.wall_s", 1),
     ("bench/README.md", "| 558.0 s | 38.0 s | 61 MiB", INVENTORY, "CSV.wall_s", 1),
     ("bench/README.md", "| 55.0 s | 3.8 s | 217 MiB", INVENTORY, "Parquet.peak_rss_mib", 0),
-    ("bench/README.md", "| 134.5 s | 231.8 s | **0.58x**", BACKFILL, "range_run.vs_cli", 2),
-    ("bench/README.md", "| 230.3 s | 113.0 s | **2.04x**", BACKFILL, "backfill.vs_cli", 2),
     ("bench/README.md", "index](../docs/FORMAT.md#parts-objects-that-arrive-after-their-day)) in 1.265 s",
      "bench/results/late-recheck.json", "late_recheck.seconds_median", 3),
     ("bench/README.md", "re-check 16 (no lease) in 1.190 s", "bench/results/late-recheck.json",
