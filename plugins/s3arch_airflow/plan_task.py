@@ -57,7 +57,7 @@ class S3PlanArchiveOperator(S3ArchivePrefixOperator):
 
     def _large(self, prefix: str) -> bool:
         """Whether the day is for segment tasks: listed up to the job's threshold, as ``size`` does."""
-        from s3arch.ops.jobs import split_by_size
+        from s3arch.ops.sizing import split_by_size
         from s3arch_airflow.failures import fail_task
         from s3arch_airflow.operators import engine_clients
 
