@@ -101,8 +101,11 @@ test: venv minio typecheck
 # The loop to run after each change: the type check, then the suite without the tests marked
 # slow (Airflow stacks, the browser, package and venv builds, stopping the stacks, and the
 # engine tests that take half a minute or more each; pytest.ini says which).
+# Two pytest workers (pytest-xdist), each with its own servers: the tier waits on S3 and leases
+# more than it computes, so two halve its time on two cores. TEST_WORKERS=1 for one.
+TEST_WORKERS ?= 2
 test-fast: venv minio typecheck
-	$(PY) -m pytest -o tmp_path_retention_policy=failed -m "not slow"
+	$(PY) -m pytest -o tmp_path_retention_policy=failed -m "not slow" -n $(TEST_WORKERS)
 
 # docs/RELIABILITY.md's fault table: the tests that inject faults (the files that call
 # reliability.record), and when they all pass the doc's table is rewritten from what they
