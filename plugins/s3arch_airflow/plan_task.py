@@ -38,7 +38,7 @@ class S3PlanArchiveOperator(S3ArchivePrefixOperator):
         self.job = job
 
     def execute(self, context: Context) -> list:  # the batches, where the archive task returns rows
-        from airflow.sdk.exceptions import DownstreamTasksSkipped
+        from s3arch_airflow.compat import DownstreamTasksSkipped
 
         params = context["params"]
         # A run triggered without a logical date (the form, the REST API) has none in its context.
