@@ -50,10 +50,6 @@ CELERY_SETTINGS = {
     # A worker that died (OOM-killed, host lost) leaves its tasks 'running': the scheduler
     # fails them after this many seconds without a heartbeat, and their retries run elsewhere.
     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "120",
-    # Above the workers' slots (Airflow's default; the pool bounds the archives): a pool slot
-    # frees when a task ends, an executor slot only when the scheduler next polls Celery, so at
-    # parallelism = slots every next day waited for that poll (docs/DEPLOY.md).
-    "AIRFLOW__CORE__PARALLELISM": "32",
 }
 WORKERS = ("worker-1", "worker-2")
 
@@ -289,6 +285,8 @@ def prepare_celery_airflow(home: Path, s3: S3Server, jobs_file: Path, *, pool_sl
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.url,
         "AIRFLOW__CELERY__BROKER_URL": redis.url,
         "AIRFLOW__CELERY__RESULT_BACKEND": postgres.result_backend,
+        # The scheduler may hand out as many tasks as both workers have slots.
+        "AIRFLOW__CORE__PARALLELISM": str(len(WORKERS) * int(CELERY_SETTINGS["AIRFLOW__CELERY__WORKER_CONCURRENCY"])),
         **(overrides or {}),
     })
     airflow = CeleryAirflow(home, env, postgres=postgres, redis=redis)
