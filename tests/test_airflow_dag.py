@@ -73,16 +73,28 @@ def xcom_rows(run, task_id: str = "report", key: str = "return_value", map_index
 
 @pytest.mark.slow  # a whole DagRun through dag.test(), every task archiving: end to end
 def test_scheduled_run_archives_logical_date_minus_the_jobs_age_in_its_plan_task(af):
-    """A run of one logical date is archived by its plan task: no archive task runs, the
-    report still lists the day."""
+    """A run of one logical date is archived and reported by its plan task: one task
+    instance, no archive or report task runs, the plan's rows list the day."""
     day = date(2026, 10, 3)
     seed(af, day)
     run, tis = run_dag(af, logical=day + timedelta(days=2))
     assert run.state == "success"
-    assert tis["plan"].state == "success" and tis["archive"].state == "skipped"
-    assert [(r["prefix"], r["status"]) for r in xcom_rows(run)] == [("logs/2026/10/03/", "archived")]
+    assert tis["plan"].state == "success" and tis["archive"].state == tis["report"].state == "skipped"
+    rows = xcom_rows(run, "plan", "archive_rows")
+    assert [(r["prefix"], r["status"]) for r in rows] == [("logs/2026/10/03/", "archived")]
     source = {k: v for k, v in af.seeded.items() if k.startswith("logs/2026/10/03/")}
     assert archived_day(af, day) == source
+
+
+@pytest.mark.slow  # a whole DagRun through dag.test(), every task archiving: end to end
+def test_one_day_run_whose_day_fails_in_its_plan_task_is_reported_failed_by_the_report(af):
+    """The plan task reports only a day it archived: a day that fails (here: no objects, a
+    permanent error) leaves the report to run, list the day failed and fail the run."""
+    run, tis = run_dag(af, logical=date(2026, 10, 26))  # 2026-10-24: nothing seeded
+    assert run.state == "failed"
+    assert tis["plan"].state == "failed" and tis["report"].state == "failed"
+    rows = xcom_rows(run, "plan", "archive_rows")
+    assert [(r["prefix"], r["status"]) for r in rows] == [("logs/2026/10/24/", "failed")]
 
 
 @pytest.mark.slow  # a whole DagRun through dag.test(), every task archiving: end to end

@@ -3,10 +3,12 @@
 
 A scheduled run or a Backfill's run (one logical date, no range or prefixes in the form) plans
 one day. Handing that day to a mapped ``archive`` task (and, for a job with segment tasks, to a
-``size`` task first) cost two or three more task instances per day: each a worker slot, a task
-process and a DAG parse, queued behind the other runs' for the slots. So the plan task of such a run archives the day itself, then skips the tasks it stood in
-for; ``report`` still reports it, and on-call clears the ``plan`` task (with its downstream, the
-UI's default) to run the day again. A day large enough for segment tasks still goes to them.
+``size`` task first) and a ``report`` task cost three or four more task instances per day: each
+a worker slot, a task process and a DAG parse, queued behind the other runs' for the slots. So
+the plan task of such a run archives the day itself, logs the report's table and skips every
+task after it, ``report`` too; if the day fails, ``report`` runs and fails the run as in any
+run. On-call clears the ``plan`` task (with its downstream, the UI's default) to run the day
+again. A day large enough for segment tasks still goes to them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from s3arch_airflow.operators import S3ArchivePrefixOperator
+from s3arch_airflow.report import print_report
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -28,8 +31,8 @@ class S3PlanArchiveOperator(S3ArchivePrefixOperator):
     """Plan the run's prefixes (``job``'s plan for the form's parameters or the logical date)
     and return them in batches, one per mapped ``archive`` task. A run of one logical date that
     plans one prefix, not large enough for segment tasks, is archived here (the same archive
-    step as the ``archive`` task's, pushing its row as ``archive_rows``) and the tasks after
-    this one but ``report`` are skipped."""
+    step as the ``archive`` task's, pushing its row as ``archive_rows``); archived, its report
+    is logged here and the tasks after this one are skipped."""
 
     ui_color = "#f0f4ff"
 
@@ -50,8 +53,9 @@ class S3PlanArchiveOperator(S3ArchivePrefixOperator):
             return planned
         # Pushed first: the report finds the plan even if the archive below fails.
         context["ti"].xcom_push(key="return_value", value=planned)
-        self._run_each(context, [self.prefix], lambda clients, prefix: self._archive(clients, prefix, context))
-        stood_in_for = sorted(set(self.get_flat_relative_ids(upstream=False)) - {"report"})
+        rows = self._run_each(context, [self.prefix], lambda clients, prefix: self._archive(clients, prefix, context))
+        print_report(rows)  # archived: a failed day raised above, and ``report`` fails the run
+        stood_in_for = sorted(self.get_flat_relative_ids(upstream=False))
         self.log.info("%s archived by the plan task: %s skipped", self.prefix, ", ".join(stood_in_for))
         raise DownstreamTasksSkipped(tasks=stood_in_for)
 

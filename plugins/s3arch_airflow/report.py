@@ -75,6 +75,13 @@ def format_table(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> str:
     return "\n".join(lines)
 
 
+def print_report(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> None:
+    """Log the rows' table, with the segment and lock columns when a row has them."""
+    segmented = [row for row in rows if (row.get("segments") or 1) > 1]
+    locked = [row for row in rows if row.get("retention")]
+    print(format_table(rows, columns + (SEGMENT_COLUMNS if segmented else ()) + (LOCK_COLUMNS if locked else ())))
+
+
 def report_run(ti, *, task_id: str, rows_key: str, columns: tuple[str, ...] = COLUMNS,
                segmented_task_id: str | None = None) -> list[dict]:
     """The report task of both DAGs: a table of every planned prefix, failing the run if any
@@ -96,9 +103,7 @@ def report_run(ti, *, task_id: str, rows_key: str, columns: tuple[str, ...] = CO
         if count:
             pushed += ti.xcom_pull(task_ids=task, key=rows_key, map_indexes=list(range(count))) or []
     rows = collect_rows(batches, [p for p in pushed if p], task=" or ".join(mapped))
-    segmented = [row for row in rows if (row.get("segments") or 1) > 1]
-    locked = [row for row in rows if row.get("retention")]
-    print(format_table(rows, columns + (SEGMENT_COLUMNS if segmented else ()) + (LOCK_COLUMNS if locked else ())))
+    print_report(rows, columns)
     failed = [row["prefix"] for row in rows if row["status"] == "failed"]
     if failed:
         raise AirflowFailException(f"{len(failed)} of {len(rows)} prefix(es) failed: {', '.join(failed)}")
