@@ -72,7 +72,7 @@ FIGURES = [
      "backfill.vs_cli", 2),
     ("bench/README.md", "| 27.6 s | 28.7 s | **0.96x**", "bench/results/backfill-40-plan-reports.json",
      "range_run.vs_cli", 2),
-    ("bench/README.md", "took 37.2 s, 3.46x", "bench/results/backfill-40-main-quiet.json", "backfill.vs_cli", 2),
+    ("bench/README.md", "Backfill day: 37.2 s, 3.46x", "bench/results/backfill-40-main-quiet.json", "backfill.vs_cli", 2),
     ("bench/README.md", "no HEAD) in 2.55 s", "bench/results/catalog.json", "first_read.seconds", 2),
     ("bench/README.md", "from the cache, with its 499 KiB of JSON, 59 ms", "bench/results/catalog.json", "cached_json_ms", 0),
     ("docs/JOBS.md", "took 51 LISTs (0.9 s)", "bench/results/expand-org-trail.json", "expand_seconds.median", 1),
