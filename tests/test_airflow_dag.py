@@ -86,6 +86,22 @@ def test_scheduled_run_archives_logical_date_minus_the_jobs_age_in_its_plan_task
     assert archived_day(af, day) == source
 
 
+@pytest.mark.slow  # a whole DagRun through dag.test(): end to end
+def test_dry_run_of_one_logical_date_in_its_plan_task_writes_nothing(af):
+    """The plan task that archives a one-day run honours the form's dry run: the day is listed
+    and estimated, the run is green, and nothing lands in the destination (no lease either)."""
+    from helpers import open_uploads
+
+    day = date(2026, 10, 21)
+    seed(af, day)
+    run, tis = run_dag(af, logical=day + timedelta(days=2), conf={"dry_run": True})
+    assert run.state == "success" and tis["plan"].state == "success"
+    rows = xcom_rows(run, "plan", "archive_rows")
+    assert [(r["prefix"], r["status"]) for r in rows] == [("logs/2026/10/21/", "dry_run")]
+    assert keys_in(af.s3, af.dst, f"archive/{af.src}/logs/2026/10/21") == []
+    assert open_uploads(af.s3, af.dst) == []
+
+
 @pytest.mark.slow  # a whole DagRun through dag.test(), every task archiving: end to end
 def test_one_day_run_whose_day_fails_in_its_plan_task_is_reported_failed_by_the_report(af):
     """The plan task reports only a day it archived: a day that fails (here: no objects, a
