@@ -205,6 +205,7 @@ def test_on_call_rerun_of_one_prefix_touches_nothing_else(af):
     seed(af, *days)
     run_dag(af, conf={"date_from": "2026-10-14", "date_to": "2026-10-15"})
     before = [manifest_modified(af, d) for d in days]
+    time.sleep(1.1)  # LastModified has one-second resolution: a rewrite in the same second would look untouched
     run, _ = run_dag(af, conf={"prefixes": ["logs/2026/10/15/"], "overwrite": True})
     assert run.state == "success"
     assert [r["status"] for r in xcom_rows(run)] == ["archived"]
