@@ -69,34 +69,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def _restore_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("archive", help="s3://DEST_BUCKET/... archive or manifest key")
-    r.add_argument("--tier", default="Standard", choices=["Expedited", "Standard", "Bulk"],
-                   help="GLACIER: Expedited 1-5 min, Standard 3-5 h, Bulk 5-12 h; DEEP_ARCHIVE: "
-                        "Standard within 12 h, Bulk within 48 h (default Standard)")
-    r.add_argument("--fallback-tier", choices=["Standard", "Bulk"],
-                   help="tier to use if Expedited is unavailable (or the class has none)")
-    r.add_argument("--days", type=int, default=7, help="how long the restored copy stays (default 7)")
-    r.add_argument("--wait", action="store_true", help="poll until the archive is readable")
     _option_flags(r, "restore")
     r.add_argument("--json", action="store_true")
 
 
 def _extract_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("archive", help="s3://DEST_BUCKET/... archive or manifest key")
-    where = x.add_mutually_exclusive_group(required=True)
-    where.add_argument("--to", help="s3://BUCKET/PREFIX/ to write the objects under")
-    where.add_argument("--to-dir", type=Path, help="local directory to write the objects into")
-    which = x.add_mutually_exclusive_group()
-    which.add_argument("--keys", nargs="+", metavar="KEY", help="only these keys (exact, full keys)")
-    which.add_argument("--from-file", type=Path, help="only the keys listed in this file, one per line")
-    which.add_argument("--glob", help="only keys matching this pattern (fnmatch, on the full key)")
-    x.add_argument("--original-keys", action="store_true",
-                   help="keep each object's full original key under the target (default: the key "
-                        "relative to the archived prefix)")
-    x.add_argument("--overwrite", action="store_true", help="replace existing objects with other content")
-    x.add_argument("--memory-budget", default="256MiB")
-    x.add_argument("--metadata-file", type=Path,
-                   help="with --to-dir: write each object's key, attributes, metadata and tags here "
-                        "(JSON Lines, one line per object; docs/FORMAT.md)")
+    _option_flags(x, "extract")
     x.add_argument("--json", action="store_true")
 
 
@@ -122,12 +101,17 @@ def _option_flags(parser: argparse.ArgumentParser, command: str) -> None:
     """The flags of ``command`` from the option table (tasks/core/options.py). A connection
     flag defaults to absent, so that the main parser's and the subcommand's (it works before
     or after the subcommand) do not override each other."""
+    groups: dict = {}  # one_of -> its mutually exclusive group
     for option in options_for(command):
         settings: dict = {"action": "store_true"} if option.switch else {
-            "default": option.default, "type": option.flag_type, "choices": option.choices, "metavar": option.metavar}
+            "default": option.default, "type": option.flag_type, "choices": option.choices, "metavar": option.metavar,
+            "nargs": option.nargs}
         if command == "connection":
             settings["default"] = argparse.SUPPRESS
-        parser.add_argument(option.flag, help=option.help_on.get(command, option.help), **settings)
+        if option.one_of and option.one_of not in groups:
+            groups[option.one_of] = parser.add_mutually_exclusive_group(required=option.required)
+        into = groups[option.one_of] if option.one_of else parser
+        into.add_argument(option.flag, dest=option.name, help=option.help_on.get(command, option.help), **settings)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -380,7 +364,7 @@ def _extract(args, clients, layout) -> int:
         raise BadArgument("--metadata-file goes with --to-dir",
                           hint="extracting to S3 sets each object's metadata and tags on the object itself")
     else:
-        result = extract_day_to_s3(clients, layout, S3Url.parse(args.to), selection=selection,
+        result = extract_day_to_s3(clients, layout, S3Url.parse(args.target), selection=selection,
                                    original_keys=args.original_keys, overwrite=args.overwrite,
                                    memory_budget=parse_size(args.memory_budget))
     if args.json:

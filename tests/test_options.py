@@ -18,11 +18,41 @@ def _parameters(*operators) -> set[str]:
             for name in inspect.signature(cls.__init__).parameters}
 
 
-def _archive_help() -> str:
+def _help(command: str) -> str:
     from s3arch.cli import _parser
 
-    sub = next(a for a in _parser()._actions if a.dest == "command").choices["archive"]
+    sub = next(a for a in _parser()._actions if a.dest == "command").choices[command]
     return " ".join(sub.format_help().split())
+
+
+# The restore operator's parameters that are no option: what it restores and how it waits.
+RESTORE_OPERATOR_OWN = {"self", "source_bucket", "prefix", "destination", "deferrable", "kwargs"}
+
+
+def restore_operator_mismatches() -> list[str]:
+    """Where S3RestoreArchiveOperator differs from the option table: a restore option it does
+    not take, or with another default; a parameter that is no option; a template field that is
+    no templated restore option, or the reverse."""
+    from s3arch_airflow.restore import S3RestoreArchiveOperator
+
+    from s3arch.core.options import OPTIONS
+
+    taken = {name: p.default for name, p in inspect.signature(S3RestoreArchiveOperator.__init__).parameters.items()
+             if name not in RESTORE_OPERATOR_OWN}
+    restore = {o.name: o for o in OPTIONS if o.operator == "restore"}
+    others = {o.name: o for o in OPTIONS if o.operator != "restore"}  # the job's settings the DAG passes on
+    wrong = [f"takes no {name}" for name in restore if name not in taken]
+    for name, default in taken.items():
+        option = restore.get(name) or others.get(name)
+        if option is None:
+            wrong.append(f"{name} is no option")
+        elif default != option.default:
+            wrong.append(f"{name} defaults to {default!r}, the table to {option.default!r}")
+    fields = set(S3RestoreArchiveOperator.template_fields) - {"prefix", "aws_conn_id", "region_name", "verify"}
+    wrong += [f"{name} is templated but no templated restore option"
+              for name in fields - {o.name for o in restore.values() if o.templated}]
+    wrong += [f"{o.name} is no template field" for o in restore.values() if o.templated and o.name not in fields]
+    return wrong
 
 
 def test_the_docs_option_tables_are_the_ones_the_table_generates():
@@ -67,7 +97,7 @@ def test_a_new_option_is_one_entry_in_the_table(monkeypatch, capsys):
                           help="how many example knobs to turn (default 3)")
     monkeypatch.setattr(options, "OPTIONS", (*options.OPTIONS, knob))
 
-    assert "--example-knob EXAMPLE_KNOB how many example knobs to turn (default 3)" in _archive_help()
+    assert "--example-knob EXAMPLE_KNOB how many example knobs to turn (default 3)" in _help("archive")
     argv = ["archive", "s3://logs-bucket/x/", "s3://vault-bucket/"]
     assert _parser().parse_args(argv).example_knob == 3
     assert _parser().parse_args([*argv, "--example-knob", "5"]).example_knob == 5
@@ -81,6 +111,55 @@ def test_a_new_option_is_one_entry_in_the_table(monkeypatch, capsys):
         job_from_dict("j", {**JOB, "example_knob": 0})
 
     assert "| an example knob | `example_knob` | `--example-knob` | 3 knobs |" in settings_table()
+
+
+def test_a_new_restore_option_is_one_entry_in_the_table(monkeypatch, capsys):
+    """A restore option added to the table alone is a `restore` flag (help, type, exit 2 naming
+    it), a field of the restore DAG's trigger form, a parameter the restore DAG hands its
+    operator, and what the operator check asks the operator to take and template."""
+    from s3arch_airflow.factory import restore_params
+
+    from s3arch.cli import _parser
+    from s3arch.core import options
+
+    hold = options.Option("example_hold", "an example hold", default=2, flag_type=int, job=None, operator="restore",
+                          templated=True, cli=("restore",), help="hours to hold the example (default 2)",
+                          form=options.Form("Example hold", "Hours to hold the example.", {"minimum": 1}))
+    monkeypatch.setattr(options, "OPTIONS", (*options.OPTIONS, hold))
+
+    assert "--example-hold EXAMPLE_HOLD hours to hold the example (default 2)" in _help("restore")
+    argv = ["restore", "s3://vault-bucket/a/b.tar.gz"]
+    assert _parser().parse_args(argv).example_hold == 2
+    assert _parser().parse_args([*argv, "--example-hold", "5"]).example_hold == 5
+    with pytest.raises(SystemExit) as refused:
+        _parser().parse_args([*argv, "--example-hold", "five"])
+    assert refused.value.code == 2 and "--example-hold: invalid int value: 'five'" in capsys.readouterr().err
+
+    field = restore_params()["example_hold"]
+    assert (field.value, field.description) == (2, "Hours to hold the example.")
+    assert field.schema == {"type": "integer", "title": "Example hold", "minimum": 1}
+    assert restore_operator_mismatches() == ["takes no example_hold", "example_hold is no template field"]
+
+
+def test_the_restore_operator_takes_every_restore_option_with_its_default_and_templates_the_marked():
+    assert restore_operator_mismatches() == []
+
+
+def test_the_restore_dag_asks_each_form_field_and_hands_it_to_its_operator_by_name():
+    from s3arch_airflow.factory import restore_dag
+
+    from s3arch.core.options import form_options
+    from s3arch.ops.jobs import job_from_dict
+
+    dag = restore_dag(job_from_dict("j", JOB))
+    fields = [o.name for o in form_options()]
+    assert list(dag.params) == ["date_from", "date_to", "prefixes", *fields]
+    assert set(fields) == {"target", "keys", "glob", "overwrite", "tier", "days"}
+    tier = dag.params.get_param("tier")
+    assert (tier.value, tier.schema["enum"], tier.schema["title"]) == ("Standard", ["Expedited", "Standard", "Bulk"],
+                                                                        "Retrieval tier")
+    handed = dag.get_task("restore").partial_kwargs
+    assert {name: handed[name] for name in fields} == {name: f"{{{{ params[{name!r}] }}}}" for name in fields}
 
 
 def test_a_job_key_outside_the_table_and_the_jobs_fields_is_refused():
@@ -106,7 +185,8 @@ def test_every_option_is_a_parameter_of_the_operators_it_names_and_templated_whe
     for option in OPTIONS:
         for operator in takers.get(option.operator or "", ()):
             assert option.name in _parameters(operator), f"{operator.__name__} takes no {option.name}"
-        assert (option.name in S3ArchiveBaseOperator.template_fields) == option.templated, option.name
+        if option.operator != "restore":
+            assert (option.name in S3ArchiveBaseOperator.template_fields) == option.templated, option.name
     assert {o.operator for o in OPTIONS} <= {*takers, None}
     assert set(S3ArchiveBaseOperator.template_fields) >= {"source_bucket", "destination", "aws_conn_id"}
     for operator in steps:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, AssetAlias, Param, TriggerRule, task
 
+from s3arch.core.options import Form, Option, form_options
 from s3arch.ops.jobs import ArchiveJob, load_jobs
 from s3arch_airflow.operators import (ROWS_XCOM_KEY, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
                                       S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
@@ -191,28 +192,33 @@ def segment_path(job: ArchiveJob, planned, step: dict, deleting: dict, outlets: 
     return assembled, large
 
 
-RESTORE_PARAMS = {
+# What the restore form asks first; its other fields are the restore operator's options.
+RESTORE_PLAN_PARAMS = {
     "date_from": Param(None, type=["null", "string"], format="date", title="First date",
                        description="Restore a range of archived days: first day (YYYY-MM-DD)."),
     "date_to": Param(None, type=["null", "string"], format="date", title="Last date",
                      description="Last day of the range, inclusive (YYYY-MM-DD)."),
     "prefixes": Param(None, type=["null", "array"], items={"type": "string"}, title="Prefixes (optional)",
                       description="Exact archived prefixes instead of dates, e.g. logs/2026/11/03/."),
-    "keys": Param(None, type=["null", "array"], items={"type": "string"}, title="Keys (optional)",
-                  description="Only these objects (full keys). Empty: every object of each prefix."),
-    "glob": Param(None, type=["null", "string"], title="Glob (optional)",
-                  description="Only keys matching this pattern, e.g. */app-7*.log. Empty: no filter."),
-    "target": Param(None, type=["null", "string"], title="Target (optional)",
-                    description="s3://BUCKET/PREFIX/ to restore under (each object keeps its full key "
-                                "below it). Empty: back to the original bucket and keys."),
-    "tier": Param("Standard", type="string", enum=["Expedited", "Standard", "Bulk"], title="Retrieval tier",
-                  description="GLACIER: Expedited 1-5 min, Standard 3-5 h, Bulk 5-12 h. DEEP_ARCHIVE: "
-                              "Standard within 12 h, Bulk within 48 h (Expedited falls back to Standard)."),
-    "days": Param(7, type="integer", minimum=1, maximum=365, title="Days restored",
-                  description="How long S3 keeps the restored copy of each archive."),
-    "overwrite": Param(False, type=["boolean", "null"], title="Overwrite (optional)",
-                       description="Replace objects that exist at the target with other content."),
 }
+_JSON_TYPES: dict[object, str] = {int: "integer", float: "number"}
+
+
+def form_param(option: Option, form: Form) -> Param:
+    """The trigger form's field of a restore option (tasks/core/options.py): its default, type
+    and choices are the option's; title, description and bounds its ``form``'s."""
+    optional = option.default is None or option.switch
+    json_type = "array" if option.nargs else _JSON_TYPES.get(option.flag_type, "string")
+    kind: str | list[str] = ["boolean", "null"] if option.switch else ["null", json_type] if optional else json_type
+    schema = dict(type=kind, title=form.title + (" (optional)" if optional else ""),
+                  **({"items": {"type": "string"}} if option.nargs else {}),
+                  **({"enum": list(option.choices)} if option.choices else {}), **form.bounds)
+    return Param(option.default, description=form.description, **schema)
+
+
+def restore_params() -> dict[str, Param]:
+    """The restore DAG's trigger form: the range or prefixes, then each restore option's field."""
+    return {**RESTORE_PLAN_PARAMS, **{o.name: form_param(o, o.form) for o in form_options() if o.form}}
 
 
 def restore_dag(job: ArchiveJob) -> DAG:
@@ -223,7 +229,7 @@ def restore_dag(job: ArchiveJob) -> DAG:
         schedule=None,
         start_date=datetime.combine(job.start_date, datetime.min.time(), tzinfo=timezone.utc),
         catchup=False,
-        params=RESTORE_PARAMS,
+        params=restore_params(),
         render_template_as_native_obj=True,
         tags=["s3-archive", "restore"],
         doc_md=RESTORE_DOC,
@@ -259,12 +265,7 @@ def restore_dag(job: ArchiveJob) -> DAG:
             task_id="restore",
             source_bucket=job.source.bucket,
             destination=str(job.destination),
-            target="{{ params.target }}",
-            keys="{{ params['keys'] }}",
-            glob="{{ params.glob }}",
-            tier="{{ params.tier }}",
-            days="{{ params.days }}",
-            overwrite="{{ params.overwrite }}",
+            **{o.name: f"{{{{ params[{o.name!r}] }}}}" for o in form_options()},  # the form's fields
             memory_budget=job.memory_budget,
             poll_interval=job.poll_interval,
             expected_owner=job.expected_owner,

@@ -18,6 +18,7 @@ from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 
+from s3arch.core.options import templated_options
 from s3arch_airflow.operators import as_bool, engine_clients, result_row
 
 if TYPE_CHECKING:
@@ -37,11 +38,10 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
     objects, ``target`` is ``s3://BUCKET/PREFIX/`` (empty: back to the source bucket)."""
 
     aws_hook_class = S3Hook
-    template_fields: Sequence[str] = aws_template_fields("prefix", "target", "keys", "glob", "tier", "days",
-                                                         "overwrite")
+    template_fields: Sequence[str] = aws_template_fields("prefix", *templated_options("restore"))
     ui_color = "#fff3e0"
 
-    def __init__(self, *, source_bucket: str, prefix: str, destination: str, target: str = "",
+    def __init__(self, *, source_bucket: str, prefix: str, destination: str, target: str | None = None,
                  keys: list[str] | None = None, glob: str | None = None, tier: str = "Standard",
                  days: int | str = 7, overwrite: bool | str = False, memory_budget: str | int = "256MiB",
                  deferrable: bool = True, poll_interval: float | None = None,

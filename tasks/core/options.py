@@ -2,9 +2,10 @@
 
 An option's name is the job key, the operator parameter and, with ``-`` for ``_``, the CLI
 flag. ``OPTIONS`` is the one table the CLI's flags (tasks/cli.py), the job file's keys
-(tasks/ops/jobs.py), the Airflow operators' template fields and the docs' tables
-(``python -m devtools.option_tables``) are made from; tests check the operators' parameters
-against it. A new option is one entry here (and the code that uses its value).
+(tasks/ops/jobs.py), the Airflow operators' template fields, the restore DAG's trigger form and
+the docs' tables (``python -m devtools.option_tables``) are made from; tests check the
+operators' parameters against it. A new option is one entry here (and the code that uses its
+value).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from s3arch.core.config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_INVENTORY_MAX_AGE_DAYS, DEFAULT_LEASE_TTL,
@@ -25,6 +27,20 @@ Check = Callable[[Any, str], Any]
 
 _SAME = object()  # a job's default that is the CLI's
 
+TIERS = ("Expedited", "Standard", "Bulk")  # S3's restore tiers, fastest first
+
+
+@dataclass(frozen=True)
+class Form:
+    """An option as a field of the restore DAG's trigger form (an Airflow Param whose default,
+    type and choices are the option's): its ``title`` there (" (optional)" is added where the
+    field may stay empty), the form's ``description`` (the DAG's limits are not the CLI's,
+    docs/RESTORE.md), and JSON-schema ``bounds`` such as ``minimum``."""
+
+    title: str
+    description: str
+    bounds: Mapping[str, Any] = field(default_factory=dict)
+
 
 @dataclass(frozen=True)
 class Option:
@@ -37,8 +53,10 @@ class Option:
     ``operator``: which operators take it as a parameter: "step" (every archive step, from the
     job's ``operator_args``), "deleting" (the archive and assemble steps), "segments" (the
     segment steps), "restore" (the restore operator), or None.
-    ``templated``: a template field of the archive steps. ``label`` and ``doc_default`` are
-    the docs' words for it."""
+    ``templated``: a template field of the operators it names. ``label`` and ``doc_default`` are
+    the docs' words for it. ``spelled``: the flag, where it is not the name's; ``nargs``:
+    argparse's; ``one_of``: a group of flags of which one at most is given (``required``: one
+    must be); ``form``: a field of the restore DAG's trigger form."""
 
     name: str
     label: str
@@ -55,10 +73,15 @@ class Option:
     job: str | None = "key"
     operator: str | None = "step"
     templated: bool = False
+    spelled: str | None = None
+    nargs: str | None = None
+    one_of: str | None = None
+    required: bool = False
+    form: Form | None = None
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return self.spelled or "--" + self.name.replace("_", "-")
 
     @property
     def switch(self) -> bool:
@@ -132,7 +155,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("level", "compression level", flag_type=int, doc_default="gzip 1, zstd 3", cli=("archive",),
            help="gzip 0-9 (ISA-L for 0-3, zlib-ng for 4-9), default 1; zstd 1-19, default 3"),
     Option("memory_budget", "bound on buffered bytes", default="256MiB", doc_default="256MiB", check=_size,
-           cli=("archive",), help="bound on buffered bytes (default 256MiB)"),
+           cli=("archive", "extract"), help="bound on buffered bytes (default 256MiB)"),
     Option("concurrency", "GETs in flight", default=DEFAULT_CONCURRENCY, flag_type=int,
            doc_default=str(DEFAULT_CONCURRENCY), check=whole(1), cli=("archive",),
            help=f"GETs in flight (default {DEFAULT_CONCURRENCY})"),
@@ -204,6 +227,43 @@ OPTIONS: tuple[Option, ...] = (
            help="how long a request may stay throttled (503 SlowDown, waited out with backoff) "
                 "before the run gives up with exit 3 (default: S3ARCH_THROTTLE_BUDGET, else 900)"),
     Option("prices", "prices of the cost estimate", doc_default="built-in table"),
+    Option("target", "restore target", spelled="--to", metavar="TO", job=None, operator="restore", templated=True,
+           cli=("extract",), one_of="where", required=True, help="s3://BUCKET/PREFIX/ to write the objects under",
+           form=Form("Target", "s3://BUCKET/PREFIX/ to restore under (each object keeps its full key below it). "
+                               "Empty: back to the original bucket and keys.")),
+    Option("to_dir", "local directory", flag_type=Path, job=None, operator=None, cli=("extract",), one_of="where",
+           required=True, help="local directory to write the objects into"),
+    Option("keys", "keys to restore", nargs="+", metavar="KEY", job=None, operator="restore", templated=True,
+           cli=("extract",), one_of="which", help="only these keys (exact, full keys)",
+           form=Form("Keys", "Only these objects (full keys). Empty: every object of each prefix.")),
+    Option("from_file", "file of keys", flag_type=Path, job=None, operator=None, cli=("extract",), one_of="which",
+           help="only the keys listed in this file, one per line"),
+    Option("glob", "keys matching a pattern", job=None, operator="restore", templated=True, cli=("extract",),
+           one_of="which", help="only keys matching this pattern (fnmatch, on the full key)",
+           form=Form("Glob", "Only keys matching this pattern, e.g. */app-7*.log. Empty: no filter.")),
+    Option("original_keys", "original keys", default=False, job=None, operator=None, cli=("extract",),
+           help="keep each object's full original key under the target (default: the key relative to the "
+                "archived prefix)"),
+    Option("overwrite", "replace objects at the target", default=False, job=None, operator="restore",
+           templated=True, cli=("extract",), help="replace existing objects with other content",
+           form=Form("Overwrite", "Replace objects that exist at the target with other content.")),
+    Option("metadata_file", "metadata file", flag_type=Path, job=None, operator=None, cli=("extract",),
+           help="with --to-dir: write each object's key, attributes, metadata and tags here (JSON Lines, one "
+                "line per object; docs/FORMAT.md)"),
+    Option("tier", "retrieval tier", default="Standard", choices=TIERS, job=None, operator="restore",
+           templated=True, cli=("restore",),
+           help="GLACIER: Expedited 1-5 min, Standard 3-5 h, Bulk 5-12 h; DEEP_ARCHIVE: Standard within 12 h, "
+                "Bulk within 48 h (default Standard)",
+           form=Form("Retrieval tier", "GLACIER: Expedited 1-5 min, Standard 3-5 h, Bulk 5-12 h. DEEP_ARCHIVE: "
+                                       "Standard within 12 h, Bulk within 48 h (Expedited falls back to Standard).")),
+    Option("fallback_tier", "fallback tier", choices=TIERS[1:], job=None, operator=None, cli=("restore",),
+           help="tier to use if Expedited is unavailable (or the class has none)"),
+    Option("days", "days restored", default=7, flag_type=int, job=None, operator="restore", templated=True,
+           cli=("restore",), help="how long the restored copy stays (default 7)",
+           form=Form("Days restored", "How long S3 keeps the restored copy of each archive.",
+                     {"minimum": 1, "maximum": 365})),
+    Option("wait", "wait for the restore", default=False, job=None, operator=None, cli=("restore",),
+           help="poll until the archive is readable"),
     Option("wait_timeout", "restore wait limit (seconds)", default=48 * 3600, flag_type=float, doc_default="48 h",
            job=None, operator="restore", cli=("restore",),
            help="with --wait: stop waiting after this many seconds (default 48 h; exit 3, the restore "
@@ -238,6 +298,12 @@ def job_options() -> tuple[Option, ...]:
     return tuple(o for o in OPTIONS if o.job == "key")
 
 
-def templated_options() -> tuple[str, ...]:
-    """The archive steps' template fields among the options."""
-    return tuple(o.name for o in OPTIONS if o.templated)
+def templated_options(operator: str = "step") -> tuple[str, ...]:
+    """The template fields among the options: the archive steps' (the default), or the
+    restore operator's (``"restore"``)."""
+    return tuple(o.name for o in OPTIONS if o.templated and (o.operator == "restore") == (operator == "restore"))
+
+
+def form_options() -> tuple[Option, ...]:
+    """The fields of the restore DAG's trigger form, each an option of the restore operator."""
+    return tuple(o for o in OPTIONS if o.form is not None)
