@@ -1,6 +1,6 @@
-"""One declaration per option (tasks/core/options.py): the CLI's flags, the job file's keys and
-the docs' option tables are made from the table, and the operators' parameters and template
-fields are checked against it."""
+"""One declaration per option (tasks/core/options.py): the CLI's flags, the job file's keys, the
+restore DAG's trigger form and the docs' option tables are made from the table, and the
+operators' parameters and template fields are checked against it."""
 
 from __future__ import annotations
 
