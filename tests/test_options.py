@@ -117,10 +117,11 @@ def test_a_new_restore_option_is_one_entry_in_the_table(monkeypatch, capsys):
     """A restore option added to the table alone is a `restore` flag (help, type, exit 2 naming
     it), a field of the restore DAG's trigger form, a parameter the restore DAG hands its
     operator, and what the operator check asks the operator to take and template."""
-    from s3arch_airflow.factory import restore_params
+    from s3arch_airflow.factory import restore_dag, restore_params
 
     from s3arch.cli import _parser
     from s3arch.core import options
+    from s3arch.ops.jobs import job_from_dict
 
     hold = options.Option("example_hold", "an example hold", default=2, flag_type=int, job=None, operator="restore",
                           templated=True, cli=("restore",), help="hours to hold the example (default 2)",
@@ -138,7 +139,10 @@ def test_a_new_restore_option_is_one_entry_in_the_table(monkeypatch, capsys):
     field = restore_params()["example_hold"]
     assert (field.value, field.description) == (2, "Hours to hold the example.")
     assert field.schema == {"type": "integer", "title": "Example hold", "minimum": 1}
+    # The DAG hands it to the operator, which does not take it yet: the check and the DAG say so.
     assert restore_operator_mismatches() == ["takes no example_hold", "example_hold is no template field"]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'example_hold'"):
+        restore_dag(job_from_dict("j", JOB))
 
 
 def test_the_restore_operator_takes_every_restore_option_with_its_default_and_templates_the_marked():
