@@ -47,6 +47,14 @@ CELERY_SETTINGS = {
     # A task's message is acknowledged when it ends, not when it starts.
     "AIRFLOW__CELERY__TASK_ACKS_LATE": "True",
     "AIRFLOW__CORE__HOSTNAME_CALLABLE": "s3arch_airflow.hostname.worker_hostname",
+    # Each worker imports the engine once before forking task processes (s3arch_airflow/preload.py).
+    "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "s3arch_airflow.celery_config.CELERY_CONFIG",
+    # A backfill's day is one short task: the scheduler looks for the next one 5 times a
+    # second when idle instead of once (docs/DEPLOY.md gives what each costs and saves).
+    "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
+    # The task supervisor can miss its task's exit and notice it only at its next heartbeat:
+    # this bounds that wait to 1 s instead of 5.
+    "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
     # A worker that died (OOM-killed, host lost) leaves its tasks 'running': the scheduler
     # fails them after this many seconds without a heartbeat, and their retries run elsewhere.
     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "120",

@@ -63,11 +63,9 @@ class S3PlanArchiveOperator(S3ArchivePrefixOperator):
         """Whether the day is for segment tasks: listed up to the job's threshold, as ``size`` does."""
         from s3arch.ops.sizing import split_by_size
         from s3arch_airflow.failures import fail_task
-        from s3arch_airflow.operators import engine_clients
 
         try:
-            control = engine_clients(self.hook, self.expected_owner, self.throttle_budget).control
-            return prefix in split_by_size(self.job, [[prefix]], control)["large"]
+            return prefix in split_by_size(self.job, [[prefix]], self._engine_clients().control)["large"]
         except BaseException as exc:
             fail_task("sizing the day", exc)
 
