@@ -98,16 +98,6 @@ def cli_reference(env: dict, days: list[date], stem: str) -> float:
     return time.monotonic() - started
 
 
-def wait(predicate, timeout: float, what: str, airflow):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise RuntimeError(f"timed out waiting for {what}:\n{airflow.log_tail('scheduler')}")
-
-
 def range_run(airflow, dag_id: str, days: list[date]) -> float:
     """One run of the archive DAG over the days, through the REST API: seconds to green."""
     started = time.monotonic()
@@ -118,7 +108,7 @@ def range_run(airflow, dag_id: str, days: list[date]) -> float:
         state = airflow.api("GET", f"dags/{dag_id}/dagRuns/{run_id}")["state"]
         return state if state in ("success", "failed") else None
 
-    state = wait(ended, 3600, "the range run", airflow)
+    state = airflow.wait_until(ended, 3600, "the range run")
     if state != "success":
         failed = [(ti["task_id"], ti["map_index"], ti["state"]) for ti in _pages(
             airflow, f"dags/{dag_id}/dagRuns/{run_id}/taskInstances", "task_instances")
@@ -143,7 +133,7 @@ def backfill(airflow, dag_id: str, days: list[date]) -> float:
             raise RuntimeError(f"{failed['total_entries']} backfill run(s) failed")
         return runs["total_entries"] == len(days)
 
-    wait(ended, 4 * 3600, "the backfill", airflow)
+    airflow.wait_until(ended, 4 * 3600, "the backfill")
     return time.monotonic() - started
 
 
@@ -209,7 +199,7 @@ def run_airflow(server, days: list[date], backfilled: list[date]) -> dict:
     try:
         airflow.start()
         for dag_id in ("s3_archive__range", "s3_archive__dagruns"):
-            wait(lambda d=dag_id: _parsed(airflow, d), 300, f"{dag_id} to be parsed", airflow)
+            airflow.wait_until(lambda d=dag_id: _parsed(airflow, d), 300, f"{dag_id} to be parsed")
         time.sleep(10)  # the scheduler's own run of each job's latest day (empty: allowed) goes first
         seconds = {"range": range_run(airflow, "s3_archive__range", days)}
         seconds["backfill"] = backfill(airflow, "s3_archive__dagruns", backfilled)

@@ -33,7 +33,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.backfill import _parsed, wait
+from bench.backfill import _parsed
 from bench.bench import DEST_BUCKET, RESULTS, RssSampler, _descendants, start_bench_minio
 from bench.scale import SCALE_BUCKET, _clear, _line, _prefix, cli_runs, seeded, verify_run
 from devtools.airflow_celery import WORKERS, prepare_celery_airflow
@@ -113,7 +113,7 @@ def dag_run(airflow, day: str) -> tuple[float, str]:
         state = airflow.api("GET", f"dags/{DAG_ID}/dagRuns/{run_id}")["state"]
         return state if state in ("success", "failed") else None
 
-    state = wait(ended, 4 * 3600, "the archive run", airflow)
+    state = airflow.wait_until(ended, 4 * 3600, "the archive run")
     return time.monotonic() - started, run_id if state == "success" else ""
 
 
@@ -135,7 +135,7 @@ def run_dag(server, objects: int, segments: int) -> dict:
     airflow = prepare_celery_airflow(home, server, jobs, pool_slots=4)
     try:
         airflow.start()
-        wait(lambda: _parsed(airflow, DAG_ID), 300, f"{DAG_ID} to be parsed", airflow)
+        airflow.wait_until(lambda: _parsed(airflow, DAG_ID), 300, f"{DAG_ID} to be parsed")
         trees = TaskTrees([airflow.processes[name].pid for name in WORKERS])
         trees.start()
         load_before = os.getloadavg()[0]

@@ -128,6 +128,18 @@ class LocalAirflow:
         except urllib.error.HTTPError as exc:
             raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {exc.read().decode(errors='replace')}") from None
 
+    def wait_until(self, condition, timeout: float, what: str, interval: float = 0.5):
+        """``condition()``'s first true value, polled every ``interval`` seconds; after
+        ``timeout``, TimeoutError naming ``what`` with the scheduler's and dag-processor's logs."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            time.sleep(interval)
+        logs = "\n".join(f"--- {name}\n{self.log_tail(name)}" for name in ("scheduler", "dag-processor"))
+        raise TimeoutError(f"timed out after {timeout}s waiting for {what}\n{logs}")
+
     def log_tail(self, name: str, lines: int = 40) -> str:
         path = self.home / f"{name}.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""

@@ -94,14 +94,7 @@ def _dag_parsed(airflow, dag_id=DAG_ID) -> bool:
 
 
 def wait_for(condition, timeout, what, airflow):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(1)
-    logs = "\n".join(f"--- {name}\n{airflow.log_tail(name)}" for name in ("scheduler", "dag-processor"))
-    pytest.fail(f"timed out after {timeout}s waiting for {what}\n{logs}")
+    return airflow.wait_until(condition, timeout, what, interval=1)
 
 
 def _trigger(airflow, dag_id, conf):

@@ -177,6 +177,21 @@ def test_compose_runs_the_executor_settings_of_the_native_celery_stack():
         assert {k: env.get(k) for k in CELERY_SETTINGS} == CELERY_SETTINGS, name
 
 
+def test_deploy_doc_gives_the_executor_settings_the_stacks_run():
+    """docs/DEPLOY.md's ini block is what a user copies into airflow.cfg: the same settings."""
+    import configparser
+    import re
+
+    from devtools.airflow_celery import CELERY_SETTINGS
+
+    block = re.search(r"## Celery.*?```ini\n(.*?)```", (ROOT / "docs" / "DEPLOY.md").read_text(), re.S).group(1)
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read_string(block)
+    documented = {f"AIRFLOW__{section.upper()}__{key.upper()}": value
+                  for section in ini.sections() for key, value in ini[section].items()}
+    assert documented == CELERY_SETTINGS
+
+
 def _airflow_services() -> dict[str, dict]:
     return {n: s for n, s in _compose()["services"].items() if n.startswith("airflow-")}
 
