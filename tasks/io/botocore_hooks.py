@@ -135,8 +135,8 @@ class _OncePerPath(list):
 def shared_loader(data_path: str | None) -> botocore.loaders.Loader:
     """One botocore data loader per process (per AWS_DATA_PATH) for every engine session: it
     parses S3's service model (0.07 s of CPU, over 1 MB of JSON) once, not once per set of
-    clients; an Airflow task makes two, and a Celery worker that imported
-    ``s3arch_airflow.preload`` has it parsed before it forks the task processes."""
+    clients (each task, restore and catalog job makes its own), and a Celery worker that
+    imported ``s3arch_airflow.preload`` has it parsed before it forks the task processes."""
     paths = [os.path.expanduser(p) for p in data_path.split(os.pathsep)] if data_path else []
     return botocore.loaders.Loader(extra_search_paths=_OncePerPath(paths))
 
