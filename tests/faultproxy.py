@@ -8,6 +8,7 @@ and responses are streamed back, unless a rule says otherwise. Rules are set per
     proxy.add(Fault("reset", rate=0.05, match=is_get))                # RST in the middle of the body
     proxy.add(Fault("reset", at=0, match=is_manifest_get))            # RST right after the head
     proxy.add(Fault("drop", count=1, match=is_complete_upload))        # RST instead of any answer
+    proxy.add(Fault("lost", count=1, match=is_lease_put))              # the server applies it, the answer is lost
     proxy.add(Fault("truncate", count=3, match=is_get))               # short body, then close
     proxy.add(Fault("stall", seconds=30, count=1, match=is_get))      # hold the response back
     proxy.add(Fault("status", status=500, match=is_complete_upload))  # every matching request
@@ -85,6 +86,11 @@ def is_complete_upload(r: Request) -> bool:
     return r.method == "POST" and "uploadId" in r.query
 
 
+def is_lease_put(r: Request) -> bool:
+    """A write of a prefix's lease: its create, renewal or take-over."""
+    return r.method == "PUT" and r.key.endswith(".lease.json")
+
+
 def makes_visible(r: Request, suffix: str) -> bool:
     """The request that makes an object ending in ``suffix`` visible: the completion of its
     multipart upload, or the single PUT of one smaller than a part."""
@@ -93,7 +99,7 @@ def makes_visible(r: Request, suffix: str) -> bool:
 
 @dataclass
 class Fault:
-    kind: str  # status | reset | drop | truncate | stall | header | rewrite
+    kind: str  # status | reset | drop | lost | truncate | stall | header | rewrite
     match: Callable[[Request], bool] = lambda r: True
     rate: float = 1.0
     count: int | None = None  # at most this many injections
@@ -259,6 +265,10 @@ class FaultProxy:
             handler._upstream_used = True
         except OSError:
             handler.close_connection = True
+            _abort(handler)
+            return
+        if fault and fault.kind == "lost":  # the server did it; its answer never reaches the client
+            response.read()
             _abort(handler)
             return
         length = response.getheader("Content-Length")

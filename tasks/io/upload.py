@@ -22,6 +22,7 @@ from awscrt import checksums
 
 from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.core.errors import IO_ERRORS, ArchiverError, BadArgument, IntegrityError, translate
+from s3arch.io.own_writes import Written, write_conditionally
 
 MAX_PARTS = 10_000
 MIN_PART = 5 << 20
@@ -238,7 +239,7 @@ class PartUploader:
             resp = self.control.upload_part(
                 Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number,
                 Body=data, ChecksumCRC32C=b64,
-                **_sse_customer_args(self.extra_args))
+                **dict(_sse_customer_args(self.extra_args)))
             if resp.get("ChecksumCRC32C") not in (None, b64):
                 raise IntegrityError(f"part {number} of {self.url}: S3 stored CRC32C "
                                      f"{resp['ChecksumCRC32C']}, sent {b64}")
@@ -296,9 +297,12 @@ class PartUploader:
         body = self._cut(self._buffered)
         crc = _b64_crc(self._crc_full or 0)
         condition = {"IfNoneMatch": "*"} if if_none_match else {"IfMatch": if_match} if if_match else {}
+        written = Written(len(body), frozenset([crc]), sse_customer=_sse_customer_args(self.extra_args))
         try:
-            resp = self.control.put_object(Bucket=self.bucket, Key=self.key, Body=body, ChecksumCRC32C=crc,
-                                           StorageClass=self.storage_class, **self.extra_args, **condition)
+            resp = write_conditionally(
+                lambda: self.control.put_object(Bucket=self.bucket, Key=self.key, Body=body, ChecksumCRC32C=crc,
+                                                StorageClass=self.storage_class, **self.extra_args, **condition),
+                self.control, self.bucket, self.key, written)
         except IO_ERRORS as exc:
             raise translate(exc, f"write {self.url}", "commit") from exc
         finally:
@@ -362,41 +366,34 @@ def complete_upload(control, bucket: str, key: str, upload_id: str, parts: list[
     store answers that resend as if another writer had been first (412 to the condition, or
     NoSuchUpload): an object there with this upload's size and checksum is its own."""
     condition = {"IfNoneMatch": "*"} if if_none_match else {"IfMatch": if_match} if if_match else {}
-    try:
-        control.complete_multipart_upload(
-            Bucket=bucket, Key=key, UploadId=upload_id,
-            MultipartUpload={"Parts": [{"PartNumber": p.number, "ETag": p.etag, "ChecksumCRC32C": _b64_crc(p.crc32c)}
-                                       for p in parts]}, **condition)
-    except IO_ERRORS as exc:
-        refused = translate(exc, f"complete upload of s3://{bucket}/{key}", "commit")
-        if refused.status not in (404, 412):
-            raise refused from exc
-        try:
-            return _check_stored(control, bucket, key, parts, extra_args, full_crc32c, proof=True)
-        except ArchiverError:  # not this upload's object, or no way to tell: the refusal stands
-            raise refused from exc
-    return _check_stored(control, bucket, key, parts, extra_args, full_crc32c)
-
-
-def _check_stored(control, bucket: str, key: str, parts: list[UploadedPart], extra_args: dict | None,
-                  full_crc32c: int | None, *, proof: bool = False) -> UploadResult:
-    """HEAD the completed object: its size and CRC32C must be what ``parts`` sent (``proof``: and reported)."""
-    url = f"s3://{bucket}/{key}"
     composite = _b64_crc(checksums.crc32c(b"".join(struct.pack(">I", p.crc32c) for p in parts)))
     # S3 reports the composite ("-N" suffixed) of a multipart upload, some servers the whole object's: either proves it.
     accepted = {f"{composite}-{len(parts)}", composite, *([_b64_crc(full_crc32c)] if full_crc32c is not None else [])}
+    written = Written(sum(p.size for p in parts), frozenset(accepted),
+                      sse_customer=_sse_customer_args(extra_args or {}))
     try:
-        head = control.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED",
-                                   **_sse_customer_args(extra_args or {}))
+        write_conditionally(lambda: control.complete_multipart_upload(
+            Bucket=bucket, Key=key, UploadId=upload_id,
+            MultipartUpload={"Parts": [{"PartNumber": p.number, "ETag": p.etag, "ChecksumCRC32C": _b64_crc(p.crc32c)}
+                                       for p in parts]}, **condition), control, bucket, key, written)
+    except IO_ERRORS as exc:
+        raise translate(exc, f"complete upload of s3://{bucket}/{key}", "commit") from exc
+    return _check_stored(control, bucket, key, len(parts), written)
+
+
+def _check_stored(control, bucket: str, key: str, parts: int, written: Written) -> UploadResult:
+    """HEAD the completed object: its size and CRC32C (where S3 reports one) must be ``written``'s."""
+    url = f"s3://{bucket}/{key}"
+    try:
+        head = control.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED", **dict(written.sse_customer))
     except IO_ERRORS as exc:
         raise translate(exc, f"check uploaded object {url}") from exc
-    size = sum(p.size for p in parts)
-    if head["ContentLength"] != size:
-        raise IntegrityError(f"{url}: S3 holds {head['ContentLength']} bytes, {size} were written")
+    if head["ContentLength"] != written.size:
+        raise IntegrityError(f"{url}: S3 holds {head['ContentLength']} bytes, {written.size} were written")
     reported = head.get("ChecksumCRC32C")
-    if (reported is not None or proof) and reported not in accepted:
-        raise IntegrityError(f"{url}: S3 reports CRC32C {reported}, expected one of {sorted(accepted)}")
-    return UploadResult(key, size, len(parts), reported or "", head["ETag"])
+    if reported is not None and reported not in written.crc32c:
+        raise IntegrityError(f"{url}: S3 reports CRC32C {reported}, expected one of {sorted(written.crc32c)}")
+    return UploadResult(key, written.size, parts, reported or "", head["ETag"])
 
 
 def upload_memory(inflight: int, max_part: int) -> int:
@@ -460,8 +457,8 @@ def _b64_crc(crc: int) -> str:
     return base64.b64encode(struct.pack(">I", crc)).decode()
 
 
-def _sse_customer_args(extra: dict) -> dict:
-    return {k: v for k, v in extra.items() if k.startswith("SSECustomer")}
+def _sse_customer_args(extra: dict) -> tuple[tuple[str, str], ...]:
+    return tuple((k, v) for k, v in extra.items() if k.startswith("SSECustomer"))
 
 
 def abort_upload(control, bucket: str, key: str, upload_id: str) -> None:

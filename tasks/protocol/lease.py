@@ -31,6 +31,7 @@ from email.utils import parsedate_to_datetime
 from typing import Callable, Iterable, Iterator
 
 from s3arch.core.errors import IO_ERRORS, ArchiverError, ConcurrentRun, TransientError, status_of, translate
+from s3arch.io.own_writes import Written, write_conditionally
 from s3arch.io.reads import read_object
 from s3arch.core.timestamps import parse_s3_time
 
@@ -103,12 +104,18 @@ class PrefixLease:
                            "ttl_seconds": self.ttl}).encode()
 
     def _put(self, **condition) -> str:
+        """Write the lease under ``condition``; its ETag. The body names this run's owner token
+        and the time of this very write, so a write S3 applied whose answer was lost is
+        recognised as this run's own (``write_conditionally``), never as another run's."""
         from s3arch.io.retention import scratch_lock_args
 
-        response = self.control.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
-                                           ContentType="application/json", StorageClass="STANDARD",
-                                           **self.extra_args, **scratch_lock_args(self.control, self.bucket),
-                                           **condition)
+        body = self._body()
+        response = write_conditionally(
+            lambda: self.control.put_object(Bucket=self.bucket, Key=self.key, Body=body,
+                                            ContentType="application/json", StorageClass="STANDARD",
+                                            **self.extra_args, **scratch_lock_args(self.control, self.bucket),
+                                            **condition),
+            self.control, self.bucket, self.key, Written(len(body), frozenset(), body=body))
         self._written = response.get("VersionId")
         return response["ETag"]
 
