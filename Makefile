@@ -100,7 +100,9 @@ test: venv minio typecheck
 
 # The loop to run after each change: the type check, then the suite without the tests marked
 # slow (Airflow stacks, the browser, package and venv builds, stopping the stacks, and the
-# engine tests that take half a minute or more each; pytest.ini says which).
+# engine tests that take more than about 10 s each; pytest.ini says which). It keeps the
+# crash-safety tests: SIGKILL at chosen points, source deletion, leases lost and taken over,
+# and writes whose answer was lost.
 # Two pytest workers (pytest-xdist), each with its own servers: the tier waits on S3 and leases
 # more than it computes, so two halve its time on two cores. TEST_WORKERS=1 for one.
 TEST_WORKERS ?= 2

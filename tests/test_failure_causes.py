@@ -28,9 +28,6 @@ from s3arch.core.errors import AccessDenied, ArchiverError, SourceChanged, Trans
 from s3arch.format.manifest import iter_manifest, layout_for
 
 
-pytestmark = pytest.mark.slow  # zstd -19 as the bottleneck, five runs per cause: minutes
-
-
 def is_object_get(r) -> bool:
     return is_get(r) and "tagging" not in r.query
 
@@ -68,6 +65,7 @@ def _assert_nothing_left(s3, dst: str) -> None:
     assert [k for k in keys_in(s3, dst) if not k.endswith(".lease.json")] == []
 
 
+@pytest.mark.slow  # zstd -19 as the bottleneck, five runs per cause: minutes
 @pytest.mark.parametrize("status, code, error, exit_code, says", [
     (404, "NoSuchKey", SourceChanged, 3, "vanished after it was listed"),
     (403, "AccessDenied", AccessDenied, 2, "access denied"),
@@ -137,6 +135,7 @@ def test_stalled_tag_reads_are_cancelled_and_retried_and_the_prefix_archives(s3,
                        f"cancelled and retried; archived with every tag in {took:.0f} s")
 
 
+@pytest.mark.slow  # waits out the server's keep-alive: 38 s
 def test_stalls_longer_than_the_servers_keep_alive_leave_no_dead_connection_to_fail_on(
         s3, buckets, minio, proxy, reliability):
     """2 of 400 GetObjectTagging requests stall past MinIO's 30 s keep-alive: meanwhile every

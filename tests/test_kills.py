@@ -18,9 +18,6 @@ from faultproxy import Fault, Request, is_list, is_upload_part, makes_visible
 from helpers import ROOT, keys_in, open_uploads, read_archive, run_cli, seed
 
 
-pytestmark = pytest.mark.slow  # SIGKILL at chosen points, then a re-run
-
-
 PROXY_SEED = 11  # the conftest proxy's random faults
 
 
@@ -110,6 +107,7 @@ def test_sigkill_with_delete_source_never_deletes_unverified_sources(s3, buckets
                        "during the killed deletion, all of them in the verified archive")
 
 
+@pytest.mark.slow  # many kills at random points: 15 s
 def test_sigkill_at_random_points_never_leaves_a_false_archive(s3, buckets, source, minio, cli_env, reliability):
     rng = random.Random(2026)
     src, dst = buckets

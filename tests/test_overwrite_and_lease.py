@@ -15,9 +15,6 @@ from s3arch.archive import archive_prefix
 from s3arch.core.errors import ArchiverError
 
 
-pytestmark = pytest.mark.slow  # runs held at the proxy and leases waited out
-
-
 PROXY_SEED = 13  # the conftest proxy's random faults
 
 

@@ -14,12 +14,10 @@ from s3arch.archive import archive_prefix
 from s3arch.core.config import S3Url
 
 
-pytestmark = pytest.mark.slow  # archives 1,500 objects and deletes them, killed and re-run
-
-
 PROXY_SEED = 13  # the conftest proxy's random faults
 
 
+@pytest.mark.slow  # a deletion killed and re-run: 14 s
 def test_rerun_with_delete_source_finishes_a_deletion_that_was_cut_short(s3, buckets, day, proxy, cli_env,
                                                                           reliability):
     src, dst = buckets
@@ -53,6 +51,7 @@ def test_rerun_with_delete_source_finishes_a_deletion_that_was_cut_short(s3, buc
                        f"{len(day)} in the verified archive")
 
 
+@pytest.mark.slow  # 13 s
 def test_delete_sources_command_finishes_the_deletion_by_hand(s3, buckets, day, cli_env):
     src, dst = buckets
     cli_archive_day(cli_env, src, dst, check=True)
