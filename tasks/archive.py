@@ -13,11 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from s3arch.protocol.checks import cost_of
-from s3arch.protocol.commit import ArchiveResult, CommitProtocol
+from s3arch.protocol.commit import CommitProtocol
+from s3arch.protocol.result import ArchiveResult
 from s3arch.format.compression import codec_for
 from s3arch.core.config import ArchiveSpec, MiB
 from s3arch.core.errors import BadArgument, EmptyPrefix
-from s3arch.core.stops import Cancel
+from s3arch.core.stops import Cancel, raise_if_cancelled
 from s3arch.io.listing import NEEDS_RESTORE
 from s3arch.io.ranges import LISTING_WORKERS
 from s3arch.io.sources import resolved, source_pages
@@ -58,7 +59,7 @@ def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = 
     plans nothing and writes nothing: the assemble step's dry run lists and estimates.
     Setting ``cancel`` stops the plan (``Cancelled``) before it opens an upload."""
     clients = clients or _clients_for(spec)
-    protocol = _checked(spec, clients, cancel)
+    protocol = _checked(spec, clients, cancel, "planning the segments of")
     if spec.dry_run:
         result = protocol.skipped_if_committed() or protocol.result
         if result.status != Outcome.SKIPPED:
@@ -81,6 +82,7 @@ def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
         return {"segment": k, "objects": 0, "status": Outcome.DRY_RUN.value,
                 "note": f"dry run: segment {k + 1} would be produced here; nothing was read or written"}
     clients = clients or _clients_for(spec)
+    raise_if_cancelled(cancel, f"producing segment {k + 1} of {spec.source}", "nothing was sent")
     _check_owner(spec, clients)
     clients.check_bucket(spec.source.bucket, "source", spec.source.key)
     try:
@@ -125,7 +127,10 @@ def _check_owner(spec: ArchiveSpec, clients: S3Clients) -> None:
                           hint="build them with S3Clients.from_session(expected_owner=...)")
 
 
-def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: Cancel | None = None) -> CommitProtocol:
+def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: Cancel | None = None,
+             doing: str = "archiving") -> CommitProtocol:
+    """``doing``: the work a stop from above (``cancel``) interrupts, as its message names it."""
+    raise_if_cancelled(cancel, f"{doing} {spec.source}", "nothing was sent")  # before its first requests
     layout = layout_for(spec.source, spec.destination)
     archive_key = layout.archive_key(spec.extension)
     _check_owner(spec, clients)

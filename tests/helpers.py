@@ -16,6 +16,16 @@ def seed(s3, bucket: str, objects: dict[str, bytes]) -> None:
         list(pool.map(lambda kv: s3.put_object(Bucket=bucket, Key=kv[0], Body=kv[1]), objects.items()))
 
 
+def cli_env_for(server) -> dict[str, str]:
+    """The CLI's environment: this process's, its AWS settings those of ``server`` (as root)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(server.env())
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
 def run_cli(env, *args, check=True) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "s3arch", *args], env=env, cwd=ROOT,
                           capture_output=True, timeout=600)
@@ -42,6 +52,27 @@ def cli_archive_day(env, src: str, dst: str, *extra, check=False) -> dict:
     """``s3arch archive`` of ``day/`` of ``src`` into ``a/`` of ``dst``, as ``day_spec``; its JSON result."""
     return run_json(env, "archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
                     "--memory-budget", "64MiB", *extra, check=check)
+
+
+class TaskInstanceStub:
+    """What an archive operator needs of a task instance when called directly: xcom_push."""
+
+    def __init__(self):
+        self.pushed = {}
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
+def archive_task(monkeypatch, clients, buckets, operator: str, prefix: str | list[str], **kwargs):
+    """The archive DAG's ``operator`` (its class name) archiving ``prefix`` (or a list of them)
+    of the source bucket into ``a/`` of the destination, on ``clients``: no Airflow connection."""
+    import s3arch_airflow.operators as operators
+
+    monkeypatch.setattr(operators, "engine_clients", lambda hook, **_: clients)
+    src, dst = buckets
+    return getattr(operators, operator)(task_id="t", source_bucket=src, prefix=prefix, destination=f"s3://{dst}/a/",
+                                        storage_class="STANDARD", **kwargs)
 
 
 def keys_in(s3, bucket: str, prefix: str = "") -> list[str]:
@@ -176,6 +207,44 @@ def minio_user(minio, statements: list[dict]) -> tuple[str, str]:
     admin.policy_add(policy, policy={"Version": "2012-10-17", "Statement": statements})
     admin.attach_policy([policy], user=user)
     return user, secret
+
+
+def policy(name: str, **placeholders: str) -> list[dict]:
+    """The statements of the ```json policy:NAME block of docs/SECURITY.md, its placeholders
+    (SOURCE_BUCKET=..., ARCHIVE_PREFIX=...) filled: the tests read the page, so the two cannot drift."""
+    import re
+
+    text = (ROOT / "docs" / "SECURITY.md").read_text()
+    block = re.search(rf"```json policy:{re.escape(name)}\n(.*?)```", text, re.S)
+    assert block, f"docs/SECURITY.md has no policy:{name} block"
+    body = block.group(1)
+    for placeholder, value in placeholders.items():
+        body = body.replace(placeholder, value)
+    return json.loads(body)["Statement"]
+
+
+def as_user(cli_env: dict, user: str, secret: str) -> dict:
+    """``cli_env`` with the credentials of ``user`` instead."""
+    return {**cli_env, "AWS_ACCESS_KEY_ID": user, "AWS_SECRET_ACCESS_KEY": secret}
+
+
+def user_client(server, user: str, secret: str):
+    """A boto3 S3 client of ``server`` signed as ``user``."""
+    import boto3
+
+    return boto3.client("s3", endpoint_url=server.endpoint_url, aws_access_key_id=user, aws_secret_access_key=secret,
+                        region_name=server.region)
+
+
+def role_clients(minio, statements: list[dict]):
+    """The engine's S3Clients as a new MinIO user whose policy is ``statements``."""
+    import boto3
+
+    from s3arch.io.s3 import S3Clients
+
+    user, secret = minio_user(minio, statements)
+    session = boto3.Session(aws_access_key_id=user, aws_secret_access_key=secret, region_name=minio.region)
+    return S3Clients.from_session(session, minio.endpoint_url)
 
 
 class InlineProcess:

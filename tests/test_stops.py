@@ -13,7 +13,7 @@ from typing import Callable
 
 import pytest
 
-from helpers import keys_in, open_uploads, seed
+from helpers import TaskInstanceStub, archive_task, keys_in, open_uploads, seed
 
 PREFIX = "day/"
 STOP_AT = 40  # the member the stop is sent at: with 1 MiB members, parts are uploaded by then
@@ -28,24 +28,6 @@ def spec(src, dst, **kw):
 @pytest.fixture
 def day(s3, buckets):
     seed(s3, buckets[0], {f"{PREFIX}{i:03d}.bin": os.urandom(1 << 20) for i in range(48)})
-
-
-class TaskInstanceStub:
-    def __init__(self):
-        self.pushed = {}
-
-    def xcom_push(self, key, value):
-        self.pushed[key] = value
-
-
-def task(monkeypatch, clients, buckets, operator: str, **kwargs):
-    """An archive DAG operator on ``clients`` (no Airflow connection needed)."""
-    import s3arch_airflow.operators as operators
-
-    monkeypatch.setattr(operators, "engine_clients", lambda hook, **_: clients)
-    src, dst = buckets
-    return getattr(operators, operator)(task_id="t", source_bucket=src, prefix=PREFIX, destination=f"s3://{dst}/a/",
-                                        storage_class="STANDARD", **kwargs)
 
 
 def killed_row(operator) -> str:
@@ -122,7 +104,7 @@ def test_on_kill_stops_an_archive_task_with_airflows_reason_and_leaves_nothing(s
     from s3arch_airflow.operators import KILLED
 
     src, dst = buckets
-    operator = task(monkeypatch, clients, buckets, "S3ArchivePrefixOperator")
+    operator = archive_task(monkeypatch, clients, buckets, "S3ArchivePrefixOperator", prefix=PREFIX)
     seen = cancels_seen(monkeypatch)
 
     def kill():
@@ -142,7 +124,7 @@ def test_on_kill_stops_a_prepare_task_before_it_plans_or_opens_an_upload(s3, buc
     from s3arch_airflow.operators import KILLED
 
     src, dst = buckets
-    operator = task(monkeypatch, clients, buckets, "S3PrepareSegmentsOperator", segments=2)
+    operator = archive_task(monkeypatch, clients, buckets, "S3PrepareSegmentsOperator", prefix=PREFIX, segments=2)
     plan_segments = commit.plan_segments
 
     def killed_while_planning(spec, control, archive_key, count, stop):

@@ -7,6 +7,7 @@ and the DAGs' plan and measure tasks all fail through here."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from s3arch_airflow.compat import AirflowException, AirflowFailException
@@ -35,6 +36,23 @@ def fail_task(what: str, exc: BaseException) -> NoReturn:
     if _airflows_own(exc):
         raise exc
     raise task_error(what, outcome(exc)) from exc
+
+
+def fail_if_any(failed: Sequence[tuple[str, Exception]], total: int, not_run: Sequence[str], stop: str | None) -> None:
+    """Fail a task of ``total`` prefixes if any ``failed`` ((prefix, engine error) pairs) or
+    some were ``not_run`` because of a ``stop`` from above: then the stop is its outcome,
+    whatever failed before it. Else it is retried if any prefix can be helped by another try
+    (the done ones skip)."""
+    from s3arch.core.errors import Cancelled, outcome
+
+    message = "; ".join(f"{p}: {e}" for p, e in failed)
+    if not_run:
+        stopped = outcome(Cancelled(f"{stop}: {len(not_run)} of {total} prefix(es) not run ({', '.join(not_run)})"))
+        raise task_error("stopped", stopped._replace(message="; ".join(filter(None, (stopped.message, message)))))
+    if failed:
+        failures = [outcome(e) for _, e in failed]
+        worst = next((f for f in failures if f.retryable), failures[0])
+        raise task_error(f"{len(failed)} of {total} prefix(es) failed", worst._replace(message=message))
 
 
 def failed_fields(exc: BaseException) -> dict[str, Any]:

@@ -169,17 +169,27 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
     def _run_each(self, context: Context, prefixes: list[str], run: Callable[[Any, str], dict]) -> list[dict]:
         """``run(clients, prefix)`` for each prefix, one row each; fails the task (retryable
         or not, as the errors are: ``failures``) if any prefix failed. An engine error fails its
-        prefix and the next one runs; anything else (a bug, a timeout) fails the task at once."""
-        from s3arch.core.errors import ArchiverError, outcome
+        prefix and the next one runs; anything else (a bug, a timeout) fails the task at once.
+        A stop from above (``on_kill``, a lost supervisor) starts no further prefix: their rows
+        say they were not run, and the stop fails the task."""
+        from s3arch.core.errors import ArchiverError
         from s3arch.core.stops import Cancel
-        from s3arch_airflow.failures import fail_task, failed_fields, task_error
+        from s3arch_airflow.failures import fail_if_any, fail_task, failed_fields
 
         self._cancel = Cancel()  # a fresh one per try
         orphan_watch = cancel_if_orphaned(self._cancel, self.log)
         rows: list[dict] = []
         failed: list[tuple[str, ArchiverError]] = []
+        not_run: list[str] = []
         try:
-            for prefix in prefixes:
+            for n, prefix in enumerate(prefixes):
+                if self._cancel.is_set():
+                    # SIGKILL follows on_kill within seconds: a prefix started now would be
+                    # killed holding its lease, which the retry elsewhere then waits out.
+                    not_run = prefixes[n:]
+                    rows += [result_row(p, "failed", error=f"not run: {self._cancel.reason}", retryable=True)
+                             for p in not_run]
+                    break
                 try:
                     rows.append(run(self._engine_clients(), prefix))
                 except BaseException as exc:  # the row says what happened, whatever it was
@@ -193,12 +203,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
             context["ti"].xcom_push(key=ROWS_XCOM_KEY, value=rows)
             for row in rows:
                 self._emit_metrics(row)
-        if failed:
-            # Retried if any prefix can be helped by another try (the done ones skip).
-            failures = [outcome(e) for _, e in failed]
-            worst = next((f for f in failures if f.retryable), failures[0])
-            raise task_error(f"{len(failed)} of {len(rows)} prefix(es) failed",
-                             worst._replace(message="; ".join(f"{p}: {e}" for p, e in failed)))
+        fail_if_any(failed, len(rows), not_run, self._cancel.reason)
         return rows
 
     def _row(self, prefix: str, result, context: Context | None = None) -> dict:
@@ -239,8 +244,6 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
         for outlet in self.outlets or []:
             if isinstance(outlet, AssetAlias):
                 context["outlet_events"][outlet].add(Asset(uri=row["archive"], name=row["archive"]), extra=extra)
-
-
 
 
 class S3ArchivePrefixOperator(S3ArchiveBaseOperator):
@@ -325,7 +328,6 @@ class S3ArchivePrefixOperator(S3ArchiveBaseOperator):
             outputs += [Dataset(namespace=f"s3://{layout.bucket}", name=layout.archive_key(extension)),
                         Dataset(namespace=f"s3://{layout.bucket}", name=layout.manifest_key)]
         return OperatorLineage(inputs=inputs, outputs=outputs)
-
 
 
 class S3PrepareSegmentsOperator(S3ArchiveBaseOperator):

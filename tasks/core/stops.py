@@ -28,6 +28,12 @@ A plan made under the lease (``CommitProtocol.prepare_segments``) stops the same
 its listing's pages, before it opens an upload or writes plan.json; an Airflow segment task,
 which has no commit protocol, makes its stream's coordinator itself (``produce_segment``) and
 hands it to its ``Cancel`` the same way (``cancelling``).
+
+What runs before a coordinator exists, or without one, reads the ``Cancel`` between its steps
+(``raise_if_cancelled``): an Airflow task of several prefixes starts no further prefix (their
+rows say they were not run); a run stops before its bucket checks, after its first reads and
+the late check (its lease released unused), and under the lease after the stale cleanup, before
+it writes; a source deletion stops before its next batch (a re-run finishes it).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from s3arch.core.coordinator import StreamCoordinator
+from s3arch.core.errors import Cancelled
 
 CANCELLED = "cancelled"
 
@@ -106,3 +113,10 @@ def cancelling(coordinator: StreamCoordinator, cancel: Cancel | None, doing: str
         yield coordinator
     finally:
         forget()
+
+
+def raise_if_cancelled(cancel: Cancel | None, doing: str, consequence: str = "nothing was committed") -> None:
+    """Between steps no coordinator stops: ``Cancelled`` if ``cancel`` was set, read as
+    ``cancelling``'s stop is ("REASON while DOING: CONSEQUENCE")."""
+    if cancel is not None and cancel.is_set():
+        raise Cancelled(f"{cancel.reason or CANCELLED} while {doing}: {consequence}")

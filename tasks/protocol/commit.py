@@ -19,21 +19,22 @@ first one committed.
 
 from __future__ import annotations
 
+import copy
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
-from enum import Enum
 
 from s3arch.core.config import ArchiveSpec
 from s3arch.core.coordinator import Stopped, StreamCoordinator
-from s3arch.core.stops import Cancel, cancelling
+from s3arch.core.stops import Cancel, cancelling, raise_if_cancelled
 from s3arch.protocol.deletion import DeletionResult, delete_archived_sources
 from s3arch.core.errors import (AccessDenied, ArchiverError, BadArgument,
                      ConcurrentRun, DestinationConflict, IntegrityError, status_of, translate)
 from s3arch.protocol.lease import Held, PrefixLease
 from s3arch.protocol.checks import check_archive_intact, cost_of
 from s3arch.protocol.parts import LateCheck, LatePart, check_late, record_parts
+from s3arch.protocol.result import ArchiveResult, State
 from s3arch.format.day import Part, committed_parts, day_objects, drop_later_parts, part_layout
 from s3arch.core.outcome import Outcome
 from s3arch.format.manifest import Committed, layout_for, read_committed
@@ -45,52 +46,6 @@ from s3arch.produce.producers import Producer
 from s3arch.produce.segments import SegmentPlan, delete_temporaries, open_upload, plan_segments, write_plan
 from s3arch.io.throttling import throttled
 from s3arch.io.upload import abort_uploads, open_uploads
-
-
-class State(str, Enum):
-    ABSENT = "absent"
-    PRODUCED = "produced"
-    COMMITTED = "committed"
-    SOURCES_DELETED = "sources_deleted"
-
-
-@dataclass
-class ArchiveResult:
-    status: Outcome
-    source: str
-    archive: str | None
-    manifest: str | None
-    state: str = State.ABSENT.value
-    objects: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    tar_bytes: int = 0
-    seconds: float = 0.0
-    storage_class: str = ""
-    codec: str = ""
-    deleted: int = 0
-    deletion: dict | None = None
-    gets: int = 0
-    peak_buffered: int = 0
-    stale_uploads_aborted: int = 0
-    segments: int = 1  # segments the archive was produced as (tasks/produce/segments.py)
-    part: int = 1  # the day's part this run committed; skipped: the day's last part (tasks/format/day.py)
-    late: int = 0  # objects newer than the day's archive: archived as ``part`` (a dry run: would be)
-    timings: dict = field(default_factory=dict)  # of a segmented run: plan, slowest segment, assembly
-    estimated_bytes_out: int | None = None
-    tags_unread: int = 0  # tagged objects archived without their tags (--without-tags)
-    throttled: int = 0  # throttled answers (503 SlowDown) to GETs, waited out with a growing backoff
-    needs_restore: int = 0  # source objects in GLACIER/DEEP_ARCHIVE, not restored (a dry run counts them)
-    retention: dict | None = None  # the archive's Object Lock: mode, retain_until, legal_hold, applied
-    cost: dict | None = None  # tasks/core/cost.py: monthly and one-time figures, archive vs one by one
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ratio(self) -> float:
-        return self.bytes_in / self.bytes_out if self.bytes_out else 0.0
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "status": self.status.value, "ratio": round(self.ratio, 3)}
 
 
 class CommitProtocol:
@@ -126,13 +81,11 @@ class CommitProtocol:
             taking = reads.submit(lease.acquire)
             try:
                 committed = first.result()
+                # A committed day: anything newer than its parts? (reads only)
+                late = self._check_late(committed) if committed and not spec.overwrite else None
+                raise_if_cancelled(self.cancel, f"archiving {spec.source}")  # stopped meanwhile: the lease goes unused
             except BaseException:
                 lease.release_once_taken(taking)  # not left for the next run to wait out
-                raise
-            try:  # a committed day: anything newer than its parts? (reads only)
-                late = self._check_late(committed) if committed and not spec.overwrite else None
-            except BaseException:
-                lease.release_once_taken(taking)
                 raise
             if committed and late is not None and not late.late and not spec.delete_source:
                 lease.release_once_taken(taking)
@@ -142,47 +95,60 @@ class CommitProtocol:
             # A run that writes needs it (ConcurrentRun, AccessDenied, ...), renewed until the
             # end, the last write (the index) included.
             with lease.held(taking) as held:
-                # The state again, under the lease: another run may have committed in between.
-                # With it, what a writing run needs: the archive's ETag, the source's size,
-                # and step 4 (under the lease, every upload and segment temporary left for
-                # our keys belongs to a run that is gone: abort and delete them).
                 rechecking = committed is not None and not spec.overwrite  # no plan of a committed day to claim
-                if not rechecking:
-                    producer.claim()
-                again = reads.submit(read_committed, self.control, self.layout, spec.source)
-                cleaned = reads.submit(self._clean_stale, producer.keep)
-                etag = reads.submit(self._current_etag, self.archive_key)
-                held.after += [again, cleaned, etag]
-                producer.start()
-                committed = again.result()
-                if committed and not spec.overwrite:
-                    # Again under the lease: a run that held it before us may have archived
-                    # the same late objects.
-                    late = self._check_late(committed)
-                    cleaned.result()
-                    if late.late:
-                        return self._archive_late(late, producer, held, reads)
-                    if late.index is not None:
-                        record_parts(self.control, self.layout, late.index, spec)
-                    self._skipped(committed, late.parts)
-                    self._delete_sources(held, late.parts)
-                    return self._done()
-                if rechecking:
-                    producer.claim()  # uncommitted meanwhile (an --overwrite in progress)
-                cleaned.result()
-                if committed:
-                    # 3. --overwrite must not lose archived data: refuse a shrunken source
-                    #    before reading any of it (one listing pass), and a locked archive.
-                    self._check_overwrite(committed)
-                index = self._produce_and_commit(producer, committed, etag.result(), held, reads)
-                if producer.segmented:
-                    delete_temporaries(self.control, self.layout)
-                # 8. Only now, and only if asked, delete the archived sources.
-                self._delete_sources(held)
+                index = self._write_under_lease(producer, rechecking, held, reads)
                 # Nothing of this run touches the prefix once the lease is gone; the lease's
                 # HEAD goes out while the last of it (the index) is written.
-            index.result()
+            if index is not None:
+                index.result()
         return self._done()
+
+    def _write_under_lease(self, producer: Producer, rechecking: bool, held: Held,
+                           reads: ThreadPoolExecutor) -> Future | None:
+        """Steps 3-8, under the lease; ``rechecking``: a committed day, not to be overwritten, as
+        read before the lease. The future of the manifest index's write, or None if no new
+        archive of the day itself was committed (a skip, a late part)."""
+        spec = self.spec
+        # The state again, under the lease: another run may have committed in between.
+        # With it, what a writing run needs: the archive's ETag, the source's size,
+        # and step 4 (under the lease, every upload and segment temporary left for
+        # our keys belongs to a run that is gone: abort and delete them).
+        if not rechecking:
+            producer.claim()
+        again = reads.submit(read_committed, self.control, self.layout, spec.source)
+        cleaned = reads.submit(self._clean_stale, producer.keep)
+        etag = reads.submit(self._current_etag, self.archive_key)
+        held.after += [again, cleaned, etag]
+        producer.start()
+        committed = again.result()
+        if committed and not spec.overwrite:
+            # Again under the lease: a run that held it before us may have archived
+            # the same late objects.
+            late = self._check_late(committed)
+            cleaned.result()
+            raise_if_cancelled(self.cancel, f"archiving {spec.source}")  # before the part, the index or a deletion
+            if late.late:
+                self._archive_late(late, producer, held, reads)
+                return None
+            if late.index is not None:
+                record_parts(self.control, self.layout, late.index, spec)
+            self._skipped(committed, late.parts)
+            self._delete_sources(held, late.parts)
+            return None
+        if rechecking:
+            producer.claim()  # uncommitted meanwhile (an --overwrite in progress)
+        cleaned.result()
+        raise_if_cancelled(self.cancel, f"archiving {spec.source}")  # before an overwrite's listing
+        if committed:
+            # 3. --overwrite must not lose archived data: refuse a shrunken source
+            #    before reading any of it (one listing pass), and a locked archive.
+            self._check_overwrite(committed)
+        index = self._produce_and_commit(producer, committed, etag.result(), held, reads)
+        if producer.segmented:
+            delete_temporaries(self.control, self.layout)
+        # 8. Only now, and only if asked, delete the archived sources.
+        self._delete_sources(held)
+        return index
 
     def _produce_and_commit(self, producer: Producer, previous: Committed | None, archive_etag: str | None,
                             held: Held, reads: ThreadPoolExecutor) -> Future:
@@ -210,26 +176,34 @@ class CommitProtocol:
         parts = committed_parts(self.control, self.layout, self.spec.source, first=committed)
         return check_late(self.control, self.spec.source, parts)
 
-    def _archive_late(self, late: LateCheck, producer: Producer, held: Held, reads: ThreadPoolExecutor) -> ArchiveResult:
-        """The late objects as the day's next part, committed as any archive is (its own
-        stale uploads cleaned, conditional completions, manifest last), then the day index,
-        then, if asked, the deletion of what every part holds."""
+    def _archive_late(self, late: LateCheck, producer: Producer, held: Held, reads: ThreadPoolExecutor) -> None:
+        """The late objects as the day's next part, committed by a run of its own on the part's
+        layout (``_part_run``) as any archive is (its own stale uploads cleaned, conditional
+        completions, manifest last), then the day index, then, if asked, the deletion of what
+        every part holds."""
         part = LatePart(self.spec, self.clients, late, getattr(producer, "progress", None))
-        day = self.layout
-        self.layout, self.archive_key = part.layout, part.archive_key
-        self.result.archive, self.result.manifest = self.archive_url, part.layout.manifest_url
-        self._clean_stale()  # the uploads of a run killed while it made this part
-        self._produce_and_commit(part, None, self._current_etag(self.archive_key), held, reads).result()
+        part_run = self._part_run(part)
+        self.result.archive, self.result.manifest = part_run.archive_url, part.layout.manifest_url
+        part_run._clean_stale()  # the uploads of a run killed while it made this part
+        part_run._produce_and_commit(part, None, part_run._current_etag(part.archive_key), held, reads).result()
         committed = read_committed(self.control, part.layout, self.spec.source)
         assert committed is not None  # this run committed it, under its lease
         new = Part(late.next_part, part.layout, committed)
         held.confirm()
-        record_parts(self.control, day, late.index_after(new), self.spec)
+        record_parts(self.control, self.layout, late.index_after(new), self.spec)
         r = self.result
         r.part, r.late = new.number, (late.produced or late.found).late
         r.notes.append(late.note())
         self._delete_sources(held, [*late.parts, new])
-        return self._done()
+
+    def _part_run(self, part: LatePart) -> CommitProtocol:
+        """The protocol of the day's next part: this run (its spec, clients, cancel, result and
+        clock) writing the part's archive, on the part's layout, set once here. This run's own
+        layout stays the day's, so what names the day (its index, the deletion and its hint)
+        names the day's manifest, which ``s3arch delete-sources`` takes."""
+        run = copy.copy(self)
+        run.layout, run.archive_key = part.layout, part.archive_key
+        return run
 
     def _produce(self, producer: Producer, coordinator: StreamCoordinator) -> StreamedArchive:
         """Step 5: the archive and manifest as two open uploads; ``coordinator`` stops the producer."""
@@ -477,8 +451,11 @@ class CommitProtocol:
         held.confirm()  # the lease is renewed while the deletion runs; it starts only while ours
 
         def stop() -> None:
-            # Between batches: once the lease is lost another run may hold the prefix, and
-            # this one deletes nothing more (the deletion is resumable: a re-run finishes it).
+            # Between batches: once the lease is lost another run may hold the prefix, and once
+            # the caller asked for a stop (Airflow's on_kill) nothing more is wanted: this run
+            # deletes nothing more (the deletion is resumable: a re-run finishes it).
+            raise_if_cancelled(self.cancel, f"deleting the archived sources of {self.spec.source}",
+                               "no further batch was deleted")
             if held.lost is not None:
                 how = "another run took it over" if isinstance(held.lost, ConcurrentRun) else \
                     "it could not be renewed in time"
