@@ -263,8 +263,6 @@ def test_an_extract_that_fails_mid_object_leaves_no_upload_or_partial_file_and_t
     seed(s3, src, objects)
     archive_cli(cli_env, src, dst, "STANDARD")
     archive = f"s3://{dst}/vault/{src}/{PREFIX.rstrip('/')}.tar.gz"
-    # An upload a killed extract left at the target key is aborted by the next extract.
-    s3.create_multipart_upload(Bucket=out, Key=f"back/{PREFIX}big-0.bin")
     # Half the archive's body, then nothing more: each resumed ranged GET is cut at once,
     # so the read gives up (a single cut is resumed and the extract completes).
     def archive_get(r):

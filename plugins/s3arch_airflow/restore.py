@@ -5,7 +5,9 @@ Requests the restore of the prefix's archive (never of its manifest), then **def
 Standard or Bulk restore takes; an archive that needs no restore (STANDARD, GLACIER_IR) skips
 the wait. Then it extracts all objects, the given keys, or those matching a glob, to the
 target (``s3://BUCKET/PREFIX/``, each object under its full original key; empty: back to the
-source bucket itself), and returns one result row.
+source bucket itself), and returns one result row. ``on_kill`` (the task marked failed, cleared
+or timed out) stops the extract before its next object or part and aborts the multipart uploads
+it started, within the seconds before Airflow's SIGKILL.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 
 from s3arch.core.options import templated_options
-from s3arch_airflow.operators import as_bool, engine_clients, result_row
+from s3arch_airflow.operators import KILLED, as_bool, engine_clients, result_row
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from s3arch.core.stops import Cancel
 
 RESTORE_ROWS_XCOM_KEY = "restore_rows"
 
@@ -61,6 +65,14 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
         self.poll_interval = poll_interval
         self.wait_timeout = wait_timeout
         self.expected_owner = expected_owner  # ExpectedBucketOwner on every request (docs/SECURITY.md)
+        self._cancel: Cancel | None = None  # the try's, made when it starts (``execute``)
+
+    def on_kill(self) -> None:
+        # Airflow calls it in its SIGTERM handler: Cancel.set only records and sets.
+        self.log.warning("task killed: cancelling the extract of %s; the multipart uploads it started are aborted",
+                         self.prefix)
+        if self._cancel is not None:
+            self._cancel.set(KILLED)
 
     @property
     def label(self) -> str:
@@ -75,7 +87,11 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
     def execute(self, context: Context) -> dict:
         from s3arch.format.day import committed_parts
         from s3arch.core.errors import BadArgument
+        from s3arch.core.stops import Cancel
         from s3arch.restore.glacier import POLL_SECONDS, request_restore, wait_restored
+
+        if self._cancel is None:  # the try's: a kill while the restore is asked for stops the extract at once
+            self._cancel = Cancel()
 
         def restore():
             """Every part of the day is asked for; the first not yet readable is waited for
@@ -144,7 +160,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
         result = self._guard(context, lambda: extract_day_to_s3(
             clients, layout, target, selection=Selection.of(keys, self.glob or None),
             original_keys=True, overwrite=as_bool(self.overwrite),
-            memory_budget=parse_size(self.memory_budget)))
+            memory_budget=parse_size(self.memory_budget), cancel=self._cancel))
         row = result_row(self.prefix, "restored", objects=result.objects, bytes_in=result.bytes,
                          seconds=round(time.monotonic() - started, 2), archive=result.archive,
                          skipped=result.skipped_same, target=result.target)

@@ -480,12 +480,6 @@ def open_uploads(control, bucket: str, key: str) -> list[str]:
     return ids
 
 
-def abort_stale_uploads(control, bucket: str, key: str, keep: str | None = None) -> int:
-    """Abort multipart uploads an earlier run left for exactly this key (but ``keep``).
-    Only called under the key's lease, so every such upload belongs to a run that is gone."""
-    return abort_uploads(control, bucket, [(key, i) for i in open_uploads(control, bucket, key) if i != keep])
-
-
 def abort_uploads(control, bucket: str, uploads: list[tuple[str, str]]) -> int:
     """Abort these (key, upload id) uploads; how many."""
     for key, upload_id in uploads:

@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 
 from s3arch.core.config import S3Url
 from s3arch.core.errors import BadArgument
+from s3arch.core.stops import Cancel
 from s3arch.format.day import Part, committed_parts, day_records
 from s3arch.format.manifest import ArchiveLayout, find_records, iter_manifest
 from s3arch.restore.extract import ExtractResult, Selection, conflict_error, extract_to_dir, extract_to_s3
@@ -38,15 +39,19 @@ def part_holding(control, layout: ArchiveLayout, key: str) -> ArchiveLayout:
 
 
 def extract_day_to_s3(clients, layout: ArchiveLayout, target: S3Url, *, selection: Selection = Selection(),
-                      **options) -> ExtractResult:
-    """``extract_to_s3`` over every part of the day, each key from its latest part."""
-    return _extract_day(clients, layout, selection, partial(extract_to_s3, target=target, **options))
+                      cancel: Cancel | None = None, **options) -> ExtractResult:
+    """``extract_to_s3`` over every part of the day, each key from its latest part. ``cancel``
+    (the run's: tasks/core/stops.py) stops it before its next object or part, whichever part of
+    the day it is in: ``Cancelled``, once the multipart uploads it started were aborted."""
+    return _extract_day(clients, layout, selection, partial(extract_to_s3, target=target, cancel=cancel, **options))
 
 
 def extract_day_to_dir(clients, layout: ArchiveLayout, directory: Path, *, selection: Selection = Selection(),
-                       **options) -> ExtractResult:
-    """``extract_to_dir`` over every part of the day, each key from its latest part."""
-    return _extract_day(clients, layout, selection, partial(extract_to_dir, directory=directory, **options))
+                       cancel: Cancel | None = None, **options) -> ExtractResult:
+    """``extract_to_dir`` over every part of the day, each key from its latest part; ``cancel``
+    as ``extract_day_to_s3``'s."""
+    return _extract_day(clients, layout, selection,
+                        partial(extract_to_dir, directory=directory, cancel=cancel, **options))
 
 
 def _extract_day(clients, layout: ArchiveLayout, selection: Selection,

@@ -7,6 +7,11 @@ is one ranged GET decoded from its first block, and each record's bytes are cut 
 ``data_offset`` for ``size`` bytes and checked against the manifest's SHA-256 *before* the
 object becomes visible at the target. The whole archive is simply one selection of every
 record, read in runs of bounded size.
+
+An extract stops as an archive stream does (tasks/core/stops.py): the target's writer owns its
+coordinator (``Writer.stream``), which the run's ``Cancel`` cancels. The reading loop starts no
+object and reads no further once it stopped, and raises the cause (the cancel's reason, or the
+write that failed first) with what was written before it.
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from s3arch.core.config import MiB, S3Url
-from s3arch.core.errors import BadArgument, DestinationConflict, IntegrityError
+from s3arch.core.coordinator import Stopped, StreamCoordinator
+from s3arch.core.errors import ArchiverError, BadArgument, DestinationConflict, IntegrityError
+from s3arch.core.stops import Cancel, cancelling
 from s3arch.format.manifest import ArchiveLayout, find_records, iter_manifest
 from s3arch.io.reads import stream_object
 from s3arch.restore.glacier import require_readable
 from s3arch.restore.reading import DECODE_CHUNK, _decompressor
-from s3arch.restore.sinks import ExtractResult, Writer
+from s3arch.restore.sinks import ExtractResult, Sink, Writer
 from s3arch.restore.to_dir import DirWriter
 from s3arch.restore.to_s3 import S3Writer
 
@@ -46,34 +53,39 @@ class Selection:
 
 def extract_to_s3(clients, layout: ArchiveLayout, target: S3Url, *, selection: Selection = Selection(),
                   original_keys: bool = False, overwrite: bool = False, memory_budget: int = 256 * MiB,
-                  skip_keys: frozenset[str] = frozenset(), raise_conflicts: bool = True) -> ExtractResult:
+                  skip_keys: frozenset[str] = frozenset(), raise_conflicts: bool = True,
+                  cancel: Cancel | None = None) -> ExtractResult:
     """The selected objects written back as objects under ``target``, each with the metadata
     and tags it was archived with. ``skip_keys``: keys a later part of the day holds
     (tasks/restore/days.py). Without ``raise_conflicts`` the result lists them instead
-    (``conflict_error`` makes the error)."""
+    (``conflict_error`` makes the error). ``cancel`` (tasks/core/stops.py) stops it before its
+    next object or part: ``Cancelled``, raised once the writes in flight ended and the multipart
+    uploads it started were aborted."""
     def writer(prefix: str, result: ExtractResult) -> Writer:
         return S3Writer(clients, target, prefix, original_keys, overwrite, memory_budget, result)
 
-    return _extract(clients, layout, selection, writer, skip_keys, raise_conflicts)
+    return _extract(clients, layout, selection, writer, skip_keys, raise_conflicts, cancel)
 
 
 def extract_to_dir(clients, layout: ArchiveLayout, directory: Path, *, selection: Selection = Selection(),
                    original_keys: bool = False, overwrite: bool = False, metadata_file: Path | None = None,
-                   skip_keys: frozenset[str] = frozenset(), raise_conflicts: bool = True) -> ExtractResult:
+                   skip_keys: frozenset[str] = frozenset(), raise_conflicts: bool = True,
+                   cancel: Cancel | None = None) -> ExtractResult:
     """The selected objects written as files under ``directory``. ``metadata_file``: where to
     write each one's attributes (JSON Lines, FORMAT.md "Metadata file"), since a file system
-    keeps only bytes and mtime. ``skip_keys`` and ``raise_conflicts`` as ``extract_to_s3``'s."""
+    keeps only bytes and mtime. ``skip_keys``, ``raise_conflicts`` and ``cancel`` as
+    ``extract_to_s3``'s (a cancelled file is not left half written)."""
     def writer(prefix: str, result: ExtractResult) -> Writer:
         return DirWriter(Path(directory), prefix, original_keys, overwrite, metadata_file)
 
-    return _extract(clients, layout, selection, writer, skip_keys, raise_conflicts)
+    return _extract(clients, layout, selection, writer, skip_keys, raise_conflicts, cancel)
 
 
 def _extract(clients, layout: ArchiveLayout, selection: Selection,
              writer_for: Callable[[str, ExtractResult], Writer], skip_keys: frozenset[str],
-             raise_conflicts: bool) -> ExtractResult:
+             raise_conflicts: bool, cancel: Cancel | None) -> ExtractResult:
     """The selection read in runs and handed to the target's writer, made by ``writer_for``
-    from the archived prefix and the result it counts into."""
+    from the archived prefix and the result it counts into; ``cancel`` stops the writer's stream."""
     control = clients.control
     header, records = _select(control, layout, selection)
     if skip_keys:
@@ -83,18 +95,37 @@ def _extract(clients, layout: ArchiveLayout, selection: Selection,
     result = ExtractResult(f"s3://{layout.bucket}/{archive_key}", "")
     writer = writer_for(header["source"]["prefix"], result)
     result.target = writer.target
+    stream = writer.stream
     cursor = None
-    try:
-        for run in _runs(records, header["block_size"]):
-            cursor = _extract_run(control, layout.bucket, archive_key, header, run, writer, result, cursor)
-    except BaseException:
-        writer.close(failing=True)
-        raise
-    writer.close()
+    with cancelling(stream, cancel, f"extracting {result.archive} to {result.target}", "nothing partial was left"):
+        try:
+            for run in _runs(records, header["block_size"]):
+                cursor = _extract_run(control, layout.bucket, archive_key, header, run, writer, result, cursor)
+        except BaseException as exc:
+            error = _cause(stream, exc, result)  # recorded before the writer closes: its writes stop
+            writer.close(failing=True)
+            if error is exc:
+                raise
+            raise error  # noqa: B904 - the cause, not the signal that reported it
+        writer.close()
+        if not stream.announce_done():  # a write failed after the last was queued, or a cancel came
+            raise _cause(stream, Stopped(f"{stream.what} stopped"), result)
     result.conflicts = writer.conflicts
     if writer.conflicts and raise_conflicts:
         raise conflict_error(result)
     return result
+
+
+def _cause(stream: StreamCoordinator, caught: BaseException, result: ExtractResult) -> BaseException:
+    """What the extract raises once it stopped with ``caught`` in hand: ``caught`` itself if it
+    is the first failure (the reading thread's own); else the stream's cause (a write that
+    failed, a cancel) with what was written before it, which is whole and which a re-run skips."""
+    error = stream.failure(caught)
+    if error is caught or not isinstance(error, ArchiverError):
+        return error
+    written = type(error)(f"{error}; {result.objects:,} objects were written before it, and a re-run skips them")
+    written.__cause__ = error
+    return written
 
 
 def conflict_error(result: ExtractResult) -> DestinationConflict:
@@ -166,43 +197,19 @@ def _extract_run(control, bucket: str, key: str, header: dict, run: list[dict], 
         chunks = stream_object(control, bucket, key, what, start=cursor.fetched, end=end, chunk=DECODE_CHUNK)
         result.gets += 1
         result.bytes_fetched += end - cursor.fetched
-    pending = cursor.pending
     try:
         for record in run:
-            skip = record["data_offset"] - cursor.position
-            if skip < 0:  # an earlier record of this run already passed it: impossible in order
+            if record["data_offset"] < cursor.position:  # passed by an earlier record: impossible in order
                 raise IntegrityError(f"manifest records of s3://{bucket}/{key} are out of order")
+            writer.stream.raise_if_stopped()  # no object starts after a stop
             sink = writer.begin(record)
-            remaining = record["size"]
-            digest = hashlib.sha256()
             try:
-                while skip or remaining:
-                    if not pending:
-                        compressed = next(chunks, None)
-                        if compressed is None:
-                            raise IntegrityError(f"s3://{bucket}/{key} ended before {record['key']!r} was read")
-                        cursor.fetched += len(compressed)
-                        pending += cursor.decoder.decompress(compressed)
-                        continue
-                    if skip:
-                        cut = min(skip, len(pending))
-                        del pending[:cut]
-                        skip -= cut
-                        cursor.position += cut
-                        continue
-                    take = min(remaining, len(pending))
-                    piece = bytes(pending[:take])
-                    del pending[:take]
-                    remaining -= take
-                    cursor.position += take
-                    digest.update(piece)
-                    if sink is not None:
-                        sink.write(piece)
+                sha256 = _copy_record(record, cursor, chunks, sink, writer.stream, f"s3://{bucket}/{key}")
             except BaseException:
                 if sink is not None:
                     sink.finish(False)  # no partial file, no open multipart upload
                 raise
-            ok = digest.hexdigest() == record["sha256"]
+            ok = sha256 == record["sha256"]
             if sink is not None:
                 sink.finish(ok)
             if not ok:
@@ -218,3 +225,37 @@ def _extract_run(control, bucket: str, key: str, header: dict, run: list[dict], 
         if close is not None:
             close()
     return cursor
+
+
+def _copy_record(record: dict, cursor: _Cursor, chunks: Iterator[bytes], sink: Sink | None,
+                 stream: StreamCoordinator, archive: str) -> str:
+    """Decode on from ``cursor`` to the end of ``record``'s bytes, handing them to ``sink`` (None:
+    only hashed); their SHA-256. Reads no further once ``stream`` stopped."""
+    pending = cursor.pending
+    skip = record["data_offset"] - cursor.position
+    remaining = record["size"]
+    digest = hashlib.sha256()
+    while skip or remaining:
+        if not pending:
+            stream.raise_if_stopped()
+            compressed = next(chunks, None)
+            if compressed is None:
+                raise IntegrityError(f"{archive} ended before {record['key']!r} was read")
+            cursor.fetched += len(compressed)
+            pending += cursor.decoder.decompress(compressed)
+            continue
+        if skip:
+            cut = min(skip, len(pending))
+            del pending[:cut]
+            skip -= cut
+            cursor.position += cut
+            continue
+        take = min(remaining, len(pending))
+        piece = bytes(pending[:take])
+        del pending[:take]
+        remaining -= take
+        cursor.position += take
+        digest.update(piece)
+        if sink is not None:
+            sink.write(piece)
+    return digest.hexdigest()

@@ -7,7 +7,10 @@ the sinks both targets share.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from s3arch.core.coordinator import StreamCoordinator
 
 
 @dataclass
@@ -37,10 +40,12 @@ class Sink(Protocol):
 
 class Writer(Protocol):
     """A target (tasks/restore/to_s3.py, to_dir.py): a ``Sink`` per object, or None for one
-    that is there already with the same content."""
+    that is there already with the same content. ``stream`` is the extract's one stop: its first
+    failure, or a cancel from above (tasks/restore/extract.py)."""
 
     target: str
     conflicts: list[str]
+    stream: StreamCoordinator
 
     def begin(self, record: dict) -> Sink | None: ...
 

@@ -14,6 +14,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from s3arch.core.coordinator import StreamCoordinator
 from s3arch.core.errors import IO_ERRORS, DestinationConflict, LocalFileError
 from s3arch.core.timestamps import parse_s3_time
 from s3arch.format.tarwriter import member_name
@@ -71,6 +72,7 @@ class DirWriter:
         self.overwrite = overwrite
         self.conflicts: list[str] = []
         self.target = str(root)
+        self.stream = StreamCoordinator(f"the extract to {root}")  # its stop: a cancel, or the reading thread's failure
 
     def _open_dir(self, parts: list[str]) -> int:
         """Open (creating) the directory ``parts`` under the root, never through a symlink."""

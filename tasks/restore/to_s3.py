@@ -21,7 +21,7 @@ from s3arch.io import attributes
 from s3arch.io.fetching import ByteBudget
 from s3arch.io.reads import none_if_missing
 from s3arch.io.throttling import install
-from s3arch.io.upload import PartSizer, PartUploader, abort_stale_uploads
+from s3arch.io.upload import PartSizer, PartUploader
 from s3arch.restore.sinks import Discard, ExtractResult, relative_key
 
 SMALL_OBJECT = 8 * MiB   # up to this size an object is PUT in one request
@@ -41,8 +41,10 @@ class S3Writer:
     cut body) is settled by one of a few threads, which may wait and look with a HEAD. Large
     objects stream through a multipart upload from the reading thread, as their parts already go
     in parallel. The first write that fails stops the run: nothing more is queued, the writes in
-    flight are cancelled (each PUT is whole or absent), and its error is raised with what was
-    written."""
+    flight are cancelled (each PUT is whole or absent), and the extract raises its error with what
+    was written. A cancel from above (of ``stream``: tasks/core/stops.py) stops it the same way,
+    and the multipart uploads this run started and did not complete are aborted at once; another
+    writer's upload of the same key is not this run's, and stays."""
 
     def __init__(self, clients, target: S3Url, prefix: str, original_keys: bool, overwrite: bool,
                  memory_budget: int, result: ExtractResult):
@@ -68,18 +70,20 @@ class S3Writer:
         self._slots = threading.Semaphore(2 * inflight)
         self._bodies = ByteBudget(max(SMALL_OBJECT, memory_budget // 4))
         # Its first exception stops the writes; its watchdog cancels a PUT with no answer.
-        self._stream = StreamCoordinator(f"the extract to {self.target}", stall_timeout=_PUT_STALL_SECONDS)
-        self._stream.start_watchdog()
+        self.stream = StreamCoordinator(f"the extract to {self.target}", stall_timeout=_PUT_STALL_SECONDS)
+        self.stream.start_watchdog()
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
         self._pending = 0  # PUTs queued or in flight, until their outcome is counted
         self._conditional: bool | None = None  # does the target refuse a PUT If-None-Match: * over a key?
+        self._uploading: set[_S3Object] = set()  # large objects whose upload is this run's, until it ends
+        self._aborting = threading.Lock()  # held while those uploads are aborted, on whichever thread
+        self.stream.add_failure_cleanup(self._abort_uploads)
 
     def key_of(self, record: dict) -> str:
         return self.base + relative_key(record["key"], self.prefix, self.original_keys)
 
     def begin(self, record: dict):
-        self._raise_failure()
         key = self.key_of(record)
         if record["size"] <= SMALL_OBJECT:
             return _SmallObject(self, key, record)
@@ -90,7 +94,27 @@ class S3Writer:
             if not self.overwrite:
                 self.conflicts.append(f"s3://{self.bucket}/{key}")
                 return Discard()
-        return _S3Object(self, key, record)
+        upload = _S3Object(self, key, record)  # its upload is created with its first part
+        with self._lock:  # a cancel stops the stream before its cleanup takes this lock: none is missed
+            self.stream.raise_if_stopped()
+            self._uploading.add(upload)
+        return upload
+
+    def upload_ended(self, upload: "_S3Object") -> None:
+        """``upload`` was completed or aborted: nothing of it is left to abort."""
+        with self._lock:
+            self._uploading.discard(upload)
+
+    def _abort_uploads(self) -> ArchiverError | None:
+        """Abort the multipart uploads this run started and did not complete, and only those;
+        their parts stop. Run by a cancel (on the thread that cancels) and by a failing ``close``,
+        under one lock, so that the extract does not return while the other still aborts. The error
+        of an abort that failed is returned, so that it cannot hide why the extract stopped."""
+        with self._aborting:
+            with self._lock:
+                uploading, self._uploading = self._uploading, set()
+            problems = [problem for problem in (u.uploader.abort() for u in uploading) if problem is not None]
+        return problems[0] if problems else None
 
     def _existing(self, key: str) -> dict | None:
         return none_if_missing(lambda: self.control.head_object(Bucket=self.bucket, Key=key),
@@ -102,9 +126,9 @@ class S3Writer:
         if self._conditional is None:  # before the first write: none may replace what it must not
             self._conditional = _honours_if_none_match(self.control, self.bucket, self.base)
         self._slots.acquire()
-        if self._stream.is_set() or not self._bodies.acquire(len(body), self._stream):
+        if self.stream.is_set() or not self._bodies.acquire(len(body), self.stream):
             self._slots.release()
-            self._raise_failure()
+            self.stream.raise_if_stopped()
         with self._lock:
             self._pending += 1
         try:
@@ -169,7 +193,7 @@ class S3Writer:
         a PUT replaces nothing it half wrote."""
         error = first if first is not None else self._wait(key, record, body, conditional)
         throttling, resends = backoff.Throttling(), 0
-        while error is not None and not self._stream.is_set():
+        while error is not None and not self.stream.is_set():
             pause: float | None = None
             if isinstance(error, Throttled):
                 pause = throttling.next_pause(self._throttle_budget)
@@ -178,7 +202,7 @@ class S3Writer:
                 pause = backoff.EXTRACT_PUT.pause(resends)
             if pause is None:
                 break
-            if self._stream.wait(pause):
+            if self.stream.wait(pause):
                 break
             error = self._wait(key, record, body, conditional)
         return error
@@ -204,21 +228,21 @@ class S3Writer:
         args[name] = value
         if conditional:
             args["IfNoneMatch"] = "*"
-        request = self._stream.track(f"write s3://{self.bucket}/{key}")
+        request = self.stream.track(f"write s3://{self.bucket}/{key}")
 
         def done(error: ArchiverError | None) -> None:
-            self._stream.untrack(request)
+            self.stream.untrack(request)
             on_done(error)
 
         call = self._plane.put(key, body, attributes.put_headers(args), done)
-        self._stream.cancellable(request, call.cancel)
+        self.stream.cancellable(request, call.cancel)
 
     def _done(self, record: dict, size: int, outcome: str | None = None, error: BaseException | None = None) -> None:
         self._bodies.release(size)
         self._slots.release()
         if error is not None:
-            if self._stream.set_exception(error):  # the first failure: the writes in flight are not waited out
-                self._stream.cancel_requests()
+            if self.stream.set_exception(error):  # the first failure: the writes in flight are not waited out
+                self.stream.cancel_requests()
         elif outcome is not None:
             self.count(outcome, record)
         with self._lock:
@@ -237,30 +261,21 @@ class S3Writer:
             else:
                 self.conflicts.append(f"s3://{self.bucket}/{self.key_of(record)}")
 
-    def _raise_failure(self) -> None:
-        error = self._stream.exception
-        if error is None:
-            return
-        if isinstance(error, ArchiverError):
-            # What was written is whole and a re-run skips it: say so beside S3's answer.
-            written = self.result.objects
-            raise type(error)(f"{error}; {written:,} objects were written before it, and a re-run skips "
-                              "them") from error
-        raise error
-
     def close(self, failing: bool = False) -> None:
-        """Wait for the writes in flight. ``failing`` (an error or Ctrl-C in the reading
-        thread): they are cancelled; each object is written whole or not at all, and a re-run
-        writes what is missing."""
+        """Wait for the writes in flight. ``failing`` (the extract stopped: a failure, Ctrl-C or a
+        cancel; its cause is recorded): they are cancelled, each object is written whole or not at
+        all, and this run's open uploads are aborted before the extract raises; a re-run writes
+        what is missing."""
         if failing:
-            self._stream.cancel("the extract stopped")
+            self.stream.cancel("the extract stopped")  # a cause recorded before stays the cause
+            self.stream.cancel_requests()  # also after a failure, which a cancel leaves alone
         with self._lock:
             while self._pending:
                 self._settled.wait()
         self._settling.shutdown(wait=True)
-        self._stream.stop_watchdog()
-        if not failing:
-            self._raise_failure()
+        self.stream.stop_watchdog()
+        if failing and (problem := self._abort_uploads()) is not None and self.stream.exception is not None:
+            self.stream.exception.add_note(f"cleanup also failed: {problem}")
 
 
 def _honours_if_none_match(control, bucket: str, base: str) -> bool:
@@ -336,15 +351,13 @@ class _SmallObject:
 
 class _S3Object:
     """A large object written back by a multipart upload that is completed only when the
-    content matched the manifest; counted by its writer, as the small ones are."""
+    content matched the manifest; counted by its writer, as the small ones are, which aborts the
+    upload if the extract stops before it ended."""
 
     written = False
 
     def __init__(self, writer: S3Writer, key: str, record: dict):
         self.w, self.record = writer, record
-        # An extract killed while writing this object left its upload open: same key, same
-        # content, so it is aborted rather than billed forever.
-        abort_stale_uploads(writer.control, writer.bucket, key)
         self.uploader = PartUploader(writer.control, writer.bucket, key, storage_class="STANDARD",
                                      sizer=PartSizer(8 * MiB, lambda: record["size"] + MiB,
                                                      max_part=max(8 * MiB, writer.part_memory // 2)),
@@ -359,3 +372,4 @@ class _S3Object:
             self.w.count("written", self.record)
         else:
             self.uploader.abort()
+        self.w.upload_ended(self)
