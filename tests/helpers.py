@@ -68,8 +68,9 @@ def archive_task(monkeypatch, clients, buckets, operator: str, prefix: str | lis
     """The archive DAG's ``operator`` (its class name) archiving ``prefix`` (or a list of them)
     of the source bucket into ``a/`` of the destination, on ``clients``: no Airflow connection."""
     import s3arch_airflow.operators as operators
+    from s3arch_airflow.hooks import S3ArchHook
 
-    monkeypatch.setattr(operators, "engine_clients", lambda hook, **_: clients)
+    monkeypatch.setattr(S3ArchHook, "engine_clients", lambda hook: clients)
     src, dst = buckets
     return getattr(operators, operator)(task_id="t", source_bucket=src, prefix=prefix, destination=f"s3://{dst}/a/",
                                         storage_class="STANDARD", **kwargs)

@@ -467,7 +467,9 @@ def test_a_bug_in_an_archive_task_fails_it_without_spending_retries(af, monkeypa
     def broken(*args, **kwargs):
         return {}["no such key"]
 
-    monkeypatch.setattr(operators, "engine_clients", lambda hook, **_: object())
+    from s3arch_airflow.hooks import S3ArchHook
+
+    monkeypatch.setattr(S3ArchHook, "engine_clients", lambda hook: object())
     monkeypatch.setattr(s3arch.archive, "archive_prefix", broken)
     pushed = {}
 

@@ -126,7 +126,9 @@ def test_on_kill_of_the_restore_task_stops_its_extract_and_leaves_no_open_upload
 
     src, dst = buckets
     _, archive, objects = archived
-    monkeypatch.setattr(restore, "engine_clients", lambda hook, expected_owner=None: clients)
+    from s3arch_airflow.hooks import S3ArchHook
+
+    monkeypatch.setattr(S3ArchHook, "engine_clients", lambda hook: clients)
     operator = restore.S3RestoreArchiveOperator(task_id="restore", source_bucket=src, prefix=PREFIX,
                                                 destination=f"s3://{dst}/a/", target=f"s3://{dst}/back/")
     stopped_at = stop_while_uploading(monkeypatch, operator.on_kill)  # what Airflow's SIGTERM handler calls

@@ -83,11 +83,9 @@ def job_of(dag_id: str):
 def control_for(job):
     with _lock:
         if job.name not in _clients:
-            from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+            from s3arch_airflow.hooks import S3ArchHook
 
-            from s3arch_airflow.operators import engine_clients
-
-            _clients[job.name] = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner).control
+            _clients[job.name] = S3ArchHook.for_job(job, "catalog").engine_clients().control
         return _clients[job.name]
 
 

@@ -151,18 +151,12 @@ def segment_path(job: ArchiveJob, planned, step: dict, deleting: dict, outlets: 
         """Each prefix is sized from the job's inventory report, or listed up to the job's
         threshold: the large ones go to segment tasks. Retried as the archive tasks are: only
         what another try can help."""
-        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-        from s3arch_airflow.failures import fail_task
-        from s3arch_airflow.operators import engine_clients
+        from s3arch_airflow.hooks import S3ArchHook, failing_task
 
         from s3arch.ops.sizing import split_by_size
 
-        try:
-            control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner,
-                                     job.throttle_budget).control
-            split = split_by_size(job, planned, control)
-        except BaseException as exc:
-            fail_task("sizing the prefixes", exc)
+        with failing_task("sizing the prefixes"):
+            split = split_by_size(job, planned, S3ArchHook.for_job(job).engine_clients().control)
         for size in split["sizes"]:
             print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} "
                   f"objects, {size['bytes']:,} bytes (from the {size['source']}: {size['requests']} LIST requests, "
@@ -270,7 +264,7 @@ def restore_dag(job: ArchiveJob) -> DAG:
             poll_interval=job.poll_interval,
             expected_owner=job.expected_owner,
             execution_timeout=timedelta(hours=72),  # the deferred wait counts towards it
-            **job_task_args(job),
+            **job_task_args(job, "restore"),
         ).expand(prefix=planned)
 
         @task(task_id="report", trigger_rule=TriggerRule.ALL_DONE, execution_timeout=timedelta(minutes=10))

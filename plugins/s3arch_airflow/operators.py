@@ -1,7 +1,7 @@
 """The archive DAG's operators, one per step, on one thin base.
 
-Built like the amazon provider's own operators, on ``AwsBaseOperator[S3Hook]``:
-``aws_conn_id``, ``region_name``, ``verify`` and ``botocore_config`` mean what they mean
+Built like the amazon provider's own operators, on ``AwsBaseOperator[S3ArchHook]`` (its hook,
+plugins/s3arch_airflow/hooks.py, owns the engine's clients): ``aws_conn_id``, ``region_name``, ``verify`` and ``botocore_config`` mean what they mean
 there (the connection's extra ``endpoint_url`` points at MinIO or another S3), and the engine's
 control plane and CRT data plane both take region, endpoint and ``verify`` from that hook.
 Prefixes and switches are template fields; nothing touches S3 or imports the engine's heavy
@@ -23,9 +23,10 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
+
+from s3arch_airflow.hooks import S3ArchHook
 
 from s3arch.core.options import SPEC_OPTIONS, templated_options
 
@@ -54,7 +55,7 @@ def deprecated_kwarg(operator: str, old: str) -> None:
                   FutureWarning, stacklevel=4)
 
 
-class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
+class S3ArchiveBaseOperator(AwsBaseOperator[S3ArchHook]):
     """What every archive step shares, and nothing else: the hook and the engine's clients,
     the spec of one prefix, cancelling the engine on kill, and one result row per prefix
     (pushed as the ``archive_rows`` XCom even when the task fails). Errors the engine marks
@@ -67,7 +68,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
     whatever the prefix's size. ``preview`` and ``spec_options`` (round 3's spellings) still
     work for one release, with a warning."""
 
-    aws_hook_class = S3Hook
+    aws_hook_class = S3ArchHook
     template_fields: Sequence[str] = aws_template_fields("source_bucket", "destination", *templated_options())
     ui_color = "#e6f0ff"
     action = "archiving"
@@ -124,7 +125,6 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
                 setattr(self, option, value)
         self.progress_interval = progress_interval
         self._cancel: Cancel | None = None  # the try's, made when it starts (``_run_each``)
-        self._clients = None  # the try's (a try is a process of its own), made on first use
 
     def on_kill(self) -> None:
         # Airflow calls it in its SIGTERM handler: Cancel.set only records and sets.
@@ -153,13 +153,12 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
                            **{k: v for k, v in given.items() if v is not None}, **self._spec_kwargs)
         return spec.previewed() if as_bool(self.dry_run) else spec
 
-    def _engine_clients(self):
-        """The engine's clients, made once per try: the plan task sizes its day and archives
-        it with the same ones."""
-        if self._clients is None:
-            self._clients = engine_clients(self.hook, expected_owner=self.expected_owner,
-                                           throttle_budget=self.throttle_budget)
-        return self._clients
+    @property
+    def _hook_parameters(self) -> dict[str, Any]:
+        """The hook, and so the engine's clients of the try (the plan task sizes its day and
+        archives it with the same ones), name the bucket owner and the throttle budget."""
+        return {**super()._hook_parameters, "expected_owner": self.expected_owner,
+                "throttle_budget": self.throttle_budget}
 
     def _progress(self, label: str):
         from s3arch.core.progress import Progress
@@ -191,7 +190,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3Hook]):
                              for p in not_run]
                     break
                 try:
-                    rows.append(run(self._engine_clients(), prefix))
+                    rows.append(run(self.hook.engine_clients(), prefix))
                 except BaseException as exc:  # the row says what happened, whatever it was
                     rows.append(result_row(prefix, "failed", **failed_fields(exc)))
                     if not isinstance(exc, ArchiverError):
@@ -450,38 +449,6 @@ def cancel_if_orphaned(cancel: Cancel, log, interval: float = 1.0) -> threading.
 
     threading.Thread(target=watch, name="s3arch-orphan-watch", daemon=True).start()
     return done
-
-
-def engine_clients(hook: S3Hook, expected_owner: str | None = None, throttle_budget: float | str | None = None):
-    """The engine's S3 clients from an amazon-provider hook: its session (credentials and
-    region), the connection's endpoint_url, ``verify`` and ``botocore_config``; with
-    ``expected_owner``, every request names the account that must own the bucket; calls stay
-    throttled at most ``throttle_budget`` seconds (default S3ARCH_THROTTLE_BUDGET, else 900)."""
-    from s3arch.core.config import resolve_throttle_budget
-    from s3arch.core.errors import BadArgument
-    from s3arch.io.s3 import S3Clients
-
-    if hook.aws_conn_id:
-        # The provider would quietly fall back to the default credential chain and AWS
-        # endpoint for a missing connection: for an archiver that is a wrong account.
-        from airflow.exceptions import AirflowNotFoundException
-
-        try:
-            hook.get_connection(hook.aws_conn_id)
-        except AirflowNotFoundException:
-            raise BadArgument(f"Airflow connection {hook.aws_conn_id!r} does not exist",
-                              hint="create it (Admin > Connections, type aws, endpoint_url in "
-                                   "the extra for MinIO) or set aws_conn_id=None for the "
-                                   "default AWS credential chain") from None
-    # The connection's region, else the session's own chain: the hook's conn_region_name
-    # would make (and throw away) a boto3 client of its own to read it, 0.17 s per task.
-    session = hook.get_session(region_name=hook.region_name)
-    clients = S3Clients.from_session(session, hook.conn_config.get_service_endpoint_url("s3"),
-                                     verify=hook.verify if hook.verify is not None else hook.conn_config.verify,
-                                     botocore_config=hook.config,
-                                     throttle_budget=resolve_throttle_budget(throttle_budget),
-                                     expected_owner=expected_owner)
-    return clients
 
 
 def result_row(prefix: str, status: str, **values) -> dict:

@@ -65,7 +65,7 @@ class S3PlanArchiveOperator(S3ArchivePrefixOperator):
         from s3arch_airflow.failures import fail_task
 
         try:
-            return prefix in split_by_size(self.job, [[prefix]], self._engine_clients().control)["large"]
+            return prefix in split_by_size(self.job, [[prefix]], self.hook.engine_clients().control)["large"]
         except BaseException as exc:
             fail_task("sizing the day", exc)
 
@@ -94,12 +94,7 @@ def planned_batches(job: ArchiveJob, params: dict, reference) -> list[list[str]]
 def split_source_names(job: ArchiveJob, names: list[str]) -> list[str]:
     """A split job's day names, one per value of its ``split_by`` wildcard (delimiter LISTs
     of the source bucket); a pattern that matches nothing fails the run before any task."""
-    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-    from s3arch_airflow.failures import fail_task
-    from s3arch_airflow.operators import engine_clients
+    from s3arch_airflow.hooks import S3ArchHook, failing_task
 
-    try:
-        control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner, job.throttle_budget).control
-        return job.split(control, names)
-    except BaseException as exc:
-        fail_task("nothing was started", exc)
+    with failing_task("nothing was started"):
+        return job.split(S3ArchHook.for_job(job).engine_clients().control, names)

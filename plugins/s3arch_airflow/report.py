@@ -133,7 +133,8 @@ def job_retry_args(job) -> dict:
             "retry_exponential_backoff": True, "max_retry_delay": timedelta(hours=1)}
 
 
-def job_task_args(job) -> dict:
-    """What every mapped task of a job's DAGs shares: its connection, pool and retry policy."""
-    return {"aws_conn_id": job.aws_conn_id, "pool": job.pool, **job_retry_args(job),
+def job_task_args(job, duty: str = "archive") -> dict:
+    """What every mapped task of a job's DAG for ``duty`` shares: the connection of that duty
+    (``ArchiveJob.conn_id_for``), the pool and the retry policy."""
+    return {"aws_conn_id": job.conn_id_for(duty), "pool": job.pool, **job_retry_args(job),
             "map_index_template": "{{ task.label }}"}

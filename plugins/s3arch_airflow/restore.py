@@ -16,12 +16,12 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 
 from s3arch.core.options import templated_options
-from s3arch_airflow.operators import KILLED, as_bool, engine_clients, result_row
+from s3arch_airflow.hooks import S3ArchHook
+from s3arch_airflow.operators import KILLED, as_bool, result_row
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 RESTORE_ROWS_XCOM_KEY = "restore_rows"
 
 
-class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
+class S3RestoreArchiveOperator(AwsBaseOperator[S3ArchHook]):
     """Restore and extract one archived ``prefix`` (see the module's doc).
 
     The parameters are the names ``s3arch restore`` and ``s3arch extract`` use, with ``_`` for
@@ -41,7 +41,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
     on in S3), ``overwrite``, ``memory_budget``, ``expected_owner``; ``keys`` and ``glob`` select
     objects, ``target`` is ``s3://BUCKET/PREFIX/`` (empty: back to the source bucket)."""
 
-    aws_hook_class = S3Hook
+    aws_hook_class = S3ArchHook
     template_fields: Sequence[str] = aws_template_fields("prefix", *templated_options("restore"))
     ui_color = "#fff3e0"
 
@@ -66,6 +66,10 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
         self.wait_timeout = wait_timeout
         self.expected_owner = expected_owner  # ExpectedBucketOwner on every request (docs/SECURITY.md)
         self._cancel: Cancel | None = None  # the try's, made when it starts (``execute``)
+
+    @property
+    def _hook_parameters(self) -> dict[str, Any]:
+        return {**super()._hook_parameters, "expected_owner": self.expected_owner}
 
     def on_kill(self) -> None:
         # Airflow calls it in its SIGTERM handler: Cancel.set only records and sets.
@@ -97,7 +101,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3Hook]):
             """Every part of the day is asked for; the first not yet readable is waited for
             (a wait that ends comes back here, and the others are asked again)."""
             layout = self._layout()
-            clients = engine_clients(self.hook, self.expected_owner)
+            clients = self.hook.engine_clients()
             parts = committed_parts(clients.control, layout)
             if not parts:
                 raise BadArgument(f"{self.prefix} has no committed archive ({layout.manifest_url} does not exist)",

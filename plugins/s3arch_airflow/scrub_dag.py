@@ -65,19 +65,15 @@ def scrub_dag(job: ArchiveJob) -> DAG:
 
         @task(task_id="scrub", execution_timeout=timedelta(hours=6), pool=job.pool)
         def scrub_archives(params: dict) -> dict:
-            from airflow.providers.amazon.aws.hooks.s3 import S3Hook
             from s3arch_airflow.compat import AirflowFailException
+            from s3arch_airflow.hooks import S3ArchHook, failing_task
 
             from s3arch.ops.scrub import parse_range, scrub
-            from s3arch_airflow.failures import fail_task
-            from s3arch_airflow.operators import engine_clients
 
-            try:
+            with failing_task(f"scrub of {job.name}"):
                 first, last = parse_range(job, params.get("date_from"), params.get("date_to"))
-                control = engine_clients(S3Hook(aws_conn_id=job.aws_conn_id), job.expected_owner).control
+                control = S3ArchHook.for_job(job, "catalog").engine_clients().control
                 result = scrub(job, control, first, last, sample=int(params.get("sample") or 0))
-            except BaseException as exc:
-                fail_task(f"scrub of {job.name}", exc)
             print(f"{result.checked} archive(s) from {first} to {last}: {len(result.verified)} verified, "
                   f"{result.sampled} member(s) sampled; result {result.result_url}")
             print(result.cost_line())

@@ -42,11 +42,10 @@ class ArchiveRestoredTrigger(BaseTrigger):
                  "deadline": self.deadline, "expected_owner": self.expected_owner})
 
     def _control(self):
-        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-        from s3arch_airflow.operators import engine_clients
+        from s3arch_airflow.hooks import S3ArchHook
 
-        return engine_clients(S3Hook(aws_conn_id=self.aws_conn_id, region_name=self.region_name,
-                                     verify=self.verify, config=self.botocore_config), self.expected_owner).control
+        return S3ArchHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name, verify=self.verify,
+                          config=self.botocore_config, expected_owner=self.expected_owner).engine_clients().control
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from s3arch.core.errors import RestoreLapsed, RestoreNotFinished

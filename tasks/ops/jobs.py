@@ -33,6 +33,10 @@ class ArchiveJob:
     destination: S3Url
     min_age_days: int = 1
     aws_conn_id: str = "aws_default"
+    # A connection per duty, so each runs with its role's least privilege (docs/SECURITY.md):
+    # the restore DAG's, and the api-server's catalog page and the scrub's. None: aws_conn_id.
+    restore_conn_id: str | None = None
+    catalog_conn_id: str | None = None
     schedule: str = "@daily"
     start_date: date = date(2026, 1, 1)
     # Whether the scheduler creates the runs it missed (scheduler down for two nights: two
@@ -186,6 +190,12 @@ class ArchiveJob:
     @property
     def restore_poll_seconds(self) -> float | None:
         return self.poll_interval
+
+    def conn_id_for(self, duty: str) -> str:
+        """The Airflow connection of this job's ``duty``: "archive" (the archive DAG),
+        "restore" (the restore DAG) or "catalog" (the catalog page and the scrub DAG)."""
+        chosen = {"archive": None, "restore": self.restore_conn_id, "catalog": self.catalog_conn_id}[duty]
+        return chosen or self.aws_conn_id
 
     @property
     def newest_allowed(self) -> date:
