@@ -127,10 +127,9 @@ def clients(minio):
 
 @pytest.fixture
 def cli_env(minio):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(minio.env())
-    env["PYTHONPATH"] = str(ROOT)
-    return env
+    from helpers import cli_env_for
+
+    return cli_env_for(minio)
 
 
 class ReliabilityLog:

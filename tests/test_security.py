@@ -16,33 +16,14 @@ import boto3
 import pytest
 
 from faultproxy import Fault
-from helpers import ROOT, engine_clients, keys_in, minio_user, open_uploads, run_cli, run_json, seed
+from helpers import (as_user, engine_clients, keys_in, minio_user, open_uploads, policy, role_clients, run_cli,
+                     run_json, seed, user_client)
 
 
 pytestmark = pytest.mark.slow  # Object Lock, IAM roles and KMS: a MinIO of its own and many CLI runs
 
 
 PREFIX = "logs/2026/11/21/"
-
-
-def policy(name: str, **buckets: str) -> list[dict]:
-    """The statements of the ```json policy:NAME block of docs/SECURITY.md, placeholders filled."""
-    text = (ROOT / "docs" / "SECURITY.md").read_text()
-    block = re.search(rf"```json policy:{re.escape(name)}\n(.*?)```", text, re.S)
-    assert block, f"docs/SECURITY.md has no policy:{name} block"
-    body = block.group(1)
-    for placeholder, value in buckets.items():
-        body = body.replace(placeholder, value)
-    return json.loads(body)["Statement"]
-
-
-def as_user(cli_env: dict, user: str, secret: str) -> dict:
-    return {**cli_env, "AWS_ACCESS_KEY_ID": user, "AWS_SECRET_ACCESS_KEY": secret}
-
-
-def user_client(minio, user: str, secret: str):
-    return boto3.client("s3", endpoint_url=minio.endpoint_url, aws_access_key_id=user, aws_secret_access_key=secret,
-                        region_name=minio.region)
 
 
 @pytest.fixture
@@ -311,14 +292,6 @@ def test_locked_runs_as_the_archive_role_commit_and_a_role_that_cannot_see_the_l
     deleting = as_user(cli_env, *minio_user(minio, statements + policy("archive-delete-extra", **names)))
     assert run_json(deleting, *locked_run(src, dst, "--delete-source"))["deleted"] == 30
     assert keys_in(s3, src, PREFIX) == []
-
-
-def role_clients(minio, statements: list[dict]):
-    from s3arch.io.s3 import S3Clients
-
-    user, secret = minio_user(minio, statements)
-    session = boto3.Session(aws_access_key_id=user, aws_secret_access_key=secret, region_name=minio.region)
-    return S3Clients.from_session(session, minio.endpoint_url)
 
 
 def test_the_catalog_and_scrub_roles_see_and_check_locked_archives(lockable, minio, cli_env):

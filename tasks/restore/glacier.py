@@ -101,7 +101,7 @@ def request_restore(control, bucket: str, key: str, *, tier: str = "Standard", d
                                        restore_control=restore_control)
             raise TransientError(f"{state.archive}: Expedited retrievals are not available right now",
                                  hint="retry later, or pass --fallback-tier Standard") from exc
-        raise translate(exc, f"restore {state.archive}") from exc
+        raise translate(exc, f"restore {state.archive} (s3:RestoreObject)") from exc
     already = response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 200
     state = archive_state(control, bucket, key)
     state.requested = "already restored; expiry extended" if already else "requested"
