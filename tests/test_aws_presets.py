@@ -167,3 +167,19 @@ def test_a_cloudtrail_job_split_by_account_makes_one_archive_per_account(s3, buc
     damaged = scrub(job, clients.control, DAY, DAY, sample=1, seed=1)
     assert [(d.day, d.kind) for d in damaged.drift] == [(DAY.isoformat(), "archive missing")]
     assert damaged.verified == []
+
+
+def test_a_split_jobs_restore_plan_finds_each_accounts_archive_after_the_sources_are_deleted(s3, buckets, clients):
+    """The restore DAG plans a split job's day from its archives: the sources may be gone
+    (delete_source) and the restore role may not list them."""
+    src, dst = buckets
+    job = job_from_dict("trail", {"preset": "cloudtrail", "source": f"s3://{src}/",
+                                  "filters": {"organization": "o-exampleorg", "region": "us-east-1"},
+                                  "split_by": "account", "destination": f"s3://{dst}/archive/",
+                                  "storage_class": "STANDARD", "delete_source": True})
+    seed(s3, src, {k: _body(k) for d in (DAY, *OTHER_DAYS) for k in cloudtrail(d)})
+    names = job.split(clients.control, [job.prefix_for(DAY)])
+    for name in names:
+        assert archive_prefix(job.spec_for(name), clients).deleted == 1
+    assert job.split_archived(clients.control, [job.prefix_for(DAY)]) == names
+    assert job.split_archived(clients.control, names[:1]) == names[:1]  # an on-call name of one account

@@ -25,7 +25,7 @@ from s3arch.core.options import Form, Option, form_options
 from s3arch.ops.jobs import ArchiveJob, load_jobs
 from s3arch_airflow.operators import (ROWS_XCOM_KEY, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
                                       S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
-from s3arch_airflow.plan_task import S3PlanArchiveOperator, split_source_names
+from s3arch_airflow.plan_task import S3PlanArchiveOperator
 from s3arch_airflow.report import job_retry_args, job_task_args
 from s3arch_airflow.restore import RESTORE_ROWS_XCOM_KEY, S3RestoreArchiveOperator
 
@@ -237,14 +237,16 @@ def restore_dag(job: ArchiveJob) -> DAG:
             from s3arch.core.errors import BadArgument
             from s3arch.ops.jobs import plan
             from s3arch_airflow.failures import fail_task
+            from s3arch_airflow.hooks import S3ArchHook
 
             try:
                 if not (params.get("prefixes") or params.get("date_from") or params.get("date_to")):
                     raise BadArgument("give a date range or prefixes to restore")
                 prefixes = plan(job, date_from=params.get("date_from"), date_to=params.get("date_to"),
                                 prefixes=params.get("prefixes"))
-                if job.split_by:  # the day's archives: one per value of the split wildcard
-                    prefixes = split_source_names(job, prefixes)
+                if job.split_by:  # the day's archives, listed as the restore role may
+                    prefixes = job.split_archived(S3ArchHook.for_job(job, "restore").engine_clients().control,
+                                                  prefixes)
                 if len(prefixes) > conf.getint("core", "max_map_length"):
                     raise BadArgument(f"{len(prefixes)} prefixes are more than one run maps",
                                       hint="restore a shorter range per run")

@@ -142,6 +142,23 @@ class ArchiveJob:
                 for part in ([name] if name.count(WILDCARD) < whole else
                              expand(control, self.source.bucket, name, self.max_prefixes, split_at=self.split_by))]
 
+    def split_archived(self, control, names: list[str]) -> list[str]:
+        """``split`` from the archives instead of the sources (the restore DAG's plan): an
+        archive's key mirrors its source's path under the destination (``layout_for``), so the
+        split wildcard is expanded by LISTs of the destination. The sources may be deleted,
+        and the restore role may not list them."""
+        if not self.split_by:
+            return names
+        from s3arch.format.manifest import layout_for
+        from s3arch.io.sources import expand
+
+        base = layout_for(S3Url(self.source.bucket, ""), self.destination).stem.removesuffix("_bucket")
+        whole = self.prefix_template.count(WILDCARD)
+        return [part.removeprefix(base) for name in names
+                for part in ([base + name] if name.count(WILDCARD) < whole else
+                             expand(control, self.destination.bucket, base + name, self.max_prefixes,
+                                    split_at=self.split_by))]
+
     def spec_for(self, prefix: str, *, overwrite: bool = False, dry_run: bool = False) -> ArchiveSpec:
         """The spec one archive task of this job runs (what the operators build from
         ``operator_args``)."""
