@@ -14,9 +14,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from s3arch.core.config import ArchiveSpec, S3Url, check_lease_ttl, default_processes, parse_size, resolve_throttle_budget
+from s3arch.core.config import ArchiveSpec, S3Url, default_processes, parse_size
 from s3arch.core.errors import ArchiverError, EmptyPrefix, outcome
-from s3arch.core.options import options_for, whole_days
+from s3arch.core.options import archive_options, archive_spec, options_for, whole_days
 from s3arch.core.progress import Progress, TerminalLine, human_bytes
 from s3arch.core.version import __version__
 
@@ -193,18 +193,10 @@ def _archive(args) -> int:
     from s3arch.ops.window import earlier_sources
 
     clients = _clients(args)
-    # Each archive flag but --late-window is the ArchiveSpec field of its name; these few are read first.
-    flags = {option.name: getattr(args, option.name) for option in options_for("archive")}
-    flags.update(memory_budget=parse_size(args.memory_budget), segment_min_bytes=parse_size(args.segment_min_bytes),
-                 lease_ttl=check_lease_ttl(args.lease_ttl),
-                 processes=args.processes or default_processes(clients.endpoint_url))
-    threads = flags.pop("threads")
-    late_window = flags.pop("late_window")  # days re-checked before this one, not a setting of the archive
-    spec = ArchiveSpec(
-        source=S3Url.parse(args.source), destination=S3Url.parse(args.destination), **flags,
-        expected_owner=getattr(args, "expected_owner", None),
-        throttle_budget=resolve_throttle_budget(getattr(args, "throttle_budget", None)),
-        **({"compress_threads": threads} if threads else {}))
+    values = {name: getattr(args, name) for name in archive_options() if hasattr(args, name)}
+    values["processes"] = args.processes or default_processes(clients.endpoint_url)
+    spec = archive_spec(S3Url.parse(args.source), S3Url.parse(args.destination), values)
+    late_window = args.late_window  # days re-checked before this one, not a setting of the archive
     window = earlier_sources(spec.source, whole_days(late_window, "--late-window")) if late_window else []
     # The window's days first, oldest first: each re-checked (never overwritten), then the day named.
     for day in [replace(spec, source=source, overwrite=False) for source in window] + [spec]:
@@ -411,9 +403,9 @@ def _delete_sources(args, clients, layout) -> int:
                           "nothing may be deleted", hint="give the archive or manifest URL `s3arch ls` accepts")
     source = committed.header["source"]
     archived = S3Url(source["bucket"], source["prefix"])
-    spec = ArchiveSpec(source=archived, destination=destination_of(layout, archived),
-                       codec=committed.header["codec"], storage_class=committed.summary["storage_class"],
-                       delete_source=True, delete_versions=args.delete_versions)
+    spec = archive_spec(archived, destination_of(layout, archived),
+                        {"codec": committed.header["codec"], "storage_class": committed.summary["storage_class"],
+                         "delete_source": True, "delete_versions": args.delete_versions})
     result = delete_sources(spec, clients)
     if args.json:
         print(json.dumps(result.to_dict()))

@@ -82,35 +82,54 @@ def test_a_stale_doc_table_is_reported_and_rewritten(tmp_path, monkeypatch):
     assert option_tables.main(["--check"]) == 0
 
 
-def test_a_new_option_is_one_entry_in_the_table(monkeypatch, capsys):
+def test_a_new_option_is_one_entry_in_the_table_and_reaches_the_engine(monkeypatch, capsys, minio, s3, buckets):
     """An option added to the table alone is an `archive` flag (help, type, exit 2 naming it),
-    a job key (checked, with its default) and a row of the docs' settings table."""
-    from devtools.option_tables import settings_table
+    a job key (checked, with its default), a row of the docs' settings table, and the value of
+    the engine's field of its name: archived with it, the archive's first part is that size."""
+    import os
 
-    from s3arch.cli import _parser
+    from devtools.option_tables import settings_table
+    from helpers import seed
+
+    import s3arch.cli as cli
     from s3arch.core import options
     from s3arch.core.errors import BadArgument
     from s3arch.ops.jobs import job_from_dict
 
-    knob = options.Option("example_knob", "an example knob", default=3, flag_type=int, doc_default="3 knobs",
-                          check=options.whole(1), cli=("archive",), operator=None,
-                          help="how many example knobs to turn (default 3)")
+    knob = options.Option("min_part_size", "smallest part of the archive", default="5MiB", doc_default="5 MiB",
+                          check=lambda value, what: options.parse_size(value), cli=("archive",),
+                          operator=None, help="the archive's parts are at least this large (default 5MiB)")
     monkeypatch.setattr(options, "OPTIONS", (*options.OPTIONS, knob))
 
-    assert "--example-knob EXAMPLE_KNOB how many example knobs to turn (default 3)" in _help("archive")
+    assert "--min-part-size MIN_PART_SIZE the archive's parts are at least this large (default 5MiB)" in _help(
+        "archive")
     argv = ["archive", "s3://logs-bucket/x/", "s3://vault-bucket/"]
-    assert _parser().parse_args(argv).example_knob == 3
-    assert _parser().parse_args([*argv, "--example-knob", "5"]).example_knob == 5
-    with pytest.raises(SystemExit) as refused:
-        _parser().parse_args([*argv, "--example-knob", "five"])
-    assert refused.value.code == 2 and "--example-knob: invalid int value: 'five'" in capsys.readouterr().err
+    assert cli._parser().parse_args(argv).min_part_size == "5MiB"
+    assert job_from_dict("j", {**JOB, "min_part_size": "6MiB"}).spec_for("logs/2026/11/01/").min_part_size == 6 << 20
+    with pytest.raises(BadArgument, match=r"cannot read size 'six'"):
+        job_from_dict("j", {**JOB, "min_part_size": "six"})
+    assert "| smallest part of the archive | `min_part_size` | `--min-part-size` | 5 MiB |" in settings_table()
 
-    assert job_from_dict("j", JOB).example_knob == 3
-    assert job_from_dict("j", {**JOB, "example_knob": 7}).example_knob == 7
-    with pytest.raises(BadArgument, match=r"job 'j': example_knob must be a whole number >= 1"):
-        job_from_dict("j", {**JOB, "example_knob": 0})
+    src, dst = buckets
+    seed(s3, src, {f"day/{i}.bin": os.urandom(3 << 20) for i in range(5)})
+    for name, value in minio.env().items():
+        monkeypatch.setenv(name, value)
+    assert cli.main(["archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
+                     "--level", "0", "--processes", "1", "--quiet", "--min-part-size", "6MiB"]) == 0
+    first = s3.head_object(Bucket=dst, Key=f"a/{src}/day.tar.gz", PartNumber=1)
+    assert first["ContentLength"] == 6 << 20 and first["PartsCount"] >= 2
 
-    assert "| an example knob | `example_knob` | `--example-knob` | 3 knobs |" in settings_table()
+
+def test_an_option_that_reaches_no_engine_field_is_refused_by_name(monkeypatch):
+    """The failure the table's test guards against: a flag parsed, then dropped on the way."""
+    from s3arch.core import options
+    from s3arch.core.config import S3Url
+
+    knob = options.Option("example_knob", "an example knob", default=3, flag_type=int, cli=("archive",),
+                          operator=None)
+    monkeypatch.setattr(options, "OPTIONS", (*options.OPTIONS, knob))
+    with pytest.raises(TypeError, match="'example_knob' reaches no ArchiveSpec field"):
+        options.archive_spec(S3Url("logs-bucket", "x/"), S3Url("vault-bucket"), {"example_knob": 4})
 
 
 def test_a_new_restore_option_is_one_entry_in_the_table(monkeypatch, capsys):

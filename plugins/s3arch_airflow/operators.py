@@ -38,13 +38,6 @@ if TYPE_CHECKING:
 ROWS_XCOM_KEY = "archive_rows"
 
 
-def as_bool(value: Any) -> bool:
-    """Template fields may render to the strings 'True'/'False'."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
-
-
 # Operator keyword arguments of round 3, still accepted for one release with a warning.
 DEPRECATED_KWARGS = {"preview": "dry_run", "spec_options": ", ".join(SPEC_OPTIONS)}
 
@@ -133,25 +126,15 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3ArchHook]):
         if self._cancel is not None:
             self._cancel.set(KILLED)
 
-    @property
-    def _spec_kwargs(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in SPEC_OPTIONS}
-
     def _spec(self, prefix: str, *, delete_source: bool = False, delete_versions: bool = False):
         """The one engine spec of this step for ``prefix``: a dry run deletes nothing."""
-        from s3arch.core.config import ArchiveSpec, S3Url, parse_size
+        from s3arch.core.config import S3Url
+        from s3arch.core.options import archive_spec, as_switch, step_options
 
-        given: dict[str, Any] = {"concurrency": self.concurrency, "compress_threads": self.threads, "lease_ttl": self.lease_ttl,
-                 "throttle_budget": self.throttle_budget, "max_prefixes": self.max_prefixes,
-                 "segment_min_objects": self.segment_min_objects,
-                 "segment_min_bytes": None if self.segment_min_bytes is None else parse_size(self.segment_min_bytes)}
-        spec = ArchiveSpec(source=S3Url(self.source_bucket, prefix), destination=S3Url.parse(self.destination),
-                           storage_class=self.storage_class, codec=self.codec, level=self.level,
-                           memory_budget=parse_size(self.memory_budget), overwrite=as_bool(self.overwrite),
-                           delete_source=delete_source, delete_versions=delete_versions and delete_source,
-                           prices=self.prices, processes=int(self.processes),
-                           **{k: v for k, v in given.items() if v is not None}, **self._spec_kwargs)
-        return spec.previewed() if as_bool(self.dry_run) else spec
+        values = {name: getattr(self, name) for name in step_options() if name != "dry_run"}
+        values.update(delete_source=delete_source, delete_versions=delete_versions and delete_source)
+        spec = archive_spec(S3Url(self.source_bucket, prefix), S3Url.parse(self.destination), values)
+        return spec.previewed() if as_switch(self.dry_run) else spec
 
     @property
     def _hook_parameters(self) -> dict[str, Any]:

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 
-from s3arch.core.options import templated_options
+from s3arch.core.options import as_switch, templated_options
 from s3arch_airflow.hooks import S3ArchHook
-from s3arch_airflow.operators import KILLED, as_bool, result_row
+from s3arch_airflow.operators import KILLED, result_row
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -163,7 +163,7 @@ class S3RestoreArchiveOperator(AwsBaseOperator[S3ArchHook]):
         started = time.monotonic()
         result = self._guard(context, lambda: extract_day_to_s3(
             clients, layout, target, selection=Selection.of(keys, self.glob or None),
-            original_keys=True, overwrite=as_bool(self.overwrite),
+            original_keys=True, overwrite=as_switch(self.overwrite),
             memory_budget=parse_size(self.memory_budget), cancel=self._cancel))
         row = result_row(self.prefix, "restored", objects=result.objects, bytes_in=result.bytes,
                          seconds=round(time.monotonic() - started, 2), archive=result.archive,

@@ -10,6 +10,7 @@ value).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from s3arch.core.config import (CODECS, DEFAULT_CONCURRENCY, DEFAULT_INVENTORY_MAX_AGE_DAYS, DEFAULT_LEASE_TTL,
-                                DEFAULT_SEGMENT_MIN_OBJECTS, SSE_MODES, STORAGE_CLASSES, check_lease_ttl,
-                                check_throttle_budget, parse_size)
+                                DEFAULT_SEGMENT_MIN_OBJECTS, SSE_MODES, STORAGE_CLASSES, ArchiveSpec, S3Url,
+                                check_lease_ttl, check_throttle_budget, parse_size)
 from s3arch.core.errors import BadArgument
 
 # A job value's check: (value, what to call it in an error, e.g. "job 'logs': concurrency")
@@ -169,7 +170,7 @@ OPTIONS: tuple[Option, ...] = (
            help="local worker processes that produce a large prefix's segments (default: the CPUs this "
                 "process may use, half of them when the endpoint is on loopback, as many as "
                 "--memory-budget holds at 108 MiB each; 1: one process, never segments)"),
-    Option("segments", "segments of a large prefix", default=0, job_default=None, flag_type=int,
+    Option("segments", "segments of a large prefix", flag_type=int,
            doc_default="one per process; `1` never cuts", operator="segments", cli=("archive",),
            check=whole(1, 1000, hint="1 archives every prefix in one task; 2 or more cuts a large prefix into "
                                      "as many segment tasks"),
@@ -289,6 +290,53 @@ SPEC_OPTIONS = ("without_tags", "sse", "sse_kms_key_id", "sse_bucket_key", "obje
                 "legal_hold", "expected_owner")
 
 
+# Archive options that are no field of ArchiveSpec: they choose which days run, not how one is
+# archived. And the options whose field is named otherwise.
+NOT_IN_SPEC = ("late_window",)
+SPEC_FIELD_OF = {"threads": "compress_threads"}
+
+
+def archive_options() -> dict[str, Option]:
+    """The options an archive takes, by name: its flags, the connection's, and what the
+    archive steps take from a job."""
+    return {o.name: o for o in OPTIONS
+            if {"archive", "connection"} & set(o.cli) or o.operator in ("step", "deleting", "segments")}
+
+
+def as_switch(value: Any) -> bool:
+    """A switch's value; a template field renders it as the text 'True' or 'False'."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def archive_spec(source: S3Url, destination: S3Url, values: Mapping[str, Any]) -> ArchiveSpec:
+    """The one way an archive's spec is made, by the CLI, a job and the operators: ``values``
+    by the option table's names, each checked and converted as its option says (sizes
+    parsed, switches read from rendered templates); None leaves the engine's default. An
+    option that reaches no ArchiveSpec field is a TypeError: a new option cannot be lost on
+    its way to the engine."""
+    known = archive_options()
+    fields = {f.name for f in dataclasses.fields(ArchiveSpec)}
+    given: dict[str, Any] = {}
+    for name, value in values.items():
+        option = known.get(name)
+        if option is None:
+            raise TypeError(f"{name!r} is no archive option of tasks/core/options.py")
+        if value is None or name in NOT_IN_SPEC:
+            continue
+        spec_field = SPEC_FIELD_OF.get(name, name)
+        if spec_field not in fields:
+            raise TypeError(f"the archive option {name!r} reaches no ArchiveSpec field: add the field, "
+                            "or list the option in options.NOT_IN_SPEC")
+        if option.switch:
+            value = as_switch(value)
+        elif option.check:
+            value = option.check(value, option.flag)
+        given[spec_field] = value
+    return ArchiveSpec(source=source, destination=destination, **given)
+
+
 def options_for(command: str) -> tuple[Option, ...]:
     """The options that are flags of ``command`` ("connection": of every command)."""
     return tuple(o for o in OPTIONS if command in o.cli)
@@ -296,6 +344,11 @@ def options_for(command: str) -> tuple[Option, ...]:
 
 def job_options() -> tuple[Option, ...]:
     return tuple(o for o in OPTIONS if o.job == "key")
+
+
+def step_options() -> tuple[str, ...]:
+    """The options every archive step takes as a parameter (from the job's ``operator_args``)."""
+    return tuple(o.name for o in OPTIONS if o.operator == "step")
 
 
 def templated_options(operator: str = "step") -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.core.errors import BadArgument
-from s3arch.core.options import SPEC_OPTIONS, is_whole, job_options, whole
+from s3arch.core.options import SPEC_OPTIONS, archive_options, archive_spec, is_whole, job_options, whole
 from s3arch.io.sources import WILDCARD, check_pattern, is_pattern
 from s3arch.ops.presets import with_preset
 
@@ -162,24 +162,13 @@ class ArchiveJob:
     def spec_for(self, prefix: str, *, overwrite: bool = False, dry_run: bool = False) -> ArchiveSpec:
         """The spec one archive task of this job runs (what the operators build from
         ``operator_args``)."""
-        spec = ArchiveSpec(source=S3Url(self.source.bucket, prefix), destination=self.destination,
-                           storage_class=self.storage_class, codec=self.codec, level=self.level,
-                           memory_budget=self.memory_budget, overwrite=overwrite,
-                           delete_source=self.delete_source,
-                           delete_versions=self.delete_versions and self.delete_source,
-                           lease_ttl=self.lease_ttl, prices=self.prices, concurrency=self.concurrency,
-                           processes=self.processes, segments=1 if self.segments == 1 else 0,
-                           segment_min_objects=self.segment_min_objects, segment_min_bytes=self.segment_min_bytes,
-                           max_prefixes=self.max_prefixes, **self._threads, **self._throttle_budget, **self.spec_options)
+        options = archive_options()
+        values = {name: value for name, value in self.options.items() if name in options}
+        # A job's segments >= 2 are segment tasks, sized by the DAG; one task's spec cuts only by processes.
+        values.update(overwrite=overwrite, segments=1 if self.segments == 1 else None,
+                      delete_versions=self.delete_versions and self.delete_source)
+        spec = archive_spec(S3Url(self.source.bucket, prefix), self.destination, values)
         return spec.previewed() if dry_run else spec
-
-    @property
-    def _threads(self) -> dict[str, Any]:
-        return {"compress_threads": self.threads} if self.threads else {}
-
-    @property
-    def _throttle_budget(self) -> dict[str, Any]:
-        return {} if self.throttle_budget is None else {"throttle_budget": self.throttle_budget}
 
     @property
     def spec_options(self) -> dict[str, Any]:
