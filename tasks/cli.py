@@ -1,9 +1,10 @@
-"""s3arch (python -m s3arch): archive | restore | extract | delete-sources | ls | cat | verify.
+"""s3arch (python -m s3arch): archive | restore | extract | delete-sources | ls | cat | verify | plan | scrub.
 
-Exit codes: 0 success (archived, skipped, dry run), 2 a permanent error (fix the input),
-3 a retryable error (a fault that outlasted the retries, another run of the same prefix
-at work, or `restore --wait` timing out while S3 still restores: try again), 4 an empty
-source prefix, 130 interrupted (Ctrl-C: uploads in progress aborted, nothing committed).
+Exit codes: 0 success (archived, skipped, dry run, no drift), 2 a permanent error (fix the
+input) or drift a scrub found, 3 a retryable error (a fault that outlasted the retries,
+another run of the same prefix at work, or `restore --wait` timing out while S3 still
+restores: try again), 4 an empty source prefix, 130 interrupted (Ctrl-C: uploads in progress
+aborted, nothing committed).
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     _extract_arguments(command("extract", help="write archived objects back to S3 or a directory"))
 
     _plan_arguments(command("plan", help="the days a job archives in a date range and their sizes, from the newest S3 "
-                                         "Inventory report (nothing is listed; each day is listed when it is archived)"))
+                                         "Inventory report (nothing is listed), else by listing each day"))
+
+    _scrub_arguments(command("scrub", help="check a job's archives against their manifests without a restore, as "
+                                           "the scrub DAG does (exit 2 on drift)"))
 
     c = command("cat", help="write one archived object to stdout (one ranged GET)")
     c.add_argument("archive")
@@ -82,11 +86,26 @@ def _extract_arguments(x: argparse.ArgumentParser) -> None:
 def _plan_arguments(pl: argparse.ArgumentParser) -> None:
     pl.add_argument("job", help="a job of the jobs file (docs/JOBS.md)")
     pl.add_argument("--jobs-file", type=Path, help="default: $S3ARCH_JOBS_FILE, else jobs.yaml")
-    pl.add_argument("--from", dest="date_from", help="first day, YYYY-MM-DD (default: the oldest in the report)")
+    pl.add_argument("--from", dest="date_from", help="first day, YYYY-MM-DD (default: the oldest in the report; "
+                                                     "listed: the job's start_date)")
     pl.add_argument("--to", dest="date_to", help="last day, YYYY-MM-DD (default: the newest the job archives)")
     pl.add_argument("--inventory", help="s3://BUCKET/DEST-PREFIX/SOURCE-BUCKET/CONFIG-ID/ (default: the job's)")
     _option_flags(pl, "plan")
     pl.add_argument("--json", action="store_true")
+
+
+def _scrub_arguments(s: argparse.ArgumentParser) -> None:
+    s.add_argument("archive", nargs="?", metavar="ARCHIVE",
+                   help="s3://DEST_BUCKET/... one archive or manifest key of a job, instead of a range of days")
+    s.add_argument("--job", metavar="NAME",
+                   help="a job of the jobs file (docs/JOBS.md); with an archive, default: its job")
+    s.add_argument("--jobs-file", type=Path, metavar="PATH", help="default: $S3ARCH_JOBS_FILE, else jobs.yaml")
+    s.add_argument("--date-from", metavar="DATE", help="first day, YYYY-MM-DD (default: the job's start_date)")
+    s.add_argument("--date-to", metavar="DATE", help="last day, YYYY-MM-DD (default: the newest the job archives)")
+    s.add_argument("--sample", type=int, default=3, metavar="N",
+                   help="members read back per archive in a readable class and checked against their SHA-256 "
+                        "(default 3; 0: headers only)")
+    s.add_argument("--json", action="store_true")
 
 
 def _archive_arguments(a: argparse.ArgumentParser) -> None:
@@ -149,6 +168,8 @@ def _run(args) -> int:
     clients = _clients(args)
     if args.command == "plan":
         return _plan(args, clients)
+    if args.command == "scrub":
+        return _scrub(args, clients)
     layout = layout_from_url(S3Url.parse(args.archive))
     if args.command == "delete-sources":
         return _delete_sources(args, clients, layout)
@@ -275,20 +296,32 @@ def sized(spec: ArchiveSpec, control) -> ArchiveSpec:
     return replace(spec, segments=0, processes=1)
 
 
-def _plan(args, clients) -> int:
+def _jobs_file(args) -> Path:
     import os
 
-    from s3arch.ops.inventory import plan_from_inventory
-    from s3arch.ops.jobs import check_inventory_location, load_jobs
+    return Path(args.jobs_file or os.environ.get("S3ARCH_JOBS_FILE") or "jobs.yaml")
 
-    jobs = load_jobs(args.jobs_file or os.environ.get("S3ARCH_JOBS_FILE") or "jobs.yaml")
-    if args.job not in jobs:
+
+def _job_named(jobs: dict, name: str):
+    if name not in jobs:
         from s3arch.core.errors import BadArgument
 
-        raise BadArgument(f"no job {args.job!r} in the jobs file", hint=f"its jobs: {', '.join(sorted(jobs))}")
+        raise BadArgument(f"no job {name!r} in the jobs file", hint=f"its jobs: {', '.join(sorted(jobs))}")
+    return jobs[name]
+
+
+def _plan(args, clients) -> int:
+    from s3arch.ops.inventory import plan_from_inventory
+    from s3arch.ops.jobs import check_inventory_location, load_jobs
+    from s3arch.ops.sizing import plan_from_listing
+
+    job = _job_named(load_jobs(_jobs_file(args)), args.job)
     location = check_inventory_location(S3Url.parse(args.inventory)) if args.inventory else None
-    planned = plan_from_inventory(jobs[args.job], clients.control, date_from=args.date_from, date_to=args.date_to,
-                                  location=location, max_age_days=args.inventory_max_age_days)
+    if location is None and job.inventory is None:
+        planned = plan_from_listing(job, clients.control, date_from=args.date_from, date_to=args.date_to)
+    else:
+        planned = plan_from_inventory(job, clients.control, date_from=args.date_from, date_to=args.date_to,
+                                      location=location, max_age_days=args.inventory_max_age_days)
     if args.json:
         print(json.dumps(planned))
     else:
@@ -296,10 +329,67 @@ def _plan(args, clients) -> int:
             size = (f"{d['objects']:>12,} objects  {human_bytes(d['bytes'])}" if d["objects"] is not None
                     else "  after the report: sized when it is listed")
             print(f"{d['day']}  {d['prefix']}  {size}")
-        source = planned["inventory"]
-        print(f"{len(planned['days'])} day(s), {planned['objects']:,} objects, {human_bytes(planned['bytes'])}, from "
-              f"{source['report']} (made {source['created']}; {source['rows']:,} rows read in {source['seconds']:.1f}s)")
+        totals = f"{len(planned['days'])} day(s), {planned['objects']:,} objects, {human_bytes(planned['bytes'])}"
+        if planned["source"] == "listing":
+            listing = planned["listing"]
+            print(f"{totals}, from a listing of each day of s3://{listing['bucket']}/ (no inventory: "
+                  f"{listing['days']:,} day(s) listed, {listing['empty']:,} with no objects; "
+                  f"{listing['requests']:,} LIST requests in {listing['seconds']:.1f}s)")
+        else:
+            source = planned["inventory"]
+            print(f"{totals}, from {source['report']} (made {source['created']}; {source['rows']:,} rows read in "
+                  f"{source['seconds']:.1f}s)")
     return 0 if planned["days"] else 4
+
+
+def _scrub(args, clients) -> int:
+    """What the scrub DAG runs (tasks/ops/scrub.py), for a job's range of days or one of its
+    archives; its lines, then exit 0 (no drift), 2 (drift: what to do is in the table and the
+    message) or 3 (the checks S3 faults stopped, and nothing else: run again)."""
+    from s3arch.core.errors import BadArgument
+    from s3arch.core.options import whole
+    from s3arch.format.manifest import layout_from_url
+    from s3arch.ops.jobs import load_jobs
+    from s3arch.ops.scrub import DriftFound, archive_day, parse_range, scrub, scrub_archive
+
+    sample = whole(0, 1000)(args.sample, "--sample")
+    if args.archive is None and args.job is None:
+        raise BadArgument("scrub needs --job NAME (its days) or an archive's URL (that archive)")
+    if args.archive is not None and (args.date_from or args.date_to):
+        raise BadArgument("--date-from and --date-to scrub a range of a job's days, not one archive",
+                          hint="give either the archive's URL or the dates")
+    jobs = load_jobs(_jobs_file(args))
+    if args.archive is None:
+        job = _job_named(jobs, args.job)
+        first, last = parse_range(job, args.date_from, args.date_to)
+        result = scrub(job, clients.control, first, last, sample=sample)
+    else:
+        layout = layout_from_url(S3Url.parse(args.archive))
+        if args.job is not None:
+            job = _job_named(jobs, args.job)
+        else:
+            found = sorted((j for j in jobs.values() if archive_day(j, layout) is not None), key=lambda j: j.name)
+            if len(found) != 1:
+                whose = f"jobs {', '.join(j.name for j in found)}" if found else "no job"
+                raise BadArgument(f"{args.archive} is an archive of {whose} in {_jobs_file(args)}",
+                                  hint="name its job (--job NAME), or its jobs file (--jobs-file); `s3arch verify` "
+                                       "reads any archive back whole")
+            job = found[0]
+        result = scrub_archive(job, clients.control, layout, sample=sample)
+    error = result.failure()
+    failure = outcome(error) if error is not None else None
+    if args.json:
+        status = "clean" if error is None else "drift" if isinstance(error, DriftFound) else "failed"
+        print(json.dumps({"status": status, **result.to_dict(),
+                          **({"message": failure.message, "retryable": failure.retryable} if failure else {})}))
+    else:
+        print(result.summary_line())
+        print(result.cost_line())
+        print(result.table())
+    if failure is None:
+        return 0
+    print(f"error: {failure.message}", file=sys.stderr)
+    return failure.exit_code
 
 
 def _restore(args, clients, layout) -> int:

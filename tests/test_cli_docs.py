@@ -1,5 +1,5 @@
-"""Every command line the README and docs/RESTORE.md show is accepted by the CLI as shown,
-and the trigger forms mark only what is required as required."""
+"""Every command line the README, docs/RESTORE.md and docs/CATALOG.md show is accepted by the CLI
+as shown, and the trigger forms mark only what is required as required."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from helpers import ROOT
 
 def documented_command_lines() -> list[str]:
     lines = []
-    for doc in ("README.md", "docs/RESTORE.md"):
+    for doc in ("README.md", "docs/RESTORE.md", "docs/CATALOG.md"):
         text = (ROOT / doc).read_text()
         for language, block in re.findall(r"```(\w*)\n(.*?)```", text, flags=re.S):
             if language not in ("", "bash"):

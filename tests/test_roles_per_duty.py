@@ -5,8 +5,8 @@ job's connection of the duty (``aws_conn_id``, ``restore_conn_id``, ``catalog_co
 On MinIO, which enforces user policies with their conditions: the archive DAG (a range under
 GOVERNANCE, then a late part), a ``segments`` job's archive DAG sized from its S3 Inventory,
 the restore DAG to S3, ``extract`` to S3 and to a directory, ``cat``, the catalog's reads (the
-inventory's too), the scrub DAG and ``plan``; the archive role on a restore connection fails the
-restore at once, without a retry. MinIO has no Glacier restore (its archives need none, so no
+inventory's too), the scrub DAG and ``scrub``, ``plan`` from an inventory and by listing; the
+archive role on a restore connection fails the restore at once, without a retry. MinIO has no Glacier restore (its archives need none, so no
 request is sent): on moto server with IAM enforced (it ignores ``StringLike`` conditions, so
 they are MinIO's to prove), ``restore`` and the restore DAG from GLACIER, its wait on the trigger
 included, run as the restore role, and the archive role is refused ``s3:RestoreObject``.
@@ -208,6 +208,14 @@ def test_plan_needs_only_the_inventory_role(duties, cli_env):
     assert [(d["prefix"], d["objects"]) for d in out["days"]] == [("logs/2026/10/26/", 2)]
 
 
+def test_plan_of_a_job_without_an_inventory_lists_its_days_as_the_catalog_role(duties, cli_env):
+    env = as_user(cli_env, *duties.users["catalog"])
+    out = run_json(env, "plan", JOB, "--jobs-file", str(duties.jobs_file), "--from", "2026-10-12", "--to", "2026-10-13")
+    assert out["source"] == "listing" and [(d["day"], d["objects"]) for d in out["days"]] == [
+        ("2026-10-12", len(day_objects(duties, date(2026, 10, 12)))),
+        ("2026-10-13", len(day_objects(duties, date(2026, 10, 13))))]
+
+
 # --- Restore role: restore_conn_id -----------------------------------------------------------
 
 
@@ -289,6 +297,17 @@ def test_the_scrub_dag_checks_locked_archives_as_the_catalog_and_scrub_role(duti
     assert result["checked"] == 2 and result["sampled"] >= 2, result
     results = f"archive/{duties.src}/logs/_s3arch-scrub/{JOB}/"
     assert f"{results}latest.json" in keys_in(duties.s3, duties.vault, results)
+
+
+def test_the_scrub_command_checks_a_range_and_one_late_part_as_the_catalog_and_scrub_role(duties, cli_env):
+    env = as_user(cli_env, *duties.users["catalog_scrub"])
+    days = run_json(env, "scrub", "--job", JOB, "--jobs-file", str(duties.jobs_file), "--date-from", "2026-10-12",
+                    "--date-to", "2026-10-13", "--sample", "2")
+    assert days["status"] == "clean" and days["checked"] == 2 and days["sampled"] >= 2, days
+    assert days["result_url"].startswith(f"s3://{duties.vault}/archive/{duties.src}/logs/_s3arch-scrub/{JOB}/")
+    part = run_json(env, "scrub", f"s3://{duties.vault}/archive/{duties.src}/logs/2026/10/12.part-0002.tar.gz",
+                    "--job", JOB, "--jobs-file", str(duties.jobs_file))  # its jobs share the archives: named
+    assert part["status"] == "clean" and part["verified"] == ["2026-10-12"] and part["result_url"] is None, part
 
 
 # --- RestoreObject: moto server with IAM enforced ---------------------------------------------

@@ -165,11 +165,11 @@ OPTIONS: tuple[Option, ...] = (
            help="compression threads (default: the CPUs this process may use, affinity and "
                 "cgroup quota included; capped so their blocks fit a quarter of the budget)"),
     Option("processes", "local worker processes", job_default=1, flag_type=int,
-           doc_default="**1 in a task**; the CPUs on the CLI",
+           doc_default="**1 in a task**; on the CLI as many as `memory_budget` holds (1 at 256MiB), up to the CPUs",
            check=whole(1, 64, hint="1 (the default) keeps each archive task one process"), cli=("archive",),
-           help="local worker processes that produce a large prefix's segments (default: the CPUs this "
-                "process may use, half of them when the endpoint is on loopback, as many as "
-                "--memory-budget holds at 108 MiB each; 1: one process, never segments)"),
+           help="local worker processes that produce a large prefix's segments (default: as many as "
+                "--memory-budget holds at 108 MiB each beyond 48 MiB: 1 at the default 256MiB, 4 at 480MiB; at "
+                "most the CPUs this process may use, half of them on a loopback endpoint; 1: never segments)"),
     Option("segments", "segments of a large prefix", flag_type=int,
            doc_default="one per process; `1` never cuts", operator="segments", cli=("archive",),
            check=whole(1, 1000, hint="1 archives every prefix in one task; 2 or more cuts a large prefix into "

@@ -95,10 +95,10 @@ def destination_of(layout: ArchiveLayout, source: S3Url) -> S3Url:
 
 def _source_part(source: S3Url) -> str:
     # A date inside key names (logs/2026-11-21-) names its archive logs/2026-11-21.tar.gz.
-    return f"{source.bucket}/{source.key.rstrip(_TRAILING) or '_bucket'}"
+    return f"{source.bucket}/{source.key.rstrip(TRAILING_SEPARATORS) or '_bucket'}"
 
 
-_TRAILING = "/-_."  # what a prefix may end with after its date
+TRAILING_SEPARATORS = "/-_."  # what a prefix may end with after its date
 
 
 def layout_from_url(url: S3Url) -> ArchiveLayout:

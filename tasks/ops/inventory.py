@@ -407,5 +407,5 @@ def plan_from_inventory(job: ArchiveJob, control, *, date_from=None, date_to=Non
     if first is not None and first <= last:
         plan(job, date_from=first, date_to=last)  # the range's own checks (age, order)
         planned = plan_days(job, days, first, last)
-    return {"job": job.name, "inventory": days.summary(), "days": planned,
+    return {"job": job.name, "source": "inventory", "inventory": days.summary(), "days": planned,
             "objects": sum(d["objects"] or 0 for d in planned), "bytes": sum(d["bytes"] or 0 for d in planned)}

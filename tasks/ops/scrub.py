@@ -25,13 +25,16 @@ Drift is reported as one row per day with what to do:
   the split wildcard (an account, say) holding objects that day has none.
 
 A small result object goes beside the archives (``<archive prefix>_s3arch-scrub/<job>/``):
-one per scrub, and ``latest.json`` merged day by day, which the catalog shows.
+one per scrub, and ``latest.json`` merged day by day, which the catalog shows. One archive
+(``scrub_archive``: a day's, a split value's or a late part's) is checked the same way, its
+result not written (the job's result holds whole days).
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -41,11 +44,13 @@ from s3arch.ops.catalog import (SCRUB_DIR, _Counter, archive_prefix, read_scrub_
                       was_committed)
 from s3arch.core.config import S3Url
 from s3arch.core.cost import usd
-from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, ArchiverError, BadArgument, IntegrityError, translate
+from s3arch.core.errors import (IO_ERRORS, ArchiveDamaged, ArchiverError, BadArgument, ConcurrentRun, IntegrityError,
+                                TransientError, translate)
 from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.io.listed import _listed
-from s3arch.format.day import committed_parts
-from s3arch.format.manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, layout_for, parse_index, read_chunk, read_through
+from s3arch.format.day import PART_INFIX, committed_parts
+from s3arch.format.manifest import (ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, TRAILING_SEPARATORS, ArchiveLayout,
+                                    layout_for, parse_index, read_chunk, read_through)
 from s3arch.io.sources import expansion_requests, resolved
 from s3arch.ops.split_days import unarchived_splits
 from s3arch.protocol.parts import check_late
@@ -94,9 +99,17 @@ class Drift:
     kind: str
     detail: str
     action: str = ""
+    retryable: bool = False  # an "unreadable" check whose S3 fault outlasted the retries: run again
 
     def __post_init__(self):
         self.action = self.action or ACTIONS.get(self.kind, "")
+
+
+class DriftFound(ArchiverError):
+    """A scrub found drift: a person acts on it, as each row says (exit 2)."""
+
+
+SHOWN_ROWS = 5  # drift rows a failure's message names; the table and the JSON hold them all
 
 
 @dataclass
@@ -123,6 +136,37 @@ class ScrubResult:
     def to_dict(self) -> dict:
         return {**asdict(self), "ok": self.ok}
 
+    def summary_line(self) -> str:
+        where = f"result {self.result_url}" if self.result_url else "no result written"
+        return (f"{self.checked} archive(s) from {self.first} to {self.last}: {len(self.verified)} verified, "
+                f"{self.sampled} member(s) sampled; {where}")
+
+    def failure(self) -> ArchiverError | None:
+        """What the drift means to whoever ran the scrub (``outcome`` maps it to an exit code):
+        None when clean; a ``TransientError`` (exit 3, run again) when every row is a check that
+        an S3 fault stopped past the retries; else ``DriftFound`` (exit 2) naming the days and
+        kinds, and what to do for each kind."""
+        if self.ok:
+            return None
+        faults = [d for d in self.drift if d.retryable]
+        found = [d for d in self.drift if not d.retryable]
+        if not found:
+            return TransientError(f"scrub of job {self.job}: {len(faults)} check(s) stopped on S3 faults that "
+                                  f"outlasted the retries (first: {faults[0].detail}); nothing it read had drifted",
+                                  hint="run the scrub again")
+        days = sorted({d.day for d in found})
+        split = len({d.prefix for d in found}) > len(days)  # a split job: which archive of the day
+        rows = "; ".join(f"{d.day} {d.kind}" + (f" ({d.prefix})" if split else "") for d in found[:SHOWN_ROWS])
+        more = f"; and {len(found) - SHOWN_ROWS} more" if len(found) > SHOWN_ROWS else ""
+        actions: dict[str, str] = {}
+        for d in found:
+            actions.setdefault(d.kind, d.action)
+        todo = "; ".join(f"{kind}: {action}" for kind, action in actions.items())
+        stopped = (f"; {len(faults)} other check(s) stopped on S3 faults: run the scrub again for those"
+                   if faults else "")
+        return DriftFound(f"scrub of job {self.job} found drift in {len(days)} day(s): {rows}{more}",
+                          hint=f"what to do: {todo}{stopped}")
+
     def cost_line(self) -> str:
         r = self.requests
         return (f"scrub cost: {r.get('LIST', 0):,} LIST, {r.get('HEAD', 0):,} HEAD, {r.get('GET', 0):,} GET, "
@@ -146,14 +190,7 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
     result = ScrubResult(job.name, first.isoformat(), last.isoformat(), now.isoformat(timespec="seconds"))
     rng = random.Random(seed)
     days = days_between(first, last)
-    bucket, prefix = job.destination.bucket, archive_prefix(job)
-    listed = {}
-    try:
-        for page in control.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            counter.add("LIST")
-            listed.update({o.key: o for o in _listed(page)})
-    except IO_ERRORS as exc:
-        raise translate(exc, f"list the archives s3://{bucket}/{prefix}") from exc
+    listed = _list_archives(control, job.destination.bucket, archive_prefix(job), counter)
     # The last scrub's verdicts: a day it saw archived of which nothing is left now is drift,
     # where the listing alone would take it for a day never archived.
     counter.add("GET")
@@ -196,6 +233,82 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
     if write_result:
         result.result_url = _write_result(job, control, result, verdicts, before, counter)
         result.requests = dict(counter.counts)
+    result.cost_usd = _cost(result, retrieval)
+    result.ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def _list_archives(control, bucket: str, prefix: str, counter: _Counter) -> dict:
+    listed = {}
+    try:
+        for page in control.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            counter.add("LIST")
+            listed.update({o.key: o for o in _listed(page)})
+    except IO_ERRORS as exc:
+        raise translate(exc, f"list the archives s3://{bucket}/{prefix}") from exc
+    return listed
+
+
+_LATE_PART = re.compile(re.escape(PART_INFIX) + r"\d{4,}$")
+
+
+def archive_day(job: ArchiveJob, layout: ArchiveLayout) -> tuple[date, str] | None:
+    """The day and source name (a split job's: with its value) of ``job`` whose archive, or
+    late part, ``layout`` is, from its key alone (``layout_for``'s inverse: a name's trailing
+    separators are not in its key, and the template says which they are); None if it is not
+    one of the job's."""
+    base = layout_for(S3Url(job.source.bucket, ""), job.destination).stem.removesuffix("_bucket")
+    stem = _LATE_PART.sub("", layout.stem)
+    if layout.bucket != job.destination.bucket or not stem.startswith(base):
+        return None
+    after = job.prefix_template.rsplit("}", 1)[1]
+    name = stem[len(base):] + after[len(after.rstrip(TRAILING_SEPARATORS)):]
+    try:
+        day = job.date_of(name)
+    except BadArgument:
+        return None
+    return (day, name) if layout_for(S3Url(job.source.bucket, name), job.destination).stem == stem else None
+
+
+def scrub_archive(job: ArchiveJob, control, layout: ArchiveLayout, *, sample: int = 3, seed: int | None = None,
+                  now: datetime | None = None) -> ScrubResult:
+    """One archive of ``job`` (``layout``: a day's, a split value's or a late part's) checked as
+    ``scrub`` checks each: its index, HEADs, lock and sample against its manifest, and its
+    source for objects no part of the day holds. Not written: the job's result holds whole days."""
+    found = archive_day(job, layout)
+    if found is None:
+        raise BadArgument(f"s3://{layout.bucket}/{layout.stem}.* is not an archive of job {job.name!r}",
+                          hint=f"its archives are under s3://{job.destination.bucket}/{archive_prefix(job)}")
+    day, name = found
+    started = time.monotonic()
+    now = now or datetime.now(timezone.utc)
+    counter = _Counter()
+    counter.counts["PUT"] = 0
+    iso = day.isoformat()
+    result = ScrubResult(job.name, iso, iso, now.isoformat(timespec="seconds"))
+    listed = _list_archives(control, layout.bucket, layout.stem, counter)
+    retrieval = 0.0
+    if layout.manifest_key in listed:
+        expansions = expansion_requests(control)
+        drift, result.sampled, result.sampled_bytes, retrieval = _check_day(
+            job, control, layout, day, name, listed, sample, random.Random(seed), now, counter)
+        day_layout = layout_for(S3Url(job.source.bucket, name), job.destination)
+        result.drift = drift + _late_drift(job, control, day_layout, day, name, counter)
+        counter.add("LIST", expansion_requests(control) - expansions)
+    elif layout.lease_key in listed:
+        raise ConcurrentRun(f"a run holds the lease {layout.lease_key} and has not committed {layout.manifest_url}",
+                            hint="scrub the archive once that run is done")
+    elif archive := next((layout.archive_key(s) for s in ARCHIVE_SUFFIXES if layout.archive_key(s) in listed), None):
+        result.drift.append(Drift(iso, name, "archive without manifest",
+                                  f"s3://{layout.bucket}/{archive} is committed by no manifest"))
+    else:
+        raise BadArgument(f"nothing is archived at s3://{layout.bucket}/{layout.stem}.*: no archive, manifest or "
+                          "index", hint=f"a scrub of the day (--date-from {iso} --date-to {iso}) reports an archive "
+                                        "that a scrub saw and that is gone")
+    result.checked = 1
+    result.verified = [] if result.drift else [iso]
+    result.requests = dict(counter.counts)
     result.cost_usd = _cost(result, retrieval)
     result.ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
     result.seconds = round(time.monotonic() - started, 3)
@@ -323,7 +436,7 @@ def _check_day(job: ArchiveJob, control, layout, day: date, prefix: str, listed:
         retrieval = sampled_bytes / (1 << 30) * RETRIEVAL_PER_GB.get(archive.get("StorageClass") or "STANDARD", 0.0)
         return drift, sampled, sampled_bytes, retrieval
     except ArchiverError as exc:
-        return drift + [Drift(iso, prefix, "unreadable", str(exc))], 0, 0, 0.0
+        return drift + [Drift(iso, prefix, "unreadable", str(exc), retryable=exc.retryable)], 0, 0, 0.0
 
 
 def _late_drift(job: ArchiveJob, control, layout, day: date, prefix: str, counter: _Counter) -> list[Drift]:
@@ -342,7 +455,8 @@ def _late_drift(job: ArchiveJob, control, layout, day: date, prefix: str, counte
     except BadArgument:
         return []  # the pattern matches no prefix any more: nothing in the source, nothing late
     except ArchiverError as exc:
-        return [Drift(day.isoformat(), prefix, "unreadable", f"checking for objects newer than the archive: {exc}")]
+        return [Drift(day.isoformat(), prefix, "unreadable", f"checking for objects newer than the archive: {exc}",
+                      retryable=exc.retryable)]
     counter.add("HEAD", len(parts))
     counter.add("GET", len(parts) + 1 + (len(parts) if check.manifests_read else 0))
     counter.add("LIST", 2 + check.listed // 1000)
@@ -363,7 +477,8 @@ def _unarchived_drift(job: ArchiveJob, control, day: date, listed: dict, counter
     try:
         missing = unarchived_splits(job, control, day, archived, counter)
     except ArchiverError as exc:
-        return [Drift(day.isoformat(), job.prefix_for(day), "unreadable", f"listing the day's split values: {exc}")]
+        return [Drift(day.isoformat(), job.prefix_for(day), "unreadable", f"listing the day's split values: {exc}",
+                      retryable=exc.retryable)]
     return [Drift(day.isoformat(), name, "split not archived",
                   f"{name} holds objects and has no archive; the day's other {len(archived)} archive(s) are committed")
             for name in missing]

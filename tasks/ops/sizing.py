@@ -1,4 +1,5 @@
-"""Which planned prefixes of a job with segment tasks are large: the archive DAG's size task.
+"""Which planned prefixes of a job with segment tasks are large: the archive DAG's size task;
+and ``s3arch plan`` of a job without an inventory, each day listed (``plan_from_listing``).
 
 A prefix with at least ``segment_min_objects`` objects or ``segment_min_bytes`` bytes becomes
 ``job.segments`` segment tasks and an assemble task; the others stay with their archive task.
@@ -11,10 +12,17 @@ as without one. Either way the archive run LISTs the day it archives.
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
+from concurrent.futures import ThreadPoolExecutor
+from datetime import date
 
 from s3arch.core.config import S3Url
-from s3arch.ops.jobs import ArchiveJob
+from s3arch.core.errors import BadArgument
+from s3arch.io.sources import expansion_requests, resolved, source_pages
+from s3arch.ops.inventory import DaySize
+from s3arch.ops.jobs import ArchiveJob, days_between, parse_date, plan
 from s3arch.produce.segments import PrefixSize, size_prefixes
+from s3arch.produce.segments.plan import SIZING_THREADS
 
 
 def split_by_size(job: ArchiveJob, planned: list[list[str]], control) -> dict:
@@ -59,3 +67,47 @@ def _sized_by_inventory(job: ArchiveJob, location: S3Url, control,
                                    seconds / len(covered), 0)
     return sizes, {**days.summary(), "days": len(covered)}
 
+
+def plan_from_listing(job: ArchiveJob, control, *, date_from=None, date_to=None) -> dict:
+    """``plan_from_inventory``'s plan for a job without an inventory: each day of the range
+    (default: the job's start_date to the newest it archives) listed whole, ``SIZING_THREADS``
+    days at once, counted page by page (memory stays flat); a day with no objects is left out,
+    as a report leaves it out. What it cost: the LIST requests (a pattern's expansions
+    included) and the seconds."""
+    first = parse_date(date_from, "--from") if date_from else job.start_date
+    last = parse_date(date_to, "--to") if date_to else job.newest_allowed
+    days: list[date] = []
+    if first <= last:
+        plan(job, date_from=first, date_to=last)  # the range's own checks (age, order)
+        days = days_between(first, last)
+    started = time.monotonic()
+    expansions = expansion_requests(control)
+    with ThreadPoolExecutor(min(SIZING_THREADS, max(1, len(days))), thread_name_prefix="s3arch-plan") as pool:
+        listed = list(pool.map(lambda day: _listed_day(job, control, day), days))
+    requests = sum(n for _, n in listed) + expansion_requests(control) - expansions
+    planned = [size.to_dict() for size, _ in listed if size.objects]
+    return {"job": job.name, "source": "listing",
+            "listing": {"bucket": job.source.bucket, "days": len(days), "empty": len(days) - len(planned),
+                        "requests": requests, "seconds": round(time.monotonic() - started, 3)},
+            "days": planned, "objects": sum(d["objects"] for d in planned), "bytes": sum(d["bytes"] for d in planned)}
+
+
+def _listed_day(job: ArchiveJob, control, day: date) -> tuple[DaySize, int]:
+    """The day's objects and bytes, and the LISTs of its prefixes (one per page, one for a
+    prefix that holds nothing); a pattern that matches no prefix holds nothing."""
+    name = job.prefix_for(day)
+    try:
+        source = resolved(control, S3Url(job.source.bucket, name), job.max_prefixes)
+    except BadArgument as exc:
+        if "matches no prefix" not in exc.message:
+            raise  # more prefixes than max_prefixes: its archive run would refuse the day too
+        return DaySize(day, name, 0, 0), 0  # its expansion's LISTs are counted by the caller
+    prefixes = source.prefixes
+    objects = size = pages = 0
+    holding: set[int] = set()  # which prefixes had a page
+    for page in source_pages(control, source):
+        pages += 1
+        objects += len(page)
+        size += sum(o.size for o in page)
+        holding.add(bisect_right(prefixes, page[0].key) - 1)
+    return DaySize(day, name, objects, size), pages + len(prefixes) - len(holding)
