@@ -109,8 +109,13 @@ def _scrub_arguments(s: argparse.ArgumentParser) -> None:
 
 
 def _archive_arguments(a: argparse.ArgumentParser) -> None:
-    a.add_argument("source", help="s3://SRC_BUCKET/SRC_PREFIX/")
-    a.add_argument("destination", help="s3://DEST_BUCKET/DEST_PREFIX/")
+    a.add_argument("source", nargs="?", help="s3://SRC_BUCKET/SRC_PREFIX/ (or --job)")
+    a.add_argument("destination", nargs="?", help="s3://DEST_BUCKET/DEST_PREFIX/ (or --job)")
+    a.add_argument("--job", metavar="NAME", help="archive a job's days as its DAG does (its settings, preset, "
+                                                 "split and late window), instead of SOURCE DESTINATION")
+    a.add_argument("--jobs-file", type=Path, metavar="PATH", help="with --job: default $S3ARCH_JOBS_FILE, else jobs.yaml")
+    a.add_argument("--date", metavar="DATE", help="with --job: the day, YYYY-MM-DD (the first of a range with --date-to)")
+    a.add_argument("--date-to", metavar="DATE", help="with --job: the last day of a range")
     _option_flags(a, "archive")
     a.add_argument("--json", action="store_true", help="print one JSON object at the end")
     a.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -211,8 +216,13 @@ def _run(args) -> int:
 
 
 def _archive(args) -> int:
+    from s3arch.core.errors import BadArgument
     from s3arch.ops.window import earlier_sources
 
+    if args.job:
+        return _archive_job(args)
+    if not (args.source and args.destination):
+        raise BadArgument("archive needs SOURCE and DESTINATION, or --job NAME --date DATE")
     clients = _clients(args)
     values = {name: getattr(args, name) for name in archive_options() if hasattr(args, name)}
     values["processes"] = args.processes or default_processes(clients.endpoint_url)
@@ -228,6 +238,44 @@ def _archive(args) -> int:
                 raise
             continue  # nothing there that day: nothing to re-check
         _print_result(args, result)
+    return 0
+
+
+# What `archive --job` takes from the command line; every other setting is the job's.
+JOB_RUN_FLAGS = ("overwrite", "dry_run")
+
+
+def _archive_job(args) -> int:
+    """A job's days as its DAG's range run archives them: each day's name (its preset's and
+    wildcards' prefix), one archive per split value, the job's settings (a done day's late
+    objects become its next part). Every day runs; the worst failure is the exit."""
+    from s3arch.core.errors import BadArgument
+    from s3arch.ops.jobs import load_jobs, plan
+
+    given = [o.flag for name, o in archive_options().items()
+             if name not in JOB_RUN_FLAGS and getattr(args, name, o.default) not in (o.default, None)]
+    if args.source or args.destination or given or not args.date:
+        raise BadArgument("--job takes --date [--date-to] and only --overwrite or --dry-run of the archive flags"
+                          + (f" (given: {', '.join(given)})" if given else ""),
+                          hint="the job's settings are in the jobs file; change them there")
+    job = _job_named(load_jobs(_jobs_file(args)), args.job)
+    clients = _clients(args)
+    names = job.split(clients.control, plan(job, date_from=args.date, date_to=args.date_to or args.date))
+    failed: list[ArchiverError] = []
+    for name in names:
+        spec = job.spec_for(name, overwrite=args.overwrite, dry_run=args.dry_run)
+        try:
+            _print_result(args, _archive_one(args, sized(spec, clients.control), clients))
+        except EmptyPrefix as exc:
+            if not job.allow_empty:
+                failed.append(exc)
+            print(f"{name}: {exc}", file=sys.stderr)
+        except ArchiverError as exc:  # the next day runs, as the DAG's next task does
+            failed.append(exc)
+            print(f"{name}: {outcome(exc).message}", file=sys.stderr)
+    if failed:  # retried if another try can help any of them (the done ones skip), as the DAG's run is
+        print(f"{len(failed)} of {len(names)} prefix(es) of job {job.name} failed", file=sys.stderr)
+        raise next((e for e in failed if e.retryable), failed[0])
     return 0
 
 

@@ -123,6 +123,10 @@ def _parameters(*operators) -> set[str]:
             for name in inspect.signature(cls.__init__).parameters}
 
 
+# Output and connection (Airflow's own there), and `archive --job`'s choice of a job's days.
+CLI_ONLY = {"json", "quiet", "endpoint_url", "profile", "job", "jobs_file", "date", "date_to"}
+
+
 def test_one_name_per_setting_across_cli_job_yaml_and_operators():
     """Issue 29, item 5: each `s3arch archive` / `restore` flag is, with `_` for `-`, the job
     key (or trigger param) and an operator parameter of the same setting."""
@@ -136,7 +140,7 @@ def test_one_name_per_setting_across_cli_job_yaml_and_operators():
     job_keys = keys_of_a_job() | set(ARCHIVE_PARAMS)
     archive = _parameters(S3ArchivePrefixOperator, S3PrepareSegmentsOperator, S3ArchiveSegmentOperator,
                           S3AssembleSegmentsOperator)
-    cli_only = {"json", "quiet", "endpoint_url", "profile"}  # output and connection: Airflow's own there
+    cli_only = CLI_ONLY
     for flag in sorted(_flags("archive") - cli_only):
         assert flag in job_keys, f"--{flag.replace('_', '-')} has no job key {flag!r}"
         assert flag in archive or flag == "late_window", f"--{flag.replace('_', '-')} has no operator parameter {flag!r}"
@@ -196,12 +200,12 @@ def test_the_readmes_exceptions_to_one_name_per_flag_are_exactly_the_codes():
     from s3arch.ops.jobs import job_keys
 
     flags = _flags("archive")
-    cli_only = {"json", "quiet", "endpoint_url", "profile"}
+    cli_only = CLI_ONLY
     trigger_params = flags - cli_only - job_keys()
     assert trigger_params == {"overwrite", "dry_run"} and trigger_params <= set(ARCHIVE_PARAMS)
     assert flags - cli_only - _parameters(S3ArchivePrefixOperator) == {"segments", "late_window"}
     readme = " ".join((ROOT / "README.md").read_text().split())
-    for words in ("`--json`, `--quiet`, `--endpoint-url` and `--profile`",
+    for words in ("`--json`, `--quiet`, `--endpoint-url`, `--profile`", "and the `--job` ones",
                   "`--overwrite` and `--dry-run` are the run's trigger params",
                   "`--segments` is a parameter of the segment operators",
                   "`--late-window` is a job key that the DAG's plan applies"):

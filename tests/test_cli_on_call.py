@@ -335,3 +335,49 @@ def test_processes_defaults_to_what_the_memory_budget_holds_as_its_help_and_the_
                                                                              .split())
     assert "(1 at 256MiB)" in option["processes"].doc_default and "the CPUs on the CLI" not in \
         (ROOT / "docs/JOBS.md").read_text()
+
+
+def test_archive_a_jobs_day_by_name_as_the_dag_does_and_a_rerun_skips(s3, buckets, cli_env, tmp_path):
+    """On call, without Airflow: `s3arch archive --job NAME --date D` archives the job's day with
+    the job's settings (its prefix template, destination and class), byte for byte; again, it skips."""
+    from helpers import read_archive
+
+    src, dst = buckets
+    jobs_file = tmp_path / "jobs.yaml"
+    write_jobs(jobs_file, src, dst, logs={})
+    objects = seed_day(s3, src, DAYS[0])
+    done = run_cli(cli_env, "archive", "--job", "logs", "--jobs-file", str(jobs_file), "--date", str(DAYS[0]),
+                   "--json", check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout)["status"] == "archived"
+    assert read_archive(s3, dst, f"archive/{src}/logs/2026/03/01.tar.gz") == objects
+    again = run_cli(cli_env, "archive", "--job", "logs", "--jobs-file", str(jobs_file), "--date", str(DAYS[0]),
+                    "--json")
+    assert json.loads(again.stdout)["status"] == "skipped"
+
+
+def test_archive_a_jobs_range_runs_every_day_and_exits_with_the_failure(s3, buckets, cli_env, tmp_path):
+    """A range whose middle day is empty: the days around it are archived, the run exits 4
+    (empty), naming how many failed, as the DAG's run fails while its other tasks succeed."""
+    src, dst = buckets
+    jobs_file = tmp_path / "jobs.yaml"
+    write_jobs(jobs_file, src, dst, logs={})
+    first, last = DAYS[0] - timedelta(days=1), DAYS[0] + timedelta(days=1)
+    seed_day(s3, src, first)
+    seed_day(s3, src, last)
+    done = run_cli(cli_env, "archive", "--job", "logs", "--jobs-file", str(jobs_file), "--date", str(first),
+                   "--date-to", str(last), "--quiet", check=False)
+    assert done.returncode == 4, done.stderr.decode()
+    assert "1 of 3 prefix(es) of job logs failed" in done.stderr.decode()
+    assert sorted(k for k in keys_in(s3, dst) if k.endswith(".tar.gz")) == [
+        f"archive/{src}/{first:logs/%Y/%m/%d}.tar.gz", f"archive/{src}/{last:logs/%Y/%m/%d}.tar.gz"]
+
+
+def test_archive_job_refuses_settings_that_belong_in_the_jobs_file(buckets, cli_env, tmp_path):
+    src, dst = buckets
+    jobs_file = tmp_path / "jobs.yaml"
+    write_jobs(jobs_file, src, dst, logs={})
+    refused = run_cli(cli_env, "archive", "--job", "logs", "--jobs-file", str(jobs_file), "--date", str(DAYS[0]),
+                      "--codec", "zstd", check=False)
+    assert refused.returncode == 2
+    assert "given: --codec" in refused.stderr.decode() and "change them there" in refused.stderr.decode()
