@@ -1,7 +1,7 @@
 """The options, each declared once: its name, type, default, help and check.
 
 An option's name is the job key, the operator parameter and, with ``-`` for ``_``, the CLI
-flag. ``OPTIONS`` is the one table the CLI's flags (tasks/cli.py), the job file's keys
+flag. ``OPTIONS`` is the one table the CLI's flags (tasks/cli/), the job file's keys
 (tasks/ops/jobs.py), the Airflow operators' template fields, the restore DAG's trigger form and
 the docs' tables (``python -m devtools.option_tables``) are made from; tests check the
 operators' parameters against it. A new option is one entry here (and the code that uses its
