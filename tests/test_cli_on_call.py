@@ -221,7 +221,9 @@ def test_drift_is_exit_2_saying_what_to_do_and_only_checks_stopped_by_s3_faults_
     assert "1 other check(s) stopped on S3 faults: run the scrub again for those" in mixed.message
 
     monkeypatch.setattr(scrub_module, "scrub", lambda *args, **kwargs: result(fault))
-    monkeypatch.setattr(cli, "_clients", lambda args: type("Clients", (), {"control": None})())
+    import s3arch.cli.clients
+
+    monkeypatch.setattr(s3arch.cli.clients, "clients_for", lambda args: type("Clients", (), {"control": None})())
     write_jobs(tmp_path / "jobs.yaml", "src", "dst", logs={})
     monkeypatch.setenv("S3ARCH_JOBS_FILE", str(tmp_path / "jobs.yaml"))  # the default of --jobs-file
     assert cli.main(["scrub", "--job", "logs", "--date-from", "2026-03-01", "--date-to", "2026-03-07", "--json"]) == 3
