@@ -265,6 +265,31 @@ def test_scrub_reports_and_the_catalog_marks_a_day_with_objects_newer_than_its_a
         ("archived", 2, 32, None)
 
 
+def test_the_range_scrub_checks_every_part_of_a_day_and_finds_a_changed_late_part(s3, buckets, clients):
+    """The monthly scrub proves each archive of a day: a late part's archive replaced after it
+    was committed is drift, as the first part's would be."""
+    from datetime import date
+
+    from s3arch.ops.jobs import job_from_dict
+    from s3arch.ops.scrub import scrub
+
+    src, dst = buckets
+    job = job_from_dict("late", {"source": f"s3://{src}/", "prefix_template": "logs/{date:%Y/%m/%d}/",
+                                 "destination": f"s3://{dst}/vault/",
+                                 "storage_class": "STANDARD", "start_date": "2026-11-21", "min_age_days": 1})
+    day = date(2026, 11, 21)
+    seed(s3, src, _day(30))
+    archive_prefix(job.spec_for(PREFIX), clients)
+    seed(s3, src, _day(2, start=100))
+    assert archive_prefix(job.spec_for(PREFIX), clients).part == 2
+    clean = scrub(job, clients.control, day, day, sample=1)
+    assert clean.ok and clean.checked == 2, clean.table()
+    part = f"vault/{src}/{PREFIX.rstrip('/')}.part-0002.tar.gz"
+    s3.put_object(Bucket=dst, Key=part, Body=b"not the archive the manifest commits")
+    damaged = scrub(job, clients.control, day, day, sample=1)
+    assert [(d.day, d.kind) for d in damaged.drift] == [("2026-11-21", "archive changed")], damaged.table()
+
+
 @pytest.mark.parametrize("window, days", [("2d", 3), ("36h", 3), (0, 1)])
 def test_a_nightly_run_rechecks_the_days_within_the_late_window(window, days):
     from datetime import date

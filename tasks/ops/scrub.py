@@ -36,7 +36,7 @@ import json
 import random
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
@@ -205,9 +205,9 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
         unarchived = {day: pool.submit(_unarchived_drift, job, control, day, listed, counter)
                       for day in days if job.split_by}
         retrieval = 0.0
-        for (day, source_prefix), future in futures.items():
+        for (day, source_prefix, _), future in futures.items():
             drift, sampled, sampled_bytes, dollars = future.result()
-            drift = drift + late[(day, source_prefix)].result()
+            drift = drift + late.pop((day, source_prefix), _NO_LATE).result()  # once per day, with its first part
             retrieval += dollars
             result.checked += 1
             result.sampled += sampled
@@ -331,8 +331,11 @@ def _submit_days(pool: ThreadPoolExecutor, job: ArchiveJob, control, days: list[
         archive_key = next((layout.archive_key(s) for s in ARCHIVE_SUFFIXES if layout.archive_key(s) in listed),
                            None)
         if layout.manifest_key in listed:
-            futures[(day, source_prefix)] = pool.submit(_check_day, job, control, layout, day, source_prefix, listed,
-                                                        sample, random.Random(rng.random()), now, counter)
+            # The day's first archive and each late part's, each checked as an archive of its own.
+            for checked in [layout, *late_parts_listed(layout, listed)]:
+                futures[(day, source_prefix, checked.stem)] = pool.submit(
+                    _check_day, job, control, checked, day, source_prefix, listed, sample, random.Random(rng.random()),
+                    now, counter)
             late[(day, source_prefix)] = pool.submit(_late_drift, job, control, layout, day, source_prefix, counter)
         elif layout.lease_key in listed:
             continue  # a run is at work on it
@@ -351,6 +354,17 @@ def _submit_days(pool: ThreadPoolExecutor, job: ArchiveJob, control, days: list[
                 f"{ACTIONS['archive missing']} (with its manifest and index); deleted on purpose: remove the "
                 f"day from s3://{bucket}/{scrub_result_key(job)} and scrubs stop reporting it"))
     return futures, late
+
+
+def late_parts_listed(day: ArchiveLayout, listed: dict) -> list[ArchiveLayout]:
+    """The late parts of ``day`` whose manifests the listing holds, in part order."""
+    stems = sorted(key.removesuffix(MANIFEST_SUFFIX) for key in listed
+                   if key.startswith(day.stem + PART_INFIX) and key.endswith(MANIFEST_SUFFIX))
+    return [ArchiveLayout(day.bucket, stem) for stem in stems]
+
+
+_NO_LATE: Future = Future()
+_NO_LATE.set_result([])
 
 
 def _cost(result: ScrubResult, retrieval: float) -> float:
