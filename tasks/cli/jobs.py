@@ -58,7 +58,7 @@ def plan_days(args, clients) -> int:
 
 
 def scrub(args, clients) -> int:
-    """What the scrub DAG runs (tasks/ops/scrub.py), for a job's range of days or one of its
+    """What the scrub DAG runs (tasks/ops/scrub/), for a job's range of days or one of its
     archives; its lines, then exit 0 (no drift), 2 (drift: what to do is in the table and the
     message) or 3 (the checks S3 faults stopped, and nothing else: run again)."""
     from s3arch.core.errors import BadArgument

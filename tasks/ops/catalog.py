@@ -9,7 +9,7 @@ For a job and a date range it makes:
 - **the source's day prefixes by delimiter listing** (one listing per parent of a day prefix:
   ``logs/2026/11/`` for ``logs/{date:%Y/%m/%d}/``, one for ``events/`` for
   ``events/dt={date:%Y-%m-%d}/``),
-- **one GET of the last scrub's result** (tasks/ops/scrub.py),
+- **one GET of the last scrub's result** (tasks/ops/scrub/),
 
 and never a HEAD per day. Airflow's view of a day (a failed or running run) is not S3's to tell:
 the Airflow layer fills ``DayState.airflow`` and may override ``state`` with "failed" or
