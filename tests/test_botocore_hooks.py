@@ -45,7 +45,7 @@ def test_a_listing_goes_through_the_fast_path_and_botocore_checks_only_what_is_l
     and botocore's 200-error check sees the page without its entries (its wrapped handler
     runs, the original is unregistered: else it would parse every page whole again)."""
     import botocore.handlers
-    from s3arch.io.listed import PAGE_KEY, _listed
+    from s3arch.io.listed import PAGE_KEY, listed_objects
 
     src, _ = buckets
     seed(s3, src, {f"day/{i:04d}.log": b"z" * i for i in range(1500)})  # two pages
@@ -62,7 +62,7 @@ def test_a_listing_goes_through_the_fast_path_and_botocore_checks_only_what_is_l
     assert all(PAGE_KEY in page and "Contents" not in page for page in pages), "a page was left to botocore"
     assert checked and not any(b"<Contents>" in body for body in checked), \
         "botocore's own 200-error check parsed a whole listing page"
-    ours = [(o.key, o.size, o.etag, o.last_modified) for page in pages for o in _listed(page)]
+    ours = [(o.key, o.size, o.etag, o.last_modified) for page in pages for o in listed_objects(page)]
     theirs = [(o["Key"], o["Size"], o["ETag"], o["LastModified"]) for page in
               s3.get_paginator("list_objects_v2").paginate(Bucket=src, Prefix="day/") for o in page["Contents"]]
     assert ours == theirs

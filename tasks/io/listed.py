@@ -28,7 +28,7 @@ class ListedObject(NamedTuple):  # a tuple: a listing makes millions of them
 
 # Asks S3 to say, per entry, whether an object in a Glacier class is restored (readable).
 # MinIO and moto ignore it.
-_OPTIONAL = {"OptionalObjectAttributes": ["RestoreStatus"]}
+LIST_RESTORE_STATUS = {"OptionalObjectAttributes": ["RestoreStatus"]}
 
 # A restored copy of an object in a Glacier class (the listing's RestoreStatus, asked for
 # with OptionalObjectAttributes) reads as "<class> restored" (listing.NEEDS_RESTORE).
@@ -48,7 +48,7 @@ def _class(raw: bytes | str, restored: bool = False) -> str:
 
 
 
-def _listed(page: dict) -> list[ListedObject]:
+def listed_objects(page: dict) -> list[ListedObject]:
     listed = page.get(PAGE_KEY)
     if listed is None:  # an answer the page parser left to botocore
         listed = [ListedObject(o["Key"], o["Size"], o["ETag"], parse_s3_time(o["LastModified"]),
@@ -164,5 +164,5 @@ def key_listed(control, bucket: str, key: str, what: str) -> bool:
         if status_of(exc) == 403:
             raise missing_key_denied(what, bucket, key) from exc
         raise translate(exc, f"{what} (list the key)") from exc
-    return any(o.key == key for o in _listed(page))
+    return any(o.key == key for o in listed_objects(page))
 

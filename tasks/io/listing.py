@@ -9,7 +9,7 @@ from typing import Generic, Iterator, Protocol, TypeVar
 from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.core.errors import IO_ERRORS, ArchivedObjectNotReadable, translate
 from s3arch.io.keys import key_order
-from s3arch.io.listed import _OPTIONAL, ListedObject, _listed
+from s3arch.io.listed import LIST_RESTORE_STATUS, ListedObject, listed_objects
 from s3arch.io.ranges import RangeListing
 
 
@@ -83,12 +83,12 @@ def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None
         return
     paginator = control.get_paginator("list_objects_v2")
     extra: dict[str, object] = {"StartAfter": start_after} if start_after else {}
-    extra.update(_OPTIONAL)
+    extra.update(LIST_RESTORE_STATUS)
     end = key_order(last_key) if last_key is not None else None
     try:
         for page in paginator.paginate(Bucket=bucket, Prefix=prefix, **extra,
                                        PaginationConfig={"PageSize": page_size}):
-            listed = _listed(page)
+            listed = listed_objects(page)
             if listed:
                 if end is not None and key_order(listed[-1].key) > end:
                     listed = [o for o in listed if key_order(o.key) <= end]

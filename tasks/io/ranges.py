@@ -11,7 +11,7 @@ from typing import Iterator
 
 from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.core.errors import IO_ERRORS, translate
-from s3arch.io.listed import _OPTIONAL, ListedObject, _listed
+from s3arch.io.listed import LIST_RESTORE_STATUS, ListedObject, listed_objects
 from s3arch.io.keys import key_order, valid_names_near
 
 
@@ -246,12 +246,12 @@ class RangeListing(ParallelListing):
             request = self._coordinator.track(f"LIST s3://{self._bucket}/{self._prefix} after {after or '(start)'}")
             try:
                 page = self._control.list_objects_v2(Bucket=self._bucket, Prefix=self._prefix,
-                                                     MaxKeys=1 if probe else self._page_size, **args, **_OPTIONAL)
+                                                     MaxKeys=1 if probe else self._page_size, **args, **LIST_RESTORE_STATUS)
             except IO_ERRORS as exc:
                 raise translate(exc, f"list s3://{self._bucket}/{self._prefix}") from exc
             finally:
                 self._coordinator.untrack(request)
-            listed = _listed(page)
+            listed = listed_objects(page)
             with self._cond:
                 self.requests += 1
                 upto = r.upto

@@ -22,7 +22,7 @@ from typing import Iterator
 
 from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.core.errors import IO_ERRORS, BadArgument, translate
-from s3arch.io.listed import ListedObject, _listed
+from s3arch.io.listed import ListedObject, listed_objects
 from s3arch.io.keys import key_order
 from s3arch.io.listing import iter_pages
 from s3arch.io.ranges import LISTING_WORKERS, ParallelListing, RangeListing

@@ -32,7 +32,7 @@ from s3arch.core.cost import estimate, prices_with
 from s3arch.core.errors import IO_ERRORS, ArchiverError, translate
 from s3arch.io.sources import expansion_requests, holds_objects
 from s3arch.ops.jobs import ArchiveJob, days_between
-from s3arch.io.listed import ListedObject, _listed
+from s3arch.io.listed import ListedObject, listed_objects
 from s3arch.format.day import listed_parts
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, layout_for, parse_index, read_through
 from s3arch.io.reads import read_object
@@ -157,7 +157,7 @@ def day_parents(job: ArchiveJob, days: list[date]) -> list[str]:
     return list(dict.fromkeys(parents))
 
 
-class _Counter:
+class RequestCounter:
     def __init__(self):
         self._lock = threading.Lock()
         self.counts = {"LIST": 0, "GET": 0, "HEAD": 0}
@@ -208,7 +208,7 @@ class Catalog:
 
     def _read(self, first: date, last: date, today: date, restore_hint: set[date]) -> CatalogView:
         started = time.monotonic()
-        counter = _Counter()
+        counter = RequestCounter()
         job = self.job
         days = days_between(first, last)
         bucket = job.destination.bucket
@@ -257,7 +257,7 @@ class Catalog:
                            datetime.now(timezone.utc).isoformat(timespec="seconds"), out,
                            requests=dict(counter.counts), seconds=time.monotonic() - started, inventory=inventory)
 
-    def _inventory_days(self, listed: dict, out: list[DayState], counter: _Counter) -> dict | None:
+    def _inventory_days(self, listed: dict, out: list[DayState], counter: RequestCounter) -> dict | None:
         """The job's inventory: the days its newest report holds objects of that have no
         manifest (each marked on its DayState too), or the problem that kept it unread."""
         job = self.job
@@ -283,19 +283,19 @@ class Catalog:
                 d.inventory = {"objects": size.objects, "bytes": size.bytes}
         return {**known.summary(), "unarchived": [s.to_dict() for s in unarchived.values()]}
 
-    def _list_archives(self, counter: _Counter) -> dict[str, ListedObject]:
+    def _list_archives(self, counter: RequestCounter) -> dict[str, ListedObject]:
         bucket, prefix = self.job.destination.bucket, archive_prefix(self.job)
         out: dict[str, ListedObject] = {}
         try:
             for page in self.control.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
                 counter.add("LIST")
-                for obj in _listed(page):
+                for obj in listed_objects(page):
                     out[obj.key] = obj
         except IO_ERRORS as exc:
             raise translate(exc, f"list the archives s3://{bucket}/{prefix}") from exc
         return out
 
-    def _list_days(self, parent: str, counter: _Counter) -> set[str]:
+    def _list_days(self, parent: str, counter: RequestCounter) -> set[str]:
         """Day prefixes under ``parent`` that hold at least one object."""
         bucket = self.job.source.bucket
         found: set[str] = set()
@@ -308,12 +308,12 @@ class Catalog:
             raise translate(exc, f"list the day prefixes of s3://{bucket}/{parent}") from exc
         return found
 
-    def _day_present(self, name: str, counter: _Counter) -> set[str]:  # {name} if its source holds an object
+    def _day_present(self, name: str, counter: RequestCounter) -> set[str]:  # {name} if its source holds an object
         holds, lists = holds_objects(self.control, self.job.source.bucket, name, self.job.max_prefixes)
         counter.add("LIST", lists)
         return {name} if holds else set()
 
-    def _read_summary(self, layout, indexed: bool, counter: _Counter):
+    def _read_summary(self, layout, indexed: bool, counter: RequestCounter):
         """((header, summary), problem): from the index, else from the manifest read through; a
         damaged index is the day's problem, its figures still shown from the manifest."""
         problem = None
@@ -335,12 +335,12 @@ class Catalog:
         except ArchiverError as exc:
             return None, f"{problem}; {exc}" if problem else str(exc)
 
-    def _scrub_results(self, counter: _Counter) -> dict:
+    def _scrub_results(self, counter: RequestCounter) -> dict:
         counter.add("GET")
         result = read_scrub_result(self.control, self.job)
         return (result or {}).get("days", {})
 
-    def _restored_until(self, layout, listed: dict, counter: _Counter) -> str | None:
+    def _restored_until(self, layout, listed: dict, counter: RequestCounter) -> str | None:
         from s3arch.restore.glacier import NEEDS_RESTORE, archive_state
 
         key = next((layout.archive_key(s) for s in ARCHIVE_SUFFIXES if layout.archive_key(s) in listed), None)

@@ -29,7 +29,7 @@ from s3arch.core.stops import Cancel, cancelling
 from s3arch.format.manifest import ArchiveLayout, find_records, iter_manifest
 from s3arch.io.reads import stream_object
 from s3arch.restore.glacier import require_readable
-from s3arch.restore.reading import DECODE_CHUNK, _decompressor
+from s3arch.restore.reading import DECODE_CHUNK, decompressor_for
 from s3arch.restore.sinks import ExtractResult, Sink, Writer
 from s3arch.restore.to_dir import DirWriter
 from s3arch.restore.to_s3 import S3Writer
@@ -179,7 +179,7 @@ class _Cursor:
     again."""
 
     def __init__(self, codec: str, tar_position: int, compressed: int):
-        self.decoder = _decompressor(codec, from_block_start=True)
+        self.decoder = decompressor_for(codec, from_block_start=True)
         self.pending = bytearray()
         self.position = tar_position
         self.fetched = compressed

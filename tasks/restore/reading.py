@@ -31,7 +31,7 @@ def list_members(control, layout: ArchiveLayout) -> Iterator[dict]:
 DECODE_CHUNK = 64 << 10
 
 
-def _decompressor(codec: str, from_block_start: bool):
+def decompressor_for(codec: str, from_block_start: bool):
     if codec == "gzip":
         return isal_zlib.decompressobj(-15 if from_block_start else 31)
     import zstandard
@@ -97,7 +97,7 @@ def member_data(compressed: Iterable[bytes], record: dict, header: dict) -> Iter
     starts at its first block): decompressed, the block's bytes before the member skipped, cut
     at the member's size. Fewer bytes than ``record["size"]`` if ``compressed`` ends early; the
     caller checks size and SHA-256."""
-    d = _decompressor(header["codec"], from_block_start=True)
+    d = decompressor_for(header["codec"], from_block_start=True)
     skip = record["data_offset"] - record["block"] * header["block_size"]
     remaining = record["size"]
     for chunk in compressed:
@@ -118,7 +118,7 @@ class _DecompressingReader:
 
     def __init__(self, chunks: Iterator[bytes], codec: str):
         self._chunks = chunks
-        self._d = _decompressor(codec, from_block_start=False)
+        self._d = decompressor_for(codec, from_block_start=False)
         self._buf = bytearray()
         self.raw_size = 0
         self.raw_crc32 = 0

@@ -46,7 +46,7 @@ from s3arch.core.errors import IO_ERRORS, translate
 from s3arch.format.day import PART_INFIX
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, ArchiveLayout, layout_for
 from s3arch.io.sources import expansion_requests
-from s3arch.ops.catalog import SCRUB_DIR, _Counter, archive_prefix, read_scrub_result, scrub_result_key, was_committed
+from s3arch.ops.catalog import SCRUB_DIR, RequestCounter, archive_prefix, read_scrub_result, scrub_result_key, was_committed
 from s3arch.ops.jobs import ArchiveJob, days_between
 from s3arch.ops.scrub.checks import check_day, late_drift, list_archives, unarchived_drift
 from s3arch.ops.scrub.one import archive_day, scrub_archive
@@ -59,7 +59,7 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
           write_result: bool = True, now: datetime | None = None, workers: int = 8) -> ScrubResult:
     started = time.monotonic()
     now = now or datetime.now(timezone.utc)
-    counter = _Counter()
+    counter = RequestCounter()
     counter.counts["PUT"] = 0
     result = ScrubResult(job.name, first.isoformat(), last.isoformat(), now.isoformat(timespec="seconds"))
     rng = random.Random(seed)
@@ -114,7 +114,7 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
 
 
 def _submit_days(pool: ThreadPoolExecutor, job: ArchiveJob, control, days: list[date], listed: dict, before: dict,
-                 sample: int, rng: random.Random, now: datetime, counter: _Counter, result: ScrubResult,
+                 sample: int, rng: random.Random, now: datetime, counter: RequestCounter, result: ScrubResult,
                  last_verified: dict[str, str]) -> tuple[dict, dict]:
     """The checks of the days' archives submitted to ``pool``: futures of each (day, part)'s
     ``check_day`` and ``late_drift``. A part with no manifest is drift now, added to ``result``
@@ -166,7 +166,7 @@ _NO_LATE.set_result([])
 
 
 def _write_result(job: ArchiveJob, control, result: ScrubResult, verdicts: dict, before: dict,
-                  counter: _Counter) -> str:
+                  counter: RequestCounter) -> str:
     bucket = job.destination.bucket
     latest_key = scrub_result_key(job)
     stamp = result.started.replace(":", "").replace("+0000", "Z")

@@ -12,10 +12,10 @@ from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, ArchiverError, BadArgu
 from s3arch.core.timestamps import parse_s3_time
 from s3arch.format.day import committed_parts
 from s3arch.format.manifest import layout_for, parse_index, read_chunk, read_through
-from s3arch.io.listed import _listed
+from s3arch.io.listed import listed_objects
 from s3arch.io.reads import none_if_missing, read_object
 from s3arch.io.sources import resolved
-from s3arch.ops.catalog import _Counter
+from s3arch.ops.catalog import RequestCounter
 from s3arch.ops.jobs import ArchiveJob
 from s3arch.ops.scrub.result import RETRIEVAL_PER_GB, Drift
 from s3arch.ops.split_days import unarchived_splits
@@ -24,18 +24,18 @@ from s3arch.restore.glacier import NEEDS_RESTORE
 from s3arch.restore.reading import read_member
 
 
-def list_archives(control, bucket: str, prefix: str, counter: _Counter) -> dict:
+def list_archives(control, bucket: str, prefix: str, counter: RequestCounter) -> dict:
     listed = {}
     try:
         for page in control.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             counter.add("LIST")
-            listed.update({o.key: o for o in _listed(page)})
+            listed.update({o.key: o for o in listed_objects(page)})
     except IO_ERRORS as exc:
         raise translate(exc, f"list the archives s3://{bucket}/{prefix}") from exc
     return listed
 
 
-def _head(control, bucket: str, key: str, counter: _Counter, **kwargs) -> dict | None:
+def _head(control, bucket: str, key: str, counter: RequestCounter, **kwargs) -> dict | None:
     counter.add("HEAD")
     return none_if_missing(lambda: control.head_object(Bucket=bucket, Key=key, **kwargs), f"check s3://{bucket}/{key}")
 
@@ -48,7 +48,7 @@ def _until(head: dict) -> datetime | None:
 
 
 def check_day(job: ArchiveJob, control, layout, day: date, prefix: str, listed: dict, sample: int,
-               rng: random.Random, now: datetime, counter: _Counter) -> tuple[list[Drift], int, int, float]:
+               rng: random.Random, now: datetime, counter: RequestCounter) -> tuple[list[Drift], int, int, float]:
     iso = day.isoformat()
     drift: list[Drift] = []
     index_url = f"s3://{layout.bucket}/{layout.index_key}"
@@ -115,7 +115,7 @@ def check_day(job: ArchiveJob, control, layout, day: date, prefix: str, listed: 
         return drift + [Drift(iso, prefix, "unreadable", str(exc), retryable=exc.retryable)], 0, 0, 0.0
 
 
-def late_drift(job: ArchiveJob, control, layout, day: date, prefix: str, counter: _Counter) -> list[Drift]:
+def late_drift(job: ArchiveJob, control, layout, day: date, prefix: str, counter: RequestCounter) -> list[Drift]:
     """Objects in the day's source ``prefix`` that no part holds. Its requests: the day's state
     and parts (HEAD and GET per part, one LIST), the day index, the source's listing, and the
     manifests only when the index's digest does not settle it."""
@@ -144,7 +144,7 @@ def late_drift(job: ArchiveJob, control, layout, day: date, prefix: str, counter
                   f"{where}{check.late:,} objects newer than its archive{changed} (first: {check.found.first[0]})")]
 
 
-def unarchived_drift(job: ArchiveJob, control, day: date, listed: dict, counter: _Counter) -> list[Drift]:
+def unarchived_drift(job: ArchiveJob, control, day: date, listed: dict, counter: RequestCounter) -> list[Drift]:
     """A split day some of whose archives are committed: each value holding objects with none."""
     archived = [name for name in job.parts_archived(day, listed)
                 if layout_for(S3Url(job.source.bucket, name), job.destination).manifest_key in listed]
@@ -204,7 +204,7 @@ def _readable(head: dict) -> bool:
     return 'ongoing-request="false"' in restore
 
 
-def _pick_from_index(control, layout, index: dict, sample: int, rng: random.Random, counter: _Counter) -> list[dict]:
+def _pick_from_index(control, layout, index: dict, sample: int, rng: random.Random, counter: RequestCounter) -> list[dict]:
     """``sample`` random member records: one GET of a manifest chunk each (at most)."""
     chunks = index["chunks"]
     records: list[dict] = []
@@ -214,7 +214,7 @@ def _pick_from_index(control, layout, index: dict, sample: int, rng: random.Rand
     return rng.sample(records, min(sample, len(records)))
 
 
-def _check_members(control, layout, header: dict, picked: list[dict], counter: _Counter) -> tuple[int, int, list[str]]:
+def _check_members(control, layout, header: dict, picked: list[dict], counter: RequestCounter) -> tuple[int, int, list[str]]:
     """Read each picked member by ranged GET (one GET of its blocks) and check its SHA-256."""
     bad, read = [], 0
     for record in picked:

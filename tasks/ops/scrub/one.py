@@ -13,7 +13,7 @@ from s3arch.core.errors import BadArgument, ConcurrentRun
 from s3arch.format.day import PART_INFIX
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, TRAILING_SEPARATORS, ArchiveLayout, layout_for
 from s3arch.io.sources import expansion_requests
-from s3arch.ops.catalog import _Counter, archive_prefix
+from s3arch.ops.catalog import RequestCounter, archive_prefix
 from s3arch.ops.jobs import ArchiveJob
 from s3arch.ops.scrub.checks import check_day, late_drift, list_archives
 from s3arch.ops.scrub.result import Drift, ScrubResult, scrub_cost
@@ -52,7 +52,7 @@ def scrub_archive(job: ArchiveJob, control, layout: ArchiveLayout, *, sample: in
     day, name = found
     started = time.monotonic()
     now = now or datetime.now(timezone.utc)
-    counter = _Counter()
+    counter = RequestCounter()
     counter.counts["PUT"] = 0
     iso = day.isoformat()
     result = ScrubResult(job.name, iso, iso, now.isoformat(timespec="seconds"))
