@@ -169,3 +169,15 @@ def test_the_engine_stages_import_only_downward():
     found = upward_imports(import_graph())
     order = " < ".join(", ".join(stages) for stages in LAYERS)
     assert not found, f"imports against the layer order {order}:\n" + "\n".join(found)
+
+
+def test_no_module_imports_another_modules_private_name():
+    """A name with a leading underscore is its module's own: another module that needs it
+    needs a public name (issue 45, Deliver 5)."""
+    found = []
+    for path in [*(ROOT / "tasks").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("s3arch"):
+                found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not found, "private names imported across modules:\n" + "\n".join(found)
