@@ -3,6 +3,10 @@
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# The venv is installed with uv (PyPI, pinned): the locked set, Airflow and all, in seconds where
+# pip takes minutes. `make venv INSTALLER=pip` (or no uv on the index) installs with pip.
+UV_VERSION := 0.13.8
+INSTALLER ?= uv
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO  := .cache/bin/minio
 S5CMD_VERSION := v2.3.0
@@ -12,24 +16,46 @@ TOXIPROXY := .cache/bin/toxiproxy-server
 RCLONE_VERSION := v1.72.0
 RCLONE := .cache/bin/rclone
 
-.PHONY: demo airflow airflow-celery typecheck test test-fast compat reliability screenshot bench bench-scale bench-scale-celery bench-backfill venv minio s5cmd bench-tools lock clean
+.PHONY: demo airflow airflow-celery typecheck test test-fast compat reliability screenshot bench bench-scale bench-scale-celery bench-backfill venv minio minio-background s5cmd bench-tools lock clean
 
+# The venv: requirements-test.txt pinned by constraints.txt, then the project (engine s3arch and
+# Airflow glue s3arch_airflow) in editable mode, with its plugin entry point.
 $(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -r requirements-test.txt -c constraints.txt
-	# The project (engine s3arch and Airflow glue s3arch_airflow) in editable mode, with its plugin entry point.
-	$(VENV)/bin/pip install --quiet --no-deps -e .
+	@if [ "$(INSTALLER)" = uv ] && $(VENV)/bin/pip install --quiet uv==$(UV_VERSION); then \
+	  echo "$(VENV)/bin/uv pip install -r requirements-test.txt -c constraints.txt -e ."; \
+	  $(VENV)/bin/uv pip install --quiet --python $(PY) -r requirements-test.txt -c constraints.txt \
+	    --upgrade-package pip pip \
+	  && $(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .; \
+	else \
+	  echo "installing with pip (a few minutes)"; \
+	  $(VENV)/bin/pip install --quiet --upgrade pip \
+	  && $(VENV)/bin/pip install --quiet -r requirements-test.txt -c constraints.txt \
+	  && $(VENV)/bin/pip install --quiet --no-deps -e .; \
+	fi
 	touch $@
 
-venv: $(VENV)/.installed
+# Bytecode for every installed module, once: pip wrote it at install, uv leaves it to the first
+# import, which suits `make demo` (it waits for neither); where PYTHONDONTWRITEBYTECODE is set no
+# import writes it, and every process the suite starts would compile Airflow again. Up-to-date
+# files are skipped, so on a venv pip made this only writes the stamp.
+$(VENV)/.compiled: $(VENV)/.installed
+	$(PY) -m compileall -qq -j0 $(VENV)/lib || true
+	touch $@
 
-# MinIO built from the Go module proxy at a pinned version, cached in .cache/bin.
+venv: $(VENV)/.installed $(VENV)/.compiled
+
+# MinIO built from the Go module proxy at a pinned version, cached in .cache/bin
+# (devtools/build_minio.sh: one build at a time; this waits for a build under way).
 $(MINIO):
-	@echo "building MinIO $(MINIO_VERSION) from the Go module proxy (about 2 minutes, once)"
-	GOBIN=$(CURDIR)/.cache/bin GOFLAGS=-trimpath go install github.com/minio/minio@$(MINIO_VERSION)
+	@devtools/build_minio.sh $(MINIO_VERSION) $(CURDIR)/$(MINIO)
 
 minio: $(MINIO)
+
+# `make demo` starts the MinIO build in the background (niced, log in .cache/minio-build.log) and
+# does not wait for it: until it is built the demo runs on moto server, and says so.
+minio-background:
+	@devtools/build_minio.sh --background $(MINIO_VERSION) $(CURDIR)/$(MINIO)
 
 # The benchmark's reference pipeline uses s5cmd, built from the Go module proxy at a pinned version.
 $(S5CMD):
@@ -69,7 +95,9 @@ bench-scale-celery: venv minio
 bench-backfill: venv minio
 	$(PY) -m bench.backfill $(ARGS)
 
-demo: venv minio
+# From a fresh clone about 2 minutes to the first archive: the venv with uv, and the demo on moto
+# server while MinIO builds in the background (devtools/demo.py says which S3 it runs on, and why).
+demo: minio-background $(VENV)/.installed
 	$(PY) -m devtools.demo
 
 # The Airflow UI on http://127.0.0.1:8080 against an embedded MinIO with sample logs. Ctrl-C,

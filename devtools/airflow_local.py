@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,12 +157,19 @@ class LocalAirflow:
 
 
 def prepare_airflow(home: Path, s3: S3Server, jobs_file: Path, *, pool_slots: int = 2,
-                    api_port: int | None = None) -> LocalAirflow:
+                    api_port: int | None = None, meanwhile: Callable[[], object] = lambda: None) -> LocalAirflow:
     """Migrate a fresh SQLite DB and create the pool the archive tasks run in (a task in a
-    pool that does not exist would wait forever)."""
+    pool that does not exist would wait forever). ``meanwhile`` runs while the DB migrates (a
+    fresh clone's first Airflow start is its slowest step: the demo seeds its logs then)."""
     home.mkdir(parents=True, exist_ok=True)
     airflow = LocalAirflow(home, airflow_env(home, s3, jobs_file, api_port=api_port))
-    airflow.cli("db", "migrate")
+    airflow.start_process("db-migrate", [AIRFLOW, "db", "migrate"], airflow.env)
+    try:
+        meanwhile()
+    finally:
+        migrated = airflow.processes.pop("db-migrate").wait()
+    if migrated:
+        raise RuntimeError(f"airflow db migrate failed ({migrated}):\n{airflow.log_tail('db-migrate')}")
     airflow.cli("pools", "set", POOL, str(pool_slots), "archive tasks (each holds one memory budget)")
     return airflow
 

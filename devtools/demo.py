@@ -1,10 +1,16 @@
-"""`make demo`: the archive DAG end to end on an embedded MinIO with sample logs.
+"""`make demo`: the archive DAG end to end on an embedded S3 with sample logs.
 
 Starts MinIO on loopback, seeds three days of hourly log files, runs the shipped archive DAG
 (`dags/archive_jobs.yaml`, job `app_logs`) for those days with `airflow dags test` on a
 throwaway SQLite Airflow, then uses the CLI to list an archive, read one object back with a
 ranged GET and verify the whole archive, shows that a second run of the DAG skips every day,
 and stops MinIO again.
+
+On a fresh clone MinIO is still building (`make demo` starts devtools/build_minio.sh in the
+background, a few minutes with a cold Go cache): then the demo runs on moto server instead,
+says so, and says where the build's log is. moto server answers what the demo's archiver and
+CLI ask of S3 as S3 does: the conditional writes of the lease and the commit (``If-None-Match:
+*`` and ``If-Match``, 412 when they fail) and ranged GETs.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from pathlib import Path
 
 from devtools.airflow_local import prepare_airflow
 from devtools.sample_data import days, seed_day
-from devtools.servers import ROOT, start_minio
+from devtools.servers import MINIO_BUILD_LOG, ROOT, minio_build_state, start_minio, start_moto
 from devtools.stopping import stop_all_started, stop_on_signals, stopping
 
 JOBS_FILE = ROOT / "dags" / "archive_jobs.yaml"
@@ -52,6 +58,29 @@ def run_dag(airflow, first: date, last: date, log: Path) -> None:
     print("\n".join("  " + line for line in lines[start:end + 1]) + "\n")
 
 
+def start_s3():
+    """MinIO once it is built; before that (a fresh clone) moto server, saying why."""
+    state = minio_build_state()
+    if state == "built":
+        server = start_minio()
+        print(f"embedded MinIO (pid {server.pid}) at {server.endpoint_url}")
+        return server
+    server = start_moto()
+    print(f"embedded moto server (pid {server.pid}) at {server.endpoint_url}: {minio_note(state)}\n"
+          "moto answers this demo's S3 calls as S3 does: conditional writes (If-None-Match, If-Match;"
+          " 412 when they fail) and ranged GETs.")
+    return server
+
+
+def minio_note(state: str) -> str:
+    log = MINIO_BUILD_LOG.relative_to(ROOT) if MINIO_BUILD_LOG.is_relative_to(ROOT) else MINIO_BUILD_LOG
+    if state == "building":
+        return f"MinIO is still building in the background (log: {log}); make test waits for it."
+    if state == "built":
+        return "MinIO is built now: the next make demo, and make test, use it."
+    return f"MinIO is not built: make minio or make test builds it (Go >= 1.24; the last build's log: {log})."
+
+
 def main() -> int:
     # The newest three days the job may archive (it leaves the last min_age_days alone).
     last = date.today() - timedelta(days=1)
@@ -62,18 +91,19 @@ def main() -> int:
     shutil.rmtree(home, ignore_errors=True)
     server = None
     try:
-        server = start_minio()
-        print(f"embedded MinIO (pid {server.pid}) at {server.endpoint_url}")
+        server = start_s3()
         s3 = server.client()
         for bucket in (SOURCE_BUCKET, ARCHIVE_BUCKET):
             s3.create_bucket(Bucket=bucket)
-        seeded = sum(len(seed_day(s3, SOURCE_BUCKET, TEMPLATE, day, files_per_hour=40, lines_per_file=60))
-                     for day in days(first, last))
-        print(f"seeded {seeded:,} log files under s3://{SOURCE_BUCKET}/{TEMPLATE.format(date=first)}"
-              f" .. {TEMPLATE.format(date=last)}\n")
+        def seed_sample_logs() -> None:
+            seeded = sum(len(seed_day(s3, SOURCE_BUCKET, TEMPLATE, day, files_per_hour=40, lines_per_file=60))
+                         for day in days(first, last))
+            print(f"seeded {seeded:,} log files under s3://{SOURCE_BUCKET}/{TEMPLATE.format(date=first)}"
+                  f" .. {TEMPLATE.format(date=last)}\n")
 
         print(f"a throwaway Airflow (SQLite) in {home}; job 'app_logs' from {JOBS_FILE.relative_to(ROOT)}")
-        airflow = prepare_airflow(home, server, JOBS_FILE)
+        # Its DB migrates while the sample logs are seeded: a fresh clone's slowest step.
+        airflow = prepare_airflow(home, server, JOBS_FILE, meanwhile=seed_sample_logs)
         run_dag(airflow, first, last, home / "dag-run-1.log")
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
@@ -95,7 +125,9 @@ def main() -> int:
         print("what the demo made:")
         for obj in s3.list_objects_v2(Bucket=ARCHIVE_BUCKET)["Contents"]:
             print(f"  s3://{ARCHIVE_BUCKET}/{obj['Key']}  {obj['Size']:,} bytes")
-        print(f"\ndemo finished; stopping MinIO (its data dir is removed; Airflow logs stay in {home}).")
+        print(f"\ndemo finished; stopping {server.name} (its data is removed; Airflow logs stay in {home}).")
+        if server.name != "MinIO":
+            print(minio_note(minio_build_state()))
         print("To click through the same DAG in the Airflow UI: make airflow")
         return 0
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ out, and is stopped by PID.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import shutil
@@ -27,6 +28,25 @@ from devtools.stopping import spawn, stop_processes
 ROOT = Path(__file__).resolve().parent.parent
 MINIO_VERSION = "v0.0.0-20260212201848-7aac2a2c5b7c"
 MINIO_BIN = Path(os.environ.get("MINIO_BIN", ROOT / ".cache" / "bin" / "minio"))
+# devtools/build_minio.sh holds this lock while it builds, and `make demo`'s background build logs here.
+MINIO_BUILD_LOCK = MINIO_BIN.parent / ".minio-build.lock"
+MINIO_BUILD_LOG = MINIO_BIN.parent.parent / "minio-build.log"
+
+
+def minio_build_state() -> str:
+    """``built``, ``building`` (devtools/build_minio.sh holds its lock: `make demo`'s background
+    build, or a `make minio`) or ``absent`` (never started, or it failed: its log says which)."""
+    if MINIO_BIN.exists():
+        return "built"
+    try:
+        with open(MINIO_BUILD_LOCK, "rb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except FileNotFoundError:
+        return "absent"
+    except BlockingIOError:
+        # the build may have finished between the two looks
+        return "built" if MINIO_BIN.exists() else "building"
+    return "built" if MINIO_BIN.exists() else "absent"
 
 
 class ServerStartError(RuntimeError):
@@ -166,6 +186,10 @@ def start_minio(console: bool = False, timeout: float = 60.0, data_dir: Path | N
     ``certs_dir`` (holding ``public.crt`` and ``private.key``) serves HTTPS with that certificate.
     """
     if not MINIO_BIN.exists():
+        if minio_build_state() == "building":
+            raise ServerStartError(
+                f"MinIO is still building in the background (log: {MINIO_BUILD_LOG}): "
+                f"`make minio` waits for it.")
         raise ServerStartError(
             f"MinIO binary not found at {MINIO_BIN}. Build it with `make minio` "
             f"(go install github.com/minio/minio@{MINIO_VERSION}, about 2 minutes)."
