@@ -16,7 +16,7 @@ TOXIPROXY := .cache/bin/toxiproxy-server
 RCLONE_VERSION := v1.72.0
 RCLONE := .cache/bin/rclone
 
-.PHONY: demo airflow airflow-celery typecheck test test-fast compat reliability screenshot bench bench-scale bench-scale-celery bench-backfill venv minio minio-background s5cmd bench-tools lock clean
+.PHONY: demo airflow airflow-celery typecheck test test-fast compat reliability screenshot bench bench-scale bench-scale-celery bench-backfill venv minio minio-background s5cmd bench-tools lock clean synthetic-s3 bench-synthetic-s3 bench-scale-10m
 
 # The venv: requirements-test.txt pinned by constraints.txt, then the project (engine s3arch and
 # Airflow glue s3arch_airflow) in editable mode, with its plugin entry point.
@@ -56,6 +56,25 @@ minio: $(MINIO)
 # does not wait for it: until it is built the demo runs on moto server, and says so.
 minio-background:
 	@devtools/build_minio.sh --background $(MINIO_VERSION) $(CURDIR)/$(MINIO)
+
+# The benches' synthetic S3 source (bench/synthetic_s3, Go standard library only, so no module
+# download): a virtual bucket of N objects computed from their keys, other buckets proxied to
+# MinIO (--upstream). bench/synthetic_source.py builds it the same way when missing or stale.
+SYNTHETIC_S3 := .cache/bin/synthetic-s3
+$(SYNTHETIC_S3): $(filter-out %_test.go,$(wildcard bench/synthetic_s3/*.go)) bench/synthetic_s3/go.mod
+	mkdir -p $(@D)
+	cd bench/synthetic_s3 && GOTOOLCHAIN=local GOFLAGS=-trimpath GOWORK=off CGO_ENABLED=0 go build -o $(CURDIR)/$@ .
+
+synthetic-s3: $(SYNTHETIC_S3)
+
+# How fast the synthetic source answers (GETs/s, LIST pages/s); bench/results/synthetic-s3-speed.json.
+bench-synthetic-s3: venv $(SYNTHETIC_S3)
+	$(PY) -m bench.synthetic_s3_speed $(ARGS)
+
+# A 10,000,000-object day from the synthetic source archived into MinIO by the CLI and verified
+# (bench/scale_synthetic.py; ARGS: --objects N, --runs processes-1,defaults).
+bench-scale-10m: venv minio $(SYNTHETIC_S3)
+	$(PY) -m bench.scale_synthetic --objects 10000000 $(ARGS)
 
 # The benchmark's reference pipeline uses s5cmd, built from the Go module proxy at a pinned version.
 $(S5CMD):

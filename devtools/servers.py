@@ -120,7 +120,7 @@ class S3Server:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _wait_healthy(server: S3Server, url: str, timeout: float) -> None:
+def wait_healthy(server: S3Server, url: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     last_error = "no answer"
     while time.monotonic() < deadline:
@@ -167,7 +167,7 @@ def scratch_root() -> str | None:
     return str(SHM) if roomy and os.access(SHM, os.W_OK | os.X_OK) else None
 
 
-def _spawn(name: str, argv: list[str], env: dict[str, str], workdir: Path) -> tuple:
+def spawn_server(name: str, argv: list[str], env: dict[str, str], workdir: Path) -> tuple:
     log_path = workdir / f"{name}.log"
     log_file = open(log_path, "wb")
     process = spawn(argv, env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -224,13 +224,13 @@ def start_minio(console: bool = False, timeout: float = 60.0, data_dir: Path | N
         console_port = free_loopback_port()
         argv += ["--console-address", f"127.0.0.1:{console_port}"]
         console_url = f"http://127.0.0.1:{console_port}"
-    process, log_path, log_file = _spawn("minio", argv, env, workdir)
+    process, log_path, log_file = spawn_server("minio", argv, env, workdir)
     server = S3Server("MinIO", f"{scheme}://127.0.0.1:{port}", access_key, secret_key, region=region,
                       process=process, workdir=workdir, log_path=log_path,
                       console_url=console_url, _log_file=log_file)
     # /minio/health/live answers before the object layer, bucket metadata and IAM are up (a
     # CreateBucket then fails with XMinioServerNotInitialized); /minio/health/cluster waits for all three.
-    _wait_healthy(server, f"{server.endpoint_url}/minio/health/cluster", timeout)
+    wait_healthy(server, f"{server.endpoint_url}/minio/health/cluster", timeout)
     return server
 
 
@@ -240,8 +240,8 @@ def start_moto(timeout: float = 60.0) -> S3Server:
     port = free_loopback_port()
     env = dict(os.environ, HOME=str(workdir))
     argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-    process, log_path, log_file = _spawn("moto", argv, env, workdir)
+    process, log_path, log_file = spawn_server("moto", argv, env, workdir)
     server = S3Server("moto server", f"http://127.0.0.1:{port}", "testing", "testing",
                       process=process, workdir=workdir, log_path=log_path, _log_file=log_file)
-    _wait_healthy(server, f"{server.endpoint_url}/moto-api/", timeout)
+    wait_healthy(server, f"{server.endpoint_url}/moto-api/", timeout)
     return server
