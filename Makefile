@@ -1,5 +1,5 @@
 # Everyday commands. Prerequisites (Python 3.11 with its venv module, Go >= 1.24, the Debian packages for
-# `make test`) are listed in README.md, "Prerequisites"; .ci/run checks them and installs the Debian ones.
+# `make test`) are listed in CONTRIBUTING.md, "Prerequisites"; .ci/run checks them and installs the Debian ones.
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -156,7 +156,7 @@ TEST_WORKERS ?= 2
 test-fast: venv minio typecheck
 	$(PY) -m pytest -o tmp_path_retention_policy=failed -m "not slow" -n $(TEST_WORKERS)
 
-# docs/RELIABILITY.md's fault table: the tests that inject faults (the files that call
+# The fault table (docs/appendix/FAULTS.md): the tests that inject faults (the files that call
 # reliability.record), and when they all pass the doc's table is rewritten from what they
 # recorded. `make test` writes the same table to .cache/reliability/ only, leaving the tree clean.
 RELIABILITY_TESTS = $(shell grep -lF 'reliability.record' tests/test_*.py)

@@ -25,7 +25,7 @@ log=$(dirname "$bindir")/minio-build.log
 
 if [ "$background" = 1 ]; then
   if ! command -v go >/dev/null; then
-    echo "MinIO is not built and Go is not installed: the demo runs on moto server; make test needs Go >= 1.24 (README, Prerequisites)"
+    echo "MinIO is not built and Go is not installed: the demo runs on moto server; make test needs Go >= 1.24 (CONTRIBUTING.md, Prerequisites)"
     exit 0
   fi
   # Already building (another demo's build): nothing to start.

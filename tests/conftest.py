@@ -133,15 +133,16 @@ def cli_env(minio):
 
 
 class ReliabilityLog:
-    """Faults the tests injected and what came of them, as the list of docs/RELIABILITY.md
-    (between its table markers). A run that covered every test that records here and passed
-    writes the full table, doses included, to ``.cache/reliability/fault-table.md`` (``make
-    test`` leaves the tree clean); ``make reliability`` runs those tests and also rewrites the
-    doc's list (S3ARCH_WRITE_RELIABILITY_DOC=1)."""
+    """Faults the tests injected and what came of them, as the list of docs/appendix/FAULTS.md
+    (between its table markers; docs/RELIABILITY.md links to it). A run that covered every test
+    that records here and passed writes the full table, doses included, to
+    ``.cache/reliability/fault-table.md`` (``make test`` leaves the tree clean); ``make
+    reliability`` runs those tests and also rewrites the doc's list
+    (S3ARCH_WRITE_RELIABILITY_DOC=1)."""
 
     BEGIN, END = "<!-- fault-table:begin -->", "<!-- fault-table:end -->"
     TABLE = ROOT / ".cache" / "reliability" / "fault-table.md"
-    DOC = ROOT / "docs" / "RELIABILITY.md"
+    DOC = ROOT / "docs" / "appendix" / "FAULTS.md"
 
     def __init__(self):
         self.rows: list[tuple[str, str, str, str]] = []

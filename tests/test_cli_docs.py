@@ -183,7 +183,8 @@ def test_every_test_a_doc_cites_exists():
     that exists, so a renamed or removed test cannot leave the claim without its proof."""
     defined = {name for path in (ROOT / "tests").glob("*.py")
                for name in re.findall(r"^\s*(?:async )?def (test_\w+)", path.read_text(), flags=re.M)}
-    for doc in [ROOT / "README.md", ROOT / "bench/README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for doc in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "bench/README.md",
+                *sorted((ROOT / "docs").rglob("*.md"))]:
         text = doc.read_text()
         for path in re.findall(r"\btests/(test_\w+\.py)", text):
             assert (ROOT / "tests" / path).exists(), f"{doc.name} cites tests/{path}, which does not exist"
@@ -240,15 +241,16 @@ def _env_file_written_by(target: str, monkeypatch) -> str:
 
 
 def test_the_env_file_the_docs_tell_to_source_is_the_one_make_airflow_writes(monkeypatch):
-    """The README (and docs/JOBS.md) print `source .cache/airflow-ui/env.sh` after `make airflow`
-    and name `.cache/airflow-celery/env.sh` for `make airflow-celery`: those are the files
+    """CONTRIBUTING.md prints `source .cache/airflow-ui/env.sh` after `make airflow` and names
+    `.cache/airflow-celery/env.sh` for `make airflow-celery`: those are the files
     devtools/airflow_ui.py writes for each target, so the printed command cannot drift."""
     written = {target: _env_file_written_by(target, monkeypatch) for target in ("airflow", "airflow-celery")}
     assert written == {"airflow": ".cache/airflow-ui/env.sh", "airflow-celery": ".cache/airflow-celery/env.sh"}, written
-    readme = (ROOT / "README.md").read_text()
-    sourced = re.findall(r"^source (\S+)$", readme, flags=re.M)
+    contributing = (ROOT / "CONTRIBUTING.md").read_text()
+    sourced = re.findall(r"^source (\S+)$", contributing, flags=re.M)
     assert sourced and set(sourced) == {written["airflow"]}, sourced
-    assert f"`{written['airflow-celery']}` for `make airflow-celery`" in " ".join(readme.split())
-    for doc in ("README.md", "docs/JOBS.md", "docs/DEPLOY.md", "docs/RESTORE.md", "docs/CATALOG.md"):
+    assert f"`{written['airflow-celery']}` for `make airflow-celery`" in " ".join(contributing.split())
+    for doc in ("README.md", "CONTRIBUTING.md", "docs/JOBS.md", "docs/DEPLOY.md", "docs/RESTORE.md",
+                "docs/CATALOG.md"):
         for path in re.findall(r"\.cache/[\w./-]*env\.sh", (ROOT / doc).read_text()):
             assert path in written.values(), f"{doc} names {path}, which no make target writes"

@@ -156,10 +156,12 @@ def test_stalls_longer_than_the_servers_keep_alive_leave_no_dead_connection_to_f
                        f"resent on live connections; archived with every tag in {took:.0f} s")
 
 
-def test_a_tag_read_reset_more_often_than_the_crt_retries_is_sent_again(s3, buckets, minio, proxy, reliability):
-    """One object's GetObjectTagging is reset mid-body 8 times in a row: more than the CRT
-    client's own 6 attempts of one request. The tag read is sent again, like a GET, and the
-    day archives with every tag (it used to fail the prefix: tag reads were not retried)."""
+def test_a_tag_read_reset_more_often_than_its_connection_retries_is_sent_again(s3, buckets, minio, proxy,
+                                                                               reliability):
+    """One object's GetObjectTagging is reset mid-body 8 times in a row: more than the 6 tries
+    its connection makes of one request (tag reads go over the plain awscrt.http connections,
+    backoff.CONNECTION). The tag read is sent again, like a GET, and the day archives with
+    every tag (it used to fail the prefix: tag reads were not retried)."""
     src, dst = buckets
     objects = _tagged_day(s3, src)
     fault = proxy.add(Fault("reset", count=8, match=lambda r: is_tagging(r) and r.key == f"{src}/day/004.log"))
@@ -169,7 +171,7 @@ def test_a_tag_read_reset_more_often_than_the_crt_retries_is_sent_again(s3, buck
     took = time.monotonic() - started
     assert fault.injected == 8 and result.objects == len(objects)
     assert _archived_tags(engine_clients(minio), src, dst) == {k: {"team": "logs", "n": k[4:7]} for k in objects}
-    reliability.record("one GetObjectTagging reset mid-body 8 times in a row (the CRT client tries 6)",
+    reliability.record("one GetObjectTagging reset mid-body 8 times in a row (its connection's retries try 6)",
                        f"{fault.injected} resets", f"sent again with the GETs' backoff; archived with every tag "
                                                    f"in {took:.0f} s")
 

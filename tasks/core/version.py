@@ -2,4 +2,4 @@
 without importing the package's face (``s3arch/__init__``) from below. pyproject.toml carries
 the same number."""
 
-__version__ = "0.3.0"
+__version__ = "0.6.0"

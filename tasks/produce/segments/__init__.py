@@ -23,6 +23,39 @@ the archive. Readers cannot tell the result from a single-process archive.
 Temporaries live under ``STEM.segments/RUN/`` in STANDARD, and are deleted once the prefix is
 committed or its run abandoned (the commit protocol's stale-upload cleanup).
 
+The layout, precisely (``STEM`` is the archive's, docs/FORMAT.md "Keys"; steps are the commit
+protocol's, docs/FORMAT.md):
+
+- **Plan.** One listing, cut into N contiguous key ranges (``start_after``, ``last_key``], balanced
+  by bytes plus 150,000 per object; tar lengths follow from key and size (``member_size``), so
+  segment k's first tar offset ``T_k`` is known. The listing is recorded as
+  ``STEM.segments/RUN/listing/NNNNNN.jsonl.gz``: gzip, one line per listing page, a JSON array
+  ``[[keys], [sizes], [etags], [last_modified]]`` (seconds since 1970-01-01 UTC, to the
+  microsecond), up to 20 pages of one key range per file, in key order; ``plan.json``'s ``listing``
+  names them as ``[first key, last key, objects, object key]``, in key order. Segments read these,
+  never the source's listing (without ``listing``, each lists its range). An object gone or
+  rewritten by then fails the segment with ``PlanOutdated``, not retried: it needs a new plan
+  (CLI: exit 3; Airflow: clear ``prepare``).
+- **Segment k** writes its members from ``T_k`` on the global block grid: if ``T_k`` falls inside
+  block ``b``, its first piece holds tar bytes ``[T_k, (b+1)*block_size)``, compressed alone and
+  sync-flushed; its last piece likewise ends at ``T_(k+1)``. Only the last segment writes the
+  end-of-archive blocks and ends the deflate stream.
+- **Upload**, one multipart upload: with ``P = floor(9,999 / N)``, segment k uploads parts
+  ``k*P + 2`` to ``(k+1)*P``, and keeps back its first ``min_part`` bytes (head) and a rest shorter
+  than ``min_part`` (tail) in ``STEM.segments/RUN/k.held``. The assembler writes part ``k*P + 1``
+  (the tails before segment k and its head: every part but the last is at least 5 MiB) and part
+  ``N*P + 1`` (the last tail and the trailer), and completes with exactly the parts the
+  segments' results list (a segment run twice replaced its own).
+- **Results.** Segment k writes ``STEM.segments/RUN/k.manifest.jsonl.gz`` (its records, ``range``
+  relative to its own compressed bytes, then a ``summary``: its parts, head and tail lengths,
+  CRC32 of its tar and of its compressed bytes, first and last block, where its last block's
+  piece starts) and, last, ``k.json`` with that summary: it is done exactly when ``k.json`` exists.
+- **Assembly** writes the gzip header, the boundary parts, the trailer (CRC32 combined from the
+  segments', ISIZE from their lengths) and the manifest: each ``range`` shifted by the segment's
+  offset; a record in a block shared with the previous segment starts at that block's first
+  piece. Then it commits (steps 6-7) and deletes ``STEM.segments/``
+  (an uncommitted run's are removed by the next, step 4).
+
 The package, one module per job: ``plan`` (is a prefix large, and where its segments start),
 ``produce`` (one segment, anywhere), ``assemble`` (the segments into the archive),
 ``keys`` and ``temporaries`` (what segments leave for the assembler: where, and written and

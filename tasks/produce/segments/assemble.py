@@ -1,4 +1,4 @@
-"""Assembling the produced segments into the archive (docs/FORMAT.md, "Segments").
+"""Assembling the produced segments into the archive (the layout: s3arch/produce/segments/__init__.py).
 
 The assembler writes the gzip header, joins tail ``k-1`` and head ``k`` into the part between
 their interiors, adds the gzip trailer with the combined CRC32, and streams the final manifest
