@@ -539,7 +539,7 @@ def scale_line() -> dict:
     """The 1,000,000-object day is minutes of seeding and three runs of 10-15 minutes: its own
     target (``make bench-scale``). The bench prints its last measurement, dated, from the file
     that run wrote, so one invocation shows every line; a missing file is said, not invented."""
-    found = sorted(RESULTS.glob("scale-*.json"), key=lambda p: int(p.stem.split("-")[1]))  # the largest day
+    found = sorted(RESULTS.glob("scale-[0-9]*.json"), key=lambda p: int(p.stem.split("-")[1]))  # the largest day
     if not found:
         return {"verdicts": ["info  scale   not measured on this machine: run `make bench-scale`"]}
     result = json.loads(found[-1].read_text())
