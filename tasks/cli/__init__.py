@@ -162,9 +162,9 @@ def _run(args) -> int:
     from s3arch.cli.restoring import extract, restore
     from s3arch.format.manifest import layout_from_url
 
-    if args.command == "archive":
-        return archive(args)
     clients = clients_for(args)
+    if args.command == "archive":
+        return archive(args, clients)
     if args.command == "plan":
         return plan_days(args, clients)
     if args.command == "scrub":

@@ -7,7 +7,6 @@ import json
 import sys
 from dataclasses import replace
 
-from s3arch.cli.clients import clients_for
 from s3arch.cli.jobs import job_named, jobs_file
 from s3arch.core.config import ArchiveSpec, S3Url, default_processes
 from s3arch.core.errors import ArchiverError, EmptyPrefix, outcome
@@ -15,15 +14,14 @@ from s3arch.core.options import archive_options, archive_spec, whole_days
 from s3arch.core.progress import Progress, TerminalLine, human_bytes
 
 
-def archive(args) -> int:
+def archive(args, clients) -> int:
     from s3arch.core.errors import BadArgument
     from s3arch.ops.window import earlier_sources
 
     if args.job:
-        return archive_job(args)
+        return archive_job(args, clients)
     if not (args.source and args.destination):
         raise BadArgument("archive needs SOURCE and DESTINATION, or --job NAME --date DATE")
-    clients = clients_for(args)
     values = {name: getattr(args, name) for name in archive_options() if hasattr(args, name)}
     values["processes"] = args.processes or default_processes(clients.endpoint_url)
     spec = archive_spec(S3Url.parse(args.source), S3Url.parse(args.destination), values)
@@ -45,7 +43,7 @@ def archive(args) -> int:
 JOB_RUN_FLAGS = ("overwrite", "dry_run")
 
 
-def archive_job(args) -> int:
+def archive_job(args, clients) -> int:
     """A job's days as its DAG's range run archives them: each day's name (its preset's and
     wildcards' prefix), one archive per split value, the job's settings (a done day's late
     objects become its next part). Every day runs; the worst failure is the exit."""
@@ -59,7 +57,6 @@ def archive_job(args) -> int:
                           + (f" (given: {', '.join(given)})" if given else ""),
                           hint="the job's settings are in the jobs file; change them there")
     job = job_named(load_jobs(jobs_file(args)), args.job)
-    clients = clients_for(args)
     names = job.split(clients.control, plan(job, date_from=args.date, date_to=args.date_to or args.date))
     failed: list[ArchiverError] = []
     for name in names:
