@@ -37,13 +37,12 @@ import re
 import subprocess
 import sys
 import time
-import urllib.parse
 from datetime import datetime, timezone
 
 from bench.bench import (DEFAULT_BUDGET_MIB, DEST_BUCKET, RESULTS, bench_env, measure, proc_cpu_seconds,
                          start_bench_minio)
 from bench.scale import _clear, _figures, _line
-from bench.synthetic_source import SyntheticSource
+from bench.synthetic_source import SyntheticSource, list_page_body
 from devtools.servers import ROOT
 
 BUCKET, PREFIX = "bench-synthetic", "day/"
@@ -80,14 +79,7 @@ def listing(source: SyntheticSource):
     token = None
     try:
         while True:
-            query = f"list-type=2&max-keys=1000&prefix={urllib.parse.quote(source.prefix)}"
-            if token:
-                query += f"&continuation-token={urllib.parse.quote(token)}"
-            connection.request("GET", f"/{source.bucket}?{query}")
-            response = connection.getresponse()
-            body = response.read()
-            if response.status != 200:
-                raise RuntimeError(f"LIST: HTTP {response.status}: {body[:300]!r}")
+            body = list_page_body(connection, source.bucket, source.prefix, token)
             for key, etag, size in ENTRY.findall(body):
                 text = key.decode()
                 yield (html.unescape(text) if "&" in text else text), int(size), f'"{etag.decode()}"'

@@ -31,7 +31,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from datetime import datetime, timezone
 
 from bench.bench import RESULTS, proc_cpu_seconds
-from bench.synthetic_source import SyntheticSource
+from bench.synthetic_source import SyntheticSource, list_page_body
 
 KEY = re.compile(rb"<Key>([^<]*)</Key>")
 TOKEN = re.compile(rb"<NextContinuationToken>([^<]*)</NextContinuationToken>")
@@ -39,18 +39,7 @@ TOKEN = re.compile(rb"<NextContinuationToken>([^<]*)</NextContinuationToken>")
 
 def _list_page(connection, bucket: str, prefix: str, token: bytes | None = None,
                start_after: str | None = None) -> tuple[list[bytes], bytes | None]:
-    from urllib.parse import quote
-
-    query = f"list-type=2&max-keys=1000&prefix={quote(prefix)}"
-    if token:
-        query += f"&continuation-token={quote(token)}"
-    if start_after:
-        query += f"&start-after={quote(start_after)}"
-    connection.request("GET", f"/{bucket}?{query}")
-    response = connection.getresponse()
-    body = response.read()
-    if response.status != 200:
-        raise RuntimeError(f"LIST: HTTP {response.status}: {body[:300]!r}")
+    body = list_page_body(connection, bucket, prefix, token, start_after)
     found = TOKEN.search(body)
     return KEY.findall(body), found.group(1) if found else None
 

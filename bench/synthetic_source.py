@@ -210,3 +210,22 @@ class SyntheticSource:
         netloc = urllib.parse.urlsplit(self.endpoint_url).netloc
         host, _, port = netloc.rpartition(":")
         return http.client.HTTPConnection(host, int(port), timeout=30)
+
+
+def list_page_body(connection, bucket: str, prefix: str, token: str | bytes | None = None,
+                   start_after: str | None = None) -> bytes:
+    """One ListObjectsV2 page of 1,000 keys, its XML as sent, over a plain ``http.client``
+    connection (the benches read pages without boto3's parsing cost)."""
+    from urllib.parse import quote
+
+    query = f"list-type=2&max-keys=1000&prefix={quote(prefix)}"
+    if token:
+        query += f"&continuation-token={quote(token)}"
+    if start_after:
+        query += f"&start-after={quote(start_after)}"
+    connection.request("GET", f"/{bucket}?{query}")
+    response = connection.getresponse()
+    body = response.read()
+    if response.status != 200:
+        raise RuntimeError(f"LIST: HTTP {response.status}: {body[:300]!r}")
+    return body
