@@ -18,7 +18,7 @@ from s3arch.produce.streamed import StreamedArchive
 from s3arch.io.upload import PartUploader
 from s3arch.produce.segments.assemble import assemble
 from s3arch.produce.segments.cleanup import abort_records_uploads
-from s3arch.produce.segments.credentials import CredentialServer, worker_session
+from s3arch.io.credentials import CredentialServer, worker_session
 from s3arch.produce.segments.plan import (LEAST_SEGMENTED_BUDGET, MIN_SHARE, WORKER_INTERPRETER, PlanOutdated, SegmentPlan,
                                            open_upload, plan_segments, processes_within, worker_share)
 from s3arch.produce.segments.produce import produce_segment
