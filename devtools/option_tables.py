@@ -44,12 +44,12 @@ def _flags(option: Option) -> str:
 
 
 def settings_table() -> str:
-    """Each setting's job key / operator parameter, CLI flag and default (docs/JOBS.md, "Settings"):
+    """Each setting's job key / operator option, CLI flag and default (docs/JOBS.md, "Settings"):
     the options a job or an operator takes, but the restore form's fields (its own, docs/RESTORE.md);
     a flag of the CLI alone is in its --help."""
-    rows = ["| setting | job key / operator parameter | CLI flag | default |", "|---|---|---|---|"]
+    rows = ["| setting | job key / operator option | CLI flag | default |", "|---|---|---|---|"]
     rows += [f"| {o.label} | {_names(o)} | {_flags(o)} | {o.doc_default} |" for o in options.OPTIONS
-             if (o.job or o.operator) and o.form is None]
+             if (o.job or o.operator) and not (o.form and o.operator == "restore")]
     return "\n".join(rows) + "\n"
 
 

@@ -273,9 +273,9 @@ def test_timed_out_try_leaves_no_upload_and_the_next_try_archives(af, capfd, mon
     objects = {f"{prefix}blob-{i:03d}.bin": os.urandom(1 << 20) for i in range(160)}
     put_objects(af.s3, af.src, objects)
     operator = S3ArchivePrefixOperator(task_id="archive_big", source_bucket=af.src, prefix=prefix,
-                                       destination=f"s3://{af.dst}/archive/", storage_class="STANDARD",
-                                       memory_budget="48MiB", aws_conn_id="s3_archive",
-                                       progress_interval=0.25)
+                                       destination=f"s3://{af.dst}/archive/",
+                                       options={"storage_class": "STANDARD", "memory_budget": "48MiB"},
+                                       aws_conn_id="s3_archive", progress_interval=0.25)
 
     # Airflow's own timeout (SIGALRM), brought forward to fire once 40 of the 160 objects are
     # in the tar stream, so the try is always interrupted mid-upload, never before or after.
@@ -326,7 +326,8 @@ def test_denied_source_delete_fails_the_task_and_its_retry_never_reports_success
         "extra": {"endpoint_url": minio.endpoint_url, "region_name": minio.region}}))
     operator = S3ArchivePrefixOperator(task_id="archive_and_delete", source_bucket=af.src,
                                        prefix=f"{day:logs/%Y/%m/%d}/", destination=f"s3://{af.dst}/archive/",
-                                       storage_class="STANDARD", delete_source=True, aws_conn_id="s3_no_delete")
+                                       options={"storage_class": "STANDARD"}, delete_source=True,
+                                       aws_conn_id="s3_no_delete")
     for attempt in ("first try", "retry"):
         ti = TaskInstanceStub()
         with pytest.raises(AirflowFailException, match="permanently"):
@@ -425,12 +426,13 @@ def test_dry_run_of_a_deleting_job_deletes_nothing_and_is_accepted_by_job_and_op
     assert (real.dry_run, real.delete_source, real.delete_versions) == (False, True, True)
     operator = S3ArchivePrefixOperator(task_id="archive", source_bucket="app-logs", prefix="logs/2026/11/01/",
                                        destination="s3://vault/archive/", delete_source=True,
-                                       delete_versions=True, dry_run="True", **deleting.operator_args)
+                                       delete_versions=True, options={**deleting.operator_args, "dry_run": "True"})
     assert operator._spec("logs/2026/11/01/", delete_source=True, delete_versions=True) == spec
     # Round 3's spelling still works for a release, with a warning naming the new one.
     with pytest.warns(FutureWarning, match=r"preview=\.\.\.\) is deprecated.*use dry_run"):
         old = S3ArchivePrefixOperator(task_id="archive_old", source_bucket="app-logs", prefix="logs/2026/11/01/",
-                                      destination="s3://vault/archive/", preview="True", **deleting.operator_args)
+                                      destination="s3://vault/archive/", preview="True",
+                                      options=deleting.operator_args)
     assert old._spec("logs/2026/11/01/", delete_source=True, delete_versions=True) == spec
 
 
@@ -448,7 +450,7 @@ def test_the_operator_takes_every_job_setting_by_its_name_and_builds_the_jobs_sp
                                  "expected_owner": 123456789012, "without_tags": True,
                                  "segment_min_objects": 10, "segment_min_bytes": "1MiB", "processes": 2})
     operator = S3ArchivePrefixOperator(task_id="archive", source_bucket="app-logs", prefix="logs/2026/11/01/",
-                                       destination="s3://vault/archive/", **job.operator_args)
+                                       destination="s3://vault/archive/", options=job.operator_args)
     spec = operator._spec("logs/2026/11/01/")
     assert spec == job.spec_for("logs/2026/11/01/")
     assert (spec.concurrency, spec.compress_threads, spec.lease_ttl, spec.processes) == (16, 3, 30, 2)
@@ -503,12 +505,13 @@ def test_operator_commits_under_the_jobs_object_lock_and_the_report_shows_it(af,
                                    "destination": f"s3://{locked}/archive/", "object_lock": "COMPLIANCE",
                                    "retain_days": 1, "storage_class": "STANDARD"})
     operator = S3ArchivePrefixOperator(task_id="archive_locked", source_bucket=af.src, prefix=f"{day:logs/%Y/%m/%d}/",
-                                       destination=str(job.destination), storage_class="STANDARD",
-                                       object_lock="COMPLIANCE", retain_days=1, aws_conn_id="s3_archive")
+                                       destination=str(job.destination), aws_conn_id="s3_archive",
+                                       options={"storage_class": "STANDARD", "object_lock": "COMPLIANCE",
+                                                "retain_days": 1})
     assert operator._spec("x/").write_options.lock_args().keys() == job.spec_for("x/").write_options.lock_args().keys()
     with pytest.warns(FutureWarning, match="spec_options"):  # round 3's spelling, for a release
         assert S3ArchivePrefixOperator(task_id="old", source_bucket=af.src, prefix="x/", destination="s3://a-b/",
-                                       spec_options=job.spec_options).object_lock == "COMPLIANCE"
+                                       spec_options=job.spec_options).options["object_lock"] == "COMPLIANCE"
     ti = TaskInstanceStub()
     operator.execute({"ti": ti})
     row = ti.pushed["archive_rows"][0]

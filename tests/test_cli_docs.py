@@ -117,10 +117,13 @@ def _flags(command: str) -> set[str]:
 
 
 def _parameters(*operators) -> set[str]:
+    """The settings the operators take: their parameters and, for an archive step, the keys of
+    its ``options``."""
     import inspect
 
     return {name for op in operators for cls in op.__mro__ if "__init__" in vars(cls)
-            for name in inspect.signature(cls.__init__).parameters}
+            for name in inspect.signature(cls.__init__).parameters} | {
+        name for op in operators for name in (op.option_names() if hasattr(op, "option_names") else ())}
 
 
 # Output and connection (Airflow's own there), and `archive --job`'s choice of a job's days.
@@ -129,15 +132,15 @@ CLI_ONLY = {"json", "quiet", "endpoint_url", "profile", "job", "jobs_file", "dat
 
 def test_one_name_per_setting_across_cli_job_yaml_and_operators():
     """Issue 29, item 5: each `s3arch archive` / `restore` flag is, with `_` for `-`, the job
-    key (or trigger param) and an operator parameter of the same setting."""
-    from s3arch_airflow.factory import ARCHIVE_PARAMS
+    key (or trigger param) and an operator parameter (or key of its ``options``) of the same setting."""
+    from s3arch_airflow.factory import archive_params
     from s3arch_airflow.operators import (S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
                                           S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
     from s3arch_airflow.restore import S3RestoreArchiveOperator
 
     from s3arch.ops.jobs import job_keys as keys_of_a_job
 
-    job_keys = keys_of_a_job() | set(ARCHIVE_PARAMS)
+    job_keys = keys_of_a_job() | set(archive_params())
     archive = _parameters(S3ArchivePrefixOperator, S3PrepareSegmentsOperator, S3ArchiveSegmentOperator,
                           S3AssembleSegmentsOperator)
     cli_only = CLI_ONLY
@@ -194,8 +197,8 @@ def test_every_test_a_doc_cites_exists():
 
 def test_the_readmes_exceptions_to_one_name_per_flag_are_exactly_the_codes():
     """The README names the `archive` flags that are no job key or no S3ArchivePrefixOperator
-    parameter; these sets are what the code has, no more and no fewer."""
-    from s3arch_airflow.factory import ARCHIVE_PARAMS
+    parameter (or key of its ``options``); these sets are what the code has, no more and no fewer."""
+    from s3arch_airflow.factory import archive_params
     from s3arch_airflow.operators import S3ArchivePrefixOperator
 
     from s3arch.ops.jobs import job_keys
@@ -203,7 +206,7 @@ def test_the_readmes_exceptions_to_one_name_per_flag_are_exactly_the_codes():
     flags = _flags("archive")
     cli_only = CLI_ONLY
     trigger_params = flags - cli_only - job_keys()
-    assert trigger_params == {"overwrite", "dry_run"} and trigger_params <= set(ARCHIVE_PARAMS)
+    assert trigger_params == {"overwrite", "dry_run"} and trigger_params <= set(archive_params())
     assert flags - cli_only - _parameters(S3ArchivePrefixOperator) == {"segments", "late_window"}
     readme = " ".join((ROOT / "README.md").read_text().split())
     for words in ("`--json`, `--quiet`, `--endpoint-url`, `--profile`", "and the `--job` ones",

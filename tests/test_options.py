@@ -1,6 +1,7 @@
 """One declaration per option (tasks/core/options.py): the CLI's flags, the job file's keys, the
-restore DAG's trigger form and the docs' option tables are made from the table, and the
-operators' parameters and template fields are checked against it."""
+keys of the archive operators' ``options``, the archive and restore DAGs' trigger forms and the
+docs' option tables are made from the table, and the operators' parameters and template fields
+are checked against it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,12 @@ JOB = {"source": "s3://logs-bucket/", "prefix_template": "logs/{date:%Y/%m/%d}/"
 def _parameters(*operators) -> set[str]:
     return {name for op in operators for cls in op.__mro__ if "__init__" in vars(cls)
             for name in inspect.signature(cls.__init__).parameters}
+
+
+def _taken(*operators) -> set[str]:
+    """What the operators take: their parameters and, for an archive step, its ``options``' keys."""
+    return _parameters(*operators) | {name for op in operators if hasattr(op, "option_names")
+                                      for name in op.option_names()}
 
 
 def _help(command: str) -> str:
@@ -82,14 +89,25 @@ def test_a_stale_doc_table_is_reported_and_rewritten(tmp_path, monkeypatch):
     assert option_tables.main(["--check"]) == 0
 
 
-def test_a_new_option_is_one_entry_in_the_table_and_reaches_the_engine(monkeypatch, capsys, minio, s3, buckets):
+def _handed(dag, task_id: str) -> dict:
+    """What the DAG hands one of its operators: a mapped one's partial kwargs, else its attributes."""
+    task = dag.get_task(task_id)
+    return task.partial_kwargs if hasattr(task, "partial_kwargs") else vars(task)
+
+
+def test_a_new_option_is_one_entry_in_the_table_and_reaches_the_engine(monkeypatch, capsys, minio, s3, buckets,
+                                                                        clients):
     """An option added to the table alone is an `archive` flag (help, type, exit 2 naming it),
-    a job key (checked, with its default), a row of the docs' settings table, and the value of
-    the engine's field of its name: archived with it, the archive's first part is that size."""
+    a job key (checked, with its default), a row of the docs' settings table, a key of the
+    archive operators' ``options`` that the archive DAG hands them from the job, and the value
+    of the engine's field of its name: archived with it, by the CLI or the operator, the
+    archive's first part is that size."""
     import os
 
     from devtools.option_tables import settings_table
-    from helpers import seed
+    from helpers import TaskInstanceStub, archive_task, seed
+    from s3arch_airflow.factory import archive_dag
+    from s3arch_airflow.operators import S3ArchivePrefixOperator
 
     import s3arch.cli as cli
     from s3arch.core import options
@@ -98,7 +116,7 @@ def test_a_new_option_is_one_entry_in_the_table_and_reaches_the_engine(monkeypat
 
     knob = options.Option("min_part_size", "smallest part of the archive", default="5MiB", doc_default="5 MiB",
                           check=lambda value, what: options.parse_size(value), cli=("archive",),
-                          operator=None, help="the archive's parts are at least this large (default 5MiB)")
+                          help="the archive's parts are at least this large (default 5MiB)")
     monkeypatch.setattr(options, "OPTIONS", (*options.OPTIONS, knob))
 
     assert "--min-part-size MIN_PART_SIZE the archive's parts are at least this large (default 5MiB)" in _help(
@@ -109,14 +127,26 @@ def test_a_new_option_is_one_entry_in_the_table_and_reaches_the_engine(monkeypat
     with pytest.raises(BadArgument, match=r"cannot read size 'six'"):
         job_from_dict("j", {**JOB, "min_part_size": "six"})
     assert "| smallest part of the archive | `min_part_size` | `--min-part-size` | 5 MiB |" in settings_table()
+    # A key of the archive steps' options, handed them by the archive DAG from the job.
+    job = job_from_dict("j", {**JOB, "min_part_size": "7MiB"})
+    assert job.operator_args["min_part_size"] == 7 << 20
+    for step in ("plan", "archive"):
+        assert _handed(archive_dag(job), step)["options"]["min_part_size"] == 7 << 20
+    assert _taken(S3ArchivePrefixOperator) >= {"min_part_size"}
 
     src, dst = buckets
-    seed(s3, src, {f"day/{i}.bin": os.urandom(3 << 20) for i in range(5)})
+    seed(s3, src, {f"{day}/{i}.bin": os.urandom(3 << 20) for day in ("day", "task") for i in range(5)})
     for name, value in minio.env().items():
         monkeypatch.setenv(name, value)
     assert cli.main(["archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--storage-class", "STANDARD",
                      "--level", "0", "--processes", "1", "--quiet", "--min-part-size", "6MiB"]) == 0
     first = s3.head_object(Bucket=dst, Key=f"a/{src}/day.tar.gz", PartNumber=1)
+    assert first["ContentLength"] == 6 << 20 and first["PartsCount"] >= 2
+    # And the operator archives with it.
+    operator = archive_task(monkeypatch, clients, buckets, "S3ArchivePrefixOperator", "task/",
+                            options={"level": 0, "min_part_size": "6MiB"})
+    assert [row["status"] for row in operator.execute({"ti": TaskInstanceStub()})] == ["archived"]
+    first = s3.head_object(Bucket=dst, Key=f"a/{src}/task.tar.gz", PartNumber=1)
     assert first["ContentLength"] == 6 << 20 and first["PartsCount"] >= 2
 
 
@@ -194,7 +224,10 @@ def test_a_job_key_outside_the_table_and_the_jobs_fields_is_refused():
     assert "storage_class" in refused.value.hint and "options" not in refused.value.hint.split(", ")
 
 
-def test_every_option_is_a_parameter_of_the_operators_it_names_and_templated_where_marked():
+def test_every_option_is_taken_by_the_operators_it_names_and_templated_where_marked():
+    """An archive step option is a key of every archive step's ``options`` (templated as a
+    whole), a "deleting" or "segments" option a parameter of the steps it names, a restore
+    option a parameter of the restore operator (test_the_restore_operator_takes_...)."""
     from s3arch_airflow.operators import (S3ArchiveBaseOperator, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
                                           S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
     from s3arch_airflow.restore import S3RestoreArchiveOperator
@@ -207,13 +240,130 @@ def test_every_option_is_a_parameter_of_the_operators_it_names_and_templated_whe
               "restore": (S3RestoreArchiveOperator,)}
     for option in OPTIONS:
         for operator in takers.get(option.operator or "", ()):
-            assert option.name in _parameters(operator), f"{operator.__name__} takes no {option.name}"
-        if option.operator != "restore":
-            assert (option.name in S3ArchiveBaseOperator.template_fields) == option.templated, option.name
+            assert option.name in _taken(operator), f"{operator.__name__} takes no {option.name}"
+            in_options = option.name in operator.option_names() if option.operator != "restore" else False
+            assert in_options == (option.operator == "step"), (operator.__name__, option.name)
+        if option.operator != "restore":  # every step option is templated, in ``options``
+            assert option.name not in S3ArchiveBaseOperator.template_fields and not option.templated, option.name
     assert {o.operator for o in OPTIONS} <= {*takers, None}
-    assert set(S3ArchiveBaseOperator.template_fields) >= {"source_bucket", "destination", "aws_conn_id"}
+    assert set(S3ArchiveBaseOperator.template_fields) >= {"source_bucket", "destination", "options", "aws_conn_id"}
     for operator in steps:
         assert set(operator.template_fields) >= set(S3ArchiveBaseOperator.template_fields), operator.__name__
+        widths = [len(inspect.signature(cls.__init__).parameters) for cls in operator.__mro__
+                  if "__init__" in vars(cls) and cls.__module__.startswith("s3arch_airflow")]
+        assert max(widths) <= 10, (operator.__name__, widths)  # issue 45: no constructor over 10 parameters
+
+
+def test_an_archive_step_checks_its_options_by_name_and_templates_them():
+    """``options`` takes the table's archive step options: an unknown key is refused naming it
+    and the known ones; a job's ``operator_args`` build the job's spec; a template in a value is
+    rendered with the task's context before the spec is made."""
+    from s3arch_airflow.operators import S3ArchivePrefixOperator
+
+    from s3arch.core.options import step_options
+    from s3arch.ops.jobs import job_from_dict
+
+    with pytest.raises(TypeError, match=r"options has unknown key\(s\) 'storage_clas'.* the archive options are: "
+                                        r"storage_class, codec, .*\bthrottle_budget\b"):
+        S3ArchivePrefixOperator(task_id="a", source_bucket="app-logs", prefix="p/", destination="s3://vault/a/",
+                                options={"storage_clas": "DEEP_ARCHIVE"})
+    with pytest.raises(TypeError, match=r"'delete_source' \(delete_source: an argument of the operators"):
+        S3ArchivePrefixOperator(task_id="a", source_bucket="app-logs", prefix="p/", destination="s3://vault/a/",
+                                options={"delete_source": True})
+    assert set(S3ArchivePrefixOperator.option_names()) == set(step_options())
+
+    job = job_from_dict("j", {**JOB, "storage_class": "DEEP_ARCHIVE", "sse": "aws:kms"})
+    operator = S3ArchivePrefixOperator(
+        task_id="t", source_bucket="logs-bucket", prefix="logs/2026/11/01/", destination="s3://vault-bucket/a/",
+        options={**job.operator_args, "codec": "{{ params.codec }}", "dry_run": "{{ params.dry_run }}"})
+    operator.render_template_fields({"params": {"codec": "zstd", "dry_run": True}})
+    spec = operator._spec("logs/2026/11/01/")
+    assert (spec.storage_class, spec.sse, spec.codec, spec.dry_run) == ("DEEP_ARCHIVE", "aws:kms", "zstd", True)
+    assert operator.options["codec"] == "zstd" and operator.storage_class == "DEEP_ARCHIVE"
+
+
+def test_the_old_keyword_options_still_work_for_a_release_and_warn_naming_options(recwarn):
+    """Round 5's spelling, each option a keyword argument, builds the same operator (and the
+    same mapped task) with a DeprecationWarning naming ``options={...}``; an option given both
+    ways is an error."""
+    from airflow.sdk import DAG
+
+    from s3arch_airflow.operator_options import S3ArchDeprecationWarning
+    from s3arch_airflow.operators import S3ArchivePrefixOperator, S3ArchiveSegmentOperator
+
+    where = dict(source_bucket="logs-bucket", destination="s3://vault-bucket/a/")
+    new = S3ArchivePrefixOperator(task_id="new", prefix="p/", **where,
+                                  options={"storage_class": "DEEP_ARCHIVE", "sse": "aws:kms", "processes": 2})
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+    with pytest.warns(DeprecationWarning, match=r"S3ArchivePrefixOperator\(storage_class=\.\.\., sse=\.\.\., "
+                                                r"processes=\.\.\.\): .*deprecated.* pass them as "
+                                                r"options=\{'storage_class': \.\.\., 'sse'") as warned:
+        old = S3ArchivePrefixOperator(task_id="old", prefix="p/", storage_class="DEEP_ARCHIVE", sse="aws:kms",
+                                      processes=2, **where)
+    assert {w.category for w in warned} == {S3ArchDeprecationWarning}
+    assert warned[0].filename == __file__  # at the DAG's line, not inside Airflow
+    assert old.options == new.options and old._spec("p/") == new._spec("p/")
+    with pytest.warns(S3ArchDeprecationWarning, match="options="):
+        with DAG("old_partial", schedule=None):
+            mapped = S3ArchiveSegmentOperator.partial(task_id="segment", segments=2, codec="zstd", **where).expand(
+                prefix=["p/"], segment=[0, 1])
+    assert mapped.partial_kwargs["options"] == {"codec": "zstd"}
+    with pytest.raises(TypeError, match="sse given both in options and as keyword"):
+        S3ArchivePrefixOperator(task_id="both", prefix="p/", sse="aws:kms", options={"sse": "AES256"}, **where)
+
+
+def test_a_new_field_of_the_archive_form_is_one_entry_in_the_table(monkeypatch):
+    """An archive option with a form, added to the table alone, is a field of the archive DAG's
+    trigger form (default, type, title, description), handed to every archive step as the
+    run's param in ``options``, and its rendered value reaches the engine's field of its name."""
+    from s3arch_airflow.factory import archive_dag, archive_params
+    from s3arch_airflow.operators import S3ArchivePrefixOperator
+
+    from s3arch.core import options
+    from s3arch.ops.jobs import job_from_dict
+
+    knob = options.Option("min_part_size", "smallest part of the archive", default="5MiB", job="param",
+                          check=lambda value, what: options.parse_size(value), cli=("archive",),
+                          form=options.Form("Smallest part", "The archive's parts are at least this large."))
+    monkeypatch.setattr(options, "OPTIONS", (*options.OPTIONS, knob))
+    field = archive_params()["min_part_size"]
+    assert (field.value, field.description) == ("5MiB", "The archive's parts are at least this large.")
+    assert field.schema == {"type": "string", "title": "Smallest part"}
+    dag = archive_dag(job_from_dict("j", JOB))
+    assert list(dag.params) == ["date_from", "date_to", "prefixes", "overwrite", "dry_run", "min_part_size"]
+    for step in ("plan", "archive"):
+        assert _handed(dag, step)["options"]["min_part_size"] == "{{ params.min_part_size }}"
+    operator = S3ArchivePrefixOperator(task_id="t", source_bucket="logs-bucket", prefix="p/",
+                                       destination="s3://vault-bucket/a/", options=_handed(dag, "archive")["options"])
+    operator.render_template_fields({"params": {"min_part_size": "6MiB", "overwrite": False, "dry_run": False}})
+    assert operator._spec("p/").min_part_size == 6 << 20
+
+
+def test_the_archive_form_is_the_table_s_with_the_labels_and_defaults_it_had():
+    """The archive DAG's trigger form, generated: its switches as they were written by hand."""
+    from s3arch_airflow.factory import archive_params
+
+    params = archive_params()
+    assert list(params) == ["date_from", "date_to", "prefixes", "overwrite", "dry_run"]
+    assert {name: (params[name].value, params[name].description, params[name].schema)
+            for name in ("overwrite", "dry_run")} == {
+        "overwrite": (False, "Re-archive prefixes that already have a complete archive.",
+                      {"type": ["boolean", "null"], "title": "Overwrite (optional)"}),
+        "dry_run": (False, "List and estimate only; write nothing.",
+                    {"type": ["boolean", "null"], "title": "Dry run (optional)"})}
+
+
+def test_the_docs_operator_example_builds_in_the_new_form_without_a_warning():
+    """docs/JOBS.md's own-DAG example, run as printed: no deprecated spelling."""
+    import re
+    import warnings
+
+    text = (ROOT / "docs/JOBS.md").read_text()
+    example = re.search(r"```python\n(from s3arch_airflow import S3ArchivePrefixOperator\n.*?)```", text, re.S).group(1)
+    assert "options={" in example
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        exec(compile(example, "docs/JOBS.md", "exec"), {})
 
 
 def test_a_job_gives_every_step_option_to_the_operators_with_its_value():

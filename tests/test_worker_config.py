@@ -81,9 +81,9 @@ def test_an_archive_operators_botocore_config_reaches_its_worker_processes(minio
     objects = seeded(s3, src)
     agent = f"s3arch-operator/{uuid.uuid4().hex[:10]}"
     operator = S3ArchivePrefixOperator(task_id="archive_cfg", source_bucket=src, prefix=PREFIX,
-                                       destination=f"s3://{dst}/archive/", storage_class="STANDARD",
-                                       aws_conn_id="s3_archive", processes=2, segment_min_objects=1,
-                                       memory_budget="320MiB",
+                                       destination=f"s3://{dst}/archive/", aws_conn_id="s3_archive",
+                                       options={"storage_class": "STANDARD", "processes": 2,
+                                                "segment_min_objects": 1, "memory_budget": "320MiB"},
                                        botocore_config={"proxies": {"http": recording_proxy.endpoint_url},
                                                         "user_agent_extra": agent})
 

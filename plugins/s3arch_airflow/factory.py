@@ -75,7 +75,9 @@ def restore_dags(path: str | os.PathLike | None = None) -> dict[str, DAG]:
     return {dag.dag_id: dag for dag in map(restore_dag, load_jobs(jobs_file(path)).values())}
 
 
-ARCHIVE_PARAMS = {
+# What the archive form asks first; its other fields are the archive steps' options that have
+# a form (``archive_params``).
+ARCHIVE_PLAN_PARAMS = {
     "date_from": Param(None, type=["null", "string"], format="date", title="First date",
                        description="Archive a range of days: first day (YYYY-MM-DD). Leave both "
                                    "dates empty to archive the run's logical date minus the job's age."),
@@ -84,11 +86,19 @@ ARCHIVE_PARAMS = {
     "prefixes": Param(None, type=["null", "array"], items={"type": "string"}, title="Prefixes (optional, on-call)",
                       description="Exact prefixes to archive, one per line, e.g. logs/2026/11/03/. "
                                   "Give either these or the dates, not both."),
-    "overwrite": Param(False, type=["boolean", "null"], title="Overwrite (optional)",
-                       description="Re-archive prefixes that already have a complete archive."),
-    "dry_run": Param(False, type=["boolean", "null"], title="Dry run (optional)",
-                     description="List and estimate only; write nothing."),
 }
+
+
+def archive_params() -> dict[str, Param]:
+    """The archive DAG's trigger form: the range or prefixes, then the field of each archive
+    step option with a ``form`` (tasks/core/options.py: ``overwrite``, ``dry_run``)."""
+    return {**ARCHIVE_PLAN_PARAMS, **{o.name: form_param(o, o.form) for o in form_options("archive") if o.form}}
+
+
+def archive_step_options(job: ArchiveJob) -> dict:
+    """Every archive step's ``options``: the job's settings (by the names the job and the CLI
+    use), and each field of the trigger form as the run's param of its name (rendered)."""
+    return {**job.operator_args, **{o.name: f"{{{{ params.{o.name} }}}}" for o in form_options("archive")}}
 
 
 def archive_dag(job: ArchiveJob) -> DAG:
@@ -100,7 +110,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
         start_date=datetime.combine(job.start_date, datetime.min.time(), tzinfo=timezone.utc),
         catchup=job.catchup,
         max_active_runs=4,
-        params=ARCHIVE_PARAMS,
+        params=archive_params(),
         render_template_as_native_obj=True,
         tags=["s3-archive"],
         doc_md=ARCHIVE_DOC,
@@ -111,9 +121,7 @@ def archive_dag(job: ArchiveJob) -> DAG:
         step = dict(
             source_bucket=job.source.bucket,
             destination=str(job.destination),
-            overwrite="{{ params.overwrite }}",
-            dry_run="{{ params.dry_run }}",
-            **job.operator_args,  # the job's settings, by the names the job and the CLI use
+            options=archive_step_options(job),
             execution_timeout=timedelta(minutes=job.execution_timeout_minutes),
             **job_task_args(job),
         )
@@ -199,8 +207,9 @@ _JSON_TYPES: dict[object, str] = {int: "integer", float: "number"}
 
 
 def form_param(option: Option, form: Form) -> Param:
-    """The trigger form's field of a restore option (tasks/core/options.py): its default, type
-    and choices are the option's; title, description and bounds its ``form``'s."""
+    """The trigger form's field of an option (tasks/core/options.py; the archive and the restore
+    DAG's alike): its default, type and choices are the option's; title, description and bounds
+    its ``form``'s."""
     optional = option.default is None or option.switch
     json_type = "array" if option.nargs else _JSON_TYPES.get(option.flag_type, "string")
     kind: str | list[str] = ["boolean", "null"] if option.switch else ["null", json_type] if optional else json_type

@@ -4,10 +4,11 @@ Built like the amazon provider's own operators, on ``AwsBaseOperator[S3ArchHook]
 plugins/s3arch_airflow/hooks.py, owns the engine's clients): ``aws_conn_id``, ``region_name``, ``verify`` and ``botocore_config`` mean what they mean
 there (the connection's extra ``endpoint_url`` points at MinIO or another S3), and the engine's
 control plane and CRT data plane both take region, endpoint and ``verify`` from that hook.
-Prefixes and switches are template fields; nothing touches S3 or imports the engine's heavy
-parts before ``execute``. ``on_kill`` (the task marked failed, cleared or killed) cancels the
-engine: uploads are aborted and no manifest is written; so does a task process that lost its
-supervisor.
+Each step takes the job's archive options as one ``options`` dict (operator_options.py) plus
+the few arguments of its own; prefixes and ``options`` are template fields; nothing touches S3
+or imports the engine's heavy parts before ``execute``. ``on_kill`` (the task marked failed,
+cleared or killed) cancels the engine: uploads are aborted and no manifest is written; so does
+a task process that lost its supervisor.
 
 - ``S3ArchivePrefixOperator``: archive a prefix (or a batch of them) in one task, in one
   process unless ``processes`` > 1 (then a prefix over ``segment_min_objects`` /
@@ -19,16 +20,15 @@ supervisor.
 from __future__ import annotations
 
 import threading
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 
 from s3arch_airflow.hooks import S3ArchHook
-
-from s3arch.core.options import SPEC_OPTIONS, templated_options
+from s3arch_airflow.operator_options import (checked_options, known_options, moved_into_options, option_value,
+                                             rendered_options)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -38,86 +38,63 @@ if TYPE_CHECKING:
 ROWS_XCOM_KEY = "archive_rows"
 
 
-# Operator keyword arguments of round 3, still accepted for one release with a warning.
-DEPRECATED_KWARGS = {"preview": "dry_run", "spec_options": ", ".join(SPEC_OPTIONS)}
-
-
-def deprecated_kwarg(operator: str, old: str) -> None:
-    warnings.warn(f"{operator}({old}=...) is deprecated and will stop working in the next release: "
-                  f"use {DEPRECATED_KWARGS[old]} (the CLI's flags and the job's keys, same names)",
-                  FutureWarning, stacklevel=4)
-
-
 class S3ArchiveBaseOperator(AwsBaseOperator[S3ArchHook]):
     """What every archive step shares, and nothing else: the hook and the engine's clients,
     the spec of one prefix, cancelling the engine on kill, and one result row per prefix
     (pushed as the ``archive_rows`` XCom even when the task fails). Errors the engine marks
     permanent fail the task without using its retries.
 
-    Each parameter is an option of tasks/core/options.py (the job key of the same name and
-    the ``s3arch archive`` flag with dashes; docs/JOBS.md's settings table), with the
-    engine's default when None; tests/test_options.py checks that every option the table
-    gives the archive steps is one. ``processes`` defaults to **1: one task is one process**,
-    whatever the prefix's size. ``preview`` and ``spec_options`` (round 3's spellings) still
-    work for one release, with a warning."""
+    :param source_bucket: the bucket archived from (templated)
+    :param destination: ``s3://BUCKET/PREFIX/`` the archives go under (templated)
+    :param options: the job's archive options (its ``operator_args``), by the names of
+        tasks/core/options.py: each the job key of that name and the ``s3arch archive`` flag
+        with dashes (docs/JOBS.md's settings table), e.g. ``{"storage_class": "DEEP_ARCHIVE",
+        "sse": "aws:kms"}``. Templated, as a whole; an unknown key is a TypeError naming the
+        known ones. Left out, an option has the job's default: ``processes`` is **1, one task
+        is one process**, whatever the prefix's size.
+    :param progress_interval: seconds between progress lines in the task log
+    :param aws_conn_id: and ``region_name``, ``verify``, ``botocore_config``: as on every
+        amazon-provider operator
+
+    The options given as keyword arguments of their names (round 5), ``preview`` and
+    ``spec_options`` (round 3) still work for one release, with a ``DeprecationWarning``
+    naming ``options={...}``."""
 
     aws_hook_class = S3ArchHook
-    template_fields: Sequence[str] = aws_template_fields("source_bucket", "destination", *templated_options())
+    template_fields: Sequence[str] = aws_template_fields("source_bucket", "destination", "options")
+    template_fields_renderers = {"options": "json"}
     ui_color = "#e6f0ff"
     action = "archiving"
 
-    def __init__(self, *, source_bucket: str, destination: str, storage_class: str = "GLACIER",
-                 codec: str = "gzip", level: int | None = None, memory_budget: str | int = "256MiB",
-                 concurrency: int | None = None, threads: int | None = None,
-                 overwrite: bool | str = False, dry_run: bool | str = False, lease_ttl: float | None = None,
-                 prices: dict | None = None, processes: int = 1, segment_min_objects: int | None = None,
-                 segment_min_bytes: str | int | None = None, without_tags: bool = False, sse: str | None = None,
-                 sse_kms_key_id: str | None = None, sse_bucket_key: bool = False, object_lock: str | None = None,
-                 retain_days: int | None = None, legal_hold: bool = False, expected_owner: str | None = None,
-                 throttle_budget: float | str | None = None, max_prefixes: int | None = None,
-                 progress_interval: float = 10.0, preview: bool | str | None = None,
-                 spec_options: dict | None = None, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self, *, source_bucket: str, destination: str, options: Mapping[str, Any] | None = None,
+                 progress_interval: float = 10.0, **kwargs):
         name = type(self).__name__
-        if preview is not None:
-            deprecated_kwarg(name, "preview")
-            dry_run = dry_run or preview
+        options = moved_into_options(name, options, kwargs)  # the old spellings, with a warning
+        super().__init__(**kwargs)
         self.source_bucket = source_bucket
         self.destination = destination
-        self.storage_class = storage_class
-        self.codec = codec
-        self.level = level
-        self.memory_budget = memory_budget
-        self.concurrency = concurrency
-        self.threads = threads
-        self.overwrite = overwrite
-        # The trigger form's dry_run. BaseOperator has a dry_run() method that nothing in
-        # Airflow 3 calls; the parameter has the name the CLI and the job use.
-        self.dry_run = dry_run  # type: ignore[method-assign, assignment]
-        self.lease_ttl = lease_ttl
-        self.prices = prices
-        self.processes = processes
-        self.segment_min_objects = segment_min_objects
-        self.segment_min_bytes = segment_min_bytes
-        self.without_tags = without_tags
-        self.sse = sse
-        self.sse_kms_key_id = sse_kms_key_id
-        self.sse_bucket_key = sse_bucket_key
-        self.object_lock = object_lock
-        self.retain_days = retain_days
-        self.legal_hold = legal_hold
-        self.expected_owner = expected_owner
-        self.throttle_budget = throttle_budget
-        self.max_prefixes = max_prefixes
-        if spec_options:
-            deprecated_kwarg(name, "spec_options")
-            unknown = set(spec_options) - set(SPEC_OPTIONS)
-            if unknown:
-                raise TypeError(f"{name}: spec_options has unknown setting(s) {', '.join(sorted(unknown))}")
-            for option, value in spec_options.items():
-                setattr(self, option, value)
+        self.options = checked_options(name, {} if options is None else options)
         self.progress_interval = progress_interval
         self._cancel: Cancel | None = None  # the try's, made when it starts (``_run_each``)
+
+    @classmethod
+    def partial(cls, **kwargs):
+        """``BaseOperator.partial``, where the old spellings of the options work as in the
+        constructor (moved into ``options``, with the warning)."""
+        options = moved_into_options(cls.__name__, kwargs.pop("options", None), kwargs)
+        if options is not None:
+            kwargs["options"] = checked_options(cls.__name__, options)
+        return super().partial(**kwargs)
+
+    @staticmethod
+    def option_names() -> tuple[str, ...]:
+        """The keys ``options`` takes: every option the table gives the archive steps."""
+        return known_options()
+
+    @property
+    def storage_class(self) -> str:
+        """The archive's storage class (its metrics' tag)."""
+        return option_value(self.options, "storage_class")
 
     def on_kill(self) -> None:
         # Airflow calls it in its SIGTERM handler: Cancel.set only records and sets.
@@ -129,19 +106,20 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3ArchHook]):
     def _spec(self, prefix: str, *, delete_source: bool = False, delete_versions: bool = False):
         """The one engine spec of this step for ``prefix``: a dry run deletes nothing."""
         from s3arch.core.config import S3Url
-        from s3arch.core.options import archive_spec, as_switch, step_options
+        from s3arch.core.options import archive_spec, as_switch
 
-        values = {name: getattr(self, name) for name in step_options() if name != "dry_run"}
+        values = rendered_options(type(self).__name__, self.options)
+        dry_run = values.pop("dry_run", False)
         values.update(delete_source=delete_source, delete_versions=delete_versions and delete_source)
         spec = archive_spec(S3Url(self.source_bucket, prefix), S3Url.parse(self.destination), values)
-        return spec.previewed() if as_switch(self.dry_run) else spec
+        return spec.previewed() if as_switch(dry_run) else spec
 
     @property
     def _hook_parameters(self) -> dict[str, Any]:
         """The hook, and so the engine's clients of the try (the plan task sizes its day and
         archives it with the same ones), name the bucket owner and the throttle budget."""
-        return {**super()._hook_parameters, "expected_owner": self.expected_owner,
-                "throttle_budget": self.throttle_budget}
+        return {**super()._hook_parameters, "expected_owner": option_value(self.options, "expected_owner"),
+                "throttle_budget": option_value(self.options, "throttle_budget")}
 
     def _progress(self, label: str):
         from s3arch.core.progress import Progress
@@ -306,7 +284,7 @@ class S3ArchivePrefixOperator(S3ArchiveBaseOperator):
         for prefix in self.prefixes:
             layout = layout_for(S3Url(self.source_bucket, prefix), S3Url.parse(self.destination))
             inputs.append(Dataset(namespace=f"s3://{self.source_bucket}", name=prefix))
-            extension = ".tar.gz" if self.codec == "gzip" else ".tar.zst"
+            extension = ".tar.gz" if option_value(self.options, "codec") == "gzip" else ".tar.zst"
             outputs += [Dataset(namespace=f"s3://{layout.bucket}", name=layout.archive_key(extension)),
                         Dataset(namespace=f"s3://{layout.bucket}", name=layout.manifest_key)]
         return OperatorLineage(inputs=inputs, outputs=outputs)

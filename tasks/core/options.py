@@ -1,11 +1,11 @@
 """The options, each declared once: its name, type, default, help and check.
 
-An option's name is the job key, the operator parameter and, with ``-`` for ``_``, the CLI
-flag. ``OPTIONS`` is the one table the CLI's flags (tasks/cli/), the job file's keys
-(tasks/ops/jobs.py), the Airflow operators' template fields, the restore DAG's trigger form and
-the docs' tables (``python -m devtools.option_tables``) are made from; tests check the
-operators' parameters against it. A new option is one entry here (and the code that uses its
-value).
+An option's name is the job key, the operator's option (or parameter) and, with ``-`` for
+``_``, the CLI flag. ``OPTIONS`` is the one table the CLI's flags (tasks/cli/), the job file's
+keys (tasks/ops/jobs.py), the keys of the archive operators' ``options``, the restore
+operator's template fields, the archive and restore DAGs' trigger forms and the docs' tables
+(``python -m devtools.option_tables``) are made from; tests check the operators against it. A
+new option is one entry here (and the code that uses its value).
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ TIERS = ("Expedited", "Standard", "Bulk")  # S3's restore tiers, fastest first
 
 @dataclass(frozen=True)
 class Form:
-    """An option as a field of the restore DAG's trigger form (an Airflow Param whose default,
-    type and choices are the option's): its ``title`` there (" (optional)" is added where the
-    field may stay empty), the form's ``description`` (the DAG's limits are not the CLI's,
-    docs/RESTORE.md), and JSON-schema ``bounds`` such as ``minimum``."""
+    """An option as a field of a DAG's trigger form (an Airflow Param whose default, type and
+    choices are the option's): the restore DAG's for a restore option, the archive DAG's for an
+    archive step's. Its ``title`` there (" (optional)" is added where the field may stay empty),
+    the form's ``description`` (the DAG's limits are not the CLI's, docs/RESTORE.md), and
+    JSON-schema ``bounds`` such as ``minimum``."""
 
     title: str
     description: str
@@ -51,13 +52,15 @@ class Option:
     ``help_on``: another help on one of them; ``flag_type``: argparse's ``type`` (None: text;
     a bool option is a switch).
     ``job``: "key" (a job key), "param" (a trigger param of the run) or None.
-    ``operator``: which operators take it as a parameter: "step" (every archive step, from the
-    job's ``operator_args``), "deleting" (the archive and assemble steps), "segments" (the
-    segment steps), "restore" (the restore operator), or None.
-    ``templated``: a template field of the operators it names. ``label`` and ``doc_default`` are
+    ``operator``: which operators take it: "step" (a key of every archive step's ``options``,
+    from the job's ``operator_args``), "deleting" (a parameter of the archive and assemble
+    steps), "segments" (of the segment steps), "restore" (of the restore operator), or None.
+    ``templated``: a template field of the restore operator (the archive steps template their
+    whole ``options``, so every step option). ``label`` and ``doc_default`` are
     the docs' words for it. ``spelled``: the flag, where it is not the name's; ``nargs``:
     argparse's; ``one_of``: a group of flags of which one at most is given (``required``: one
-    must be); ``form``: a field of the restore DAG's trigger form."""
+    must be); ``form``: a field of the trigger form of the DAG whose operator takes it (the
+    archive DAG's hands it to every step's ``options``)."""
 
     name: str
     label: str
@@ -150,9 +153,8 @@ def _account(value: Any, what: str) -> str:
 
 OPTIONS: tuple[Option, ...] = (
     Option("storage_class", "storage class of the archive", default="GLACIER", doc_default="GLACIER",
-           choices=STORAGE_CLASSES, cli=("archive",), templated=True),
-    Option("codec", "compression", default="gzip", doc_default="gzip", choices=CODECS, cli=("archive",),
-           templated=True),
+           choices=STORAGE_CLASSES, cli=("archive",)),
+    Option("codec", "compression", default="gzip", doc_default="gzip", choices=CODECS, cli=("archive",)),
     Option("level", "compression level", flag_type=int, doc_default="gzip 1, zstd 3", cli=("archive",),
            help="gzip 0-9 (ISA-L for 0-3, zlib-ng for 4-9), default 1; zstd 1-19, default 3"),
     Option("memory_budget", "bound on buffered bytes", default="256MiB", doc_default="256MiB", check=_size,
@@ -190,9 +192,11 @@ OPTIONS: tuple[Option, ...] = (
            doc_default="10000", check=whole(1), cli=("archive",),
            help="a source with '*' wildcards may expand to at most this many prefixes (default 10000)"),
     Option("overwrite", "re-archive a done prefix", default=False, doc_default="off", job="param",
-           cli=("archive",), templated=True, help="re-archive a prefix that is done"),
+           cli=("archive",), help="re-archive a prefix that is done",
+           form=Form("Overwrite", "Re-archive prefixes that already have a complete archive.")),
     Option("dry_run", "dry run", default=False, doc_default="off", job="param", cli=("archive",),
-           templated=True, help="list, count and estimate; write nothing"),
+           help="list, count and estimate; write nothing",
+           form=Form("Dry run", "List and estimate only; write nothing.")),
     Option("delete_source", "delete the archived sources", default=False, doc_default="off",
            operator="deleting", cli=("archive",),
            help="after the archive verified, delete sources whose ETag still matches; on an "
@@ -347,16 +351,24 @@ def job_options() -> tuple[Option, ...]:
 
 
 def step_options() -> tuple[str, ...]:
-    """The options every archive step takes as a parameter (from the job's ``operator_args``)."""
+    """The keys of every archive step's ``options`` (from the job's ``operator_args``)."""
     return tuple(o.name for o in OPTIONS if o.operator == "step")
 
 
-def templated_options(operator: str = "step") -> tuple[str, ...]:
-    """The template fields among the options: the archive steps' (the default), or the
-    restore operator's (``"restore"``)."""
+def step_defaults() -> dict[str, Any]:
+    """Each archive step option's value where ``options`` leaves it out: the job's default, so an
+    operator given no options archives as a job given no keys (``processes`` 1: one task, one
+    process)."""
+    return {o.name: o.default_for_job for o in OPTIONS if o.operator == "step"}
+
+
+def templated_options(operator: str = "restore") -> tuple[str, ...]:
+    """The restore operator's template fields among its options (the archive steps template
+    their whole ``options``: ``operator="step"`` names those the table marks, none)."""
     return tuple(o.name for o in OPTIONS if o.templated and (o.operator == "restore") == (operator == "restore"))
 
 
-def form_options() -> tuple[Option, ...]:
-    """The fields of the restore DAG's trigger form, each an option of the restore operator."""
-    return tuple(o for o in OPTIONS if o.form is not None)
+def form_options(dag: str = "restore") -> tuple[Option, ...]:
+    """The fields of a DAG's trigger form: the restore DAG's (the default), each an option of the
+    restore operator, or the archive DAG's (``"archive"``), each an option of its steps."""
+    return tuple(o for o in OPTIONS if o.form is not None and (o.operator == "restore") == (dag == "restore"))
