@@ -507,8 +507,8 @@ def plan_line(server, repeat: int) -> dict:
         for i in range(repeat):
             for prefix, delay in (("synthetic/", 0), ("distant/", LATENCY_MS)):
                 spec = ArchiveSpec(S3Url("bench-src", prefix), S3Url(DEST_BUCKET, "plan/"), processes=8)
-                plan_s, plan_cpu = timed(lambda: plan_segments(spec, clients.control, "plan.tar.gz", 8))
-                one_s, one_cpu = timed(lambda: sum(map(len, iter_pages(clients.control, "bench-src", prefix))))
+                plan_s, plan_cpu = timed(lambda: plan_segments(spec, clients.store, "plan.tar.gz", 8))
+                one_s, one_cpu = timed(lambda: sum(map(len, iter_pages(clients.store, "bench-src", prefix))))
                 run = {"delay_ms": delay, "plan_keys_per_s": PLAN_OBJECTS / plan_s,
                        "plan_cpu_us_per_key": 1e6 * plan_cpu / PLAN_OBJECTS,
                        "sequential_keys_per_s": PLAN_OBJECTS / one_s,

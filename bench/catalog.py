@@ -76,7 +76,7 @@ def seed(server, clients, src: str, dst: str):
 
 
 def main() -> int:
-    from s3arch.ops.catalog import Catalog
+    from s3arch.ops.catalog.job_catalog import Catalog
     from s3arch.io.s3 import S3Clients
 
     with tempfile.TemporaryDirectory(prefix="s3arch-bench-catalog-") as data:
@@ -94,7 +94,7 @@ def main() -> int:
             started = time.monotonic()
             job, days = seed(server, clients, src, dst)
             seeded = time.monotonic() - started
-            catalog = Catalog(job, clients.control)
+            catalog = Catalog(job, clients.store)
             today = days[-1] + timedelta(days=2)
             t = time.monotonic()
             cold = catalog.view(days[0], days[-1], today=today)

@@ -68,6 +68,7 @@ def run_once(server) -> dict:
 
     from s3arch.io.s3 import S3Clients
     from s3arch.io.sources import Source, expand, source_pages
+    from s3arch.io.store import Store
 
     session = boto3.Session(aws_access_key_id=server.access_key, aws_secret_access_key=server.secret_key,
                             region_name=server.region)
@@ -75,10 +76,10 @@ def run_once(server) -> dict:
     lists = [0]
     control.meta.events.register("before-call.s3.ListObjectsV2", lambda **_: lists.__setitem__(0, lists[0] + 1))
     started = time.perf_counter()
-    prefixes = expand(control, BUCKET, PATTERN)
+    prefixes = expand(Store(control), BUCKET, PATTERN)
     expanded = time.perf_counter()
     expand_lists = lists[0]
-    objects = sum(len(page) for page in source_pages(control, Source(BUCKET, PATTERN, tuple(prefixes))))
+    objects = sum(len(page) for page in source_pages(Store(control), Source(BUCKET, PATTERN, tuple(prefixes))))
     listed = time.perf_counter()
     return {"prefixes": len(prefixes), "expand_lists": expand_lists, "expand_s": round(expanded - started, 3),
             "listing_lists": lists[0] - expand_lists, "listing_s": round(listed - expanded, 3), "objects": objects}

@@ -9,6 +9,14 @@ checksum algorithm and type S3 lists since 2025). Prints us of CPU per key, medi
 over the alternating rounds, and ours as a ratio to botocore's per round.
 
     .venv/bin/python -m bench.listing [--rounds 9] [--dry-run-keys 60000]
+
+With ``--synthetic-keys N`` (issue 46, Deliver 4), also ``s3arch archive --dry-run`` of a
+virtual day of N keys on the synthetic source (bench/synthetic_source.py, nothing seeded)
+against ``s5cmd ls`` of it, alternating; ``--out FILE`` writes every figure with the load
+average and the git commit.
+
+    .venv/bin/python -m bench.listing --rounds 3 --dry-run-keys 60000 --synthetic-keys 1000000 \
+        --out bench/results/listing-s5cmd.json
 """
 
 from __future__ import annotations
@@ -164,6 +172,45 @@ def listing_line(server, repeat: int, keys: int = 60_000) -> dict:
     return line
 
 
+def synthetic_against_s5cmd(server, keys: int, rounds: int) -> dict:
+    """Our dry run of a synthetic day of ``keys`` keys against ``s5cmd ls`` of it, alternating
+    (the archive's destination is ``server``, MinIO, behind the synthetic endpoint); wall time,
+    client CPU, and ours over s5cmd's per round. The endpoint's own CPU is recorded too."""
+    import os
+    import sys
+
+    from bench.bench import S5CMD, ensure_buckets, measure, spread
+    from bench.synthetic_source import SyntheticSource
+
+    ensure_buckets(server.client(), "listing-dst")
+    runs: dict[str, list[dict]] = {"ours --dry-run": [], "s5cmd ls": []}
+    with SyntheticSource(objects=keys, upstream=server) as source:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | source.env()
+        ours_argv = [sys.executable, "-m", "s3arch", "archive", f"s3://{source.bucket}/{source.prefix}",
+                     "s3://listing-dst/out/", "--dry-run", "--json", "--quiet"]
+        theirs_argv = [str(S5CMD), "--endpoint-url", source.endpoint_url, "ls", f"s3://{source.bucket}/{source.prefix}*"]
+        for _ in range(rounds):
+            ours = measure(ours_argv, env, source.pid)
+            summary = json.loads(ours.pop("stdout").strip().splitlines()[-1])
+            assert summary["objects"] == keys, f"the dry run counted {summary['objects']} of {keys} keys"
+            ours["load"] = os.getloadavg()[0]
+            runs["ours --dry-run"].append(ours)
+            theirs = measure(theirs_argv, env, source.pid)
+            assert theirs.pop("stdout").count("\n") == keys, "s5cmd ls did not list every key"
+            theirs["load"] = os.getloadavg()[0]
+            runs["s5cmd ls"].append(theirs)
+    for rs in runs.values():
+        for r in rs:
+            r["server_cpu_s"] = r.pop("minio_cpu_s")  # the synthetic endpoint's, not MinIO's
+    for name, rs in runs.items():
+        print(f"  {name} of {keys:,} synthetic keys: wall {_spread([r['wall_s'] for r in rs])} s, "
+              f"client CPU {_spread([1e6 * r['cpu_s'] / keys for r in rs])} us/key", flush=True)
+    return {"keys": keys, "runs": runs,
+            "cpu_us_per_key": {name: spread([{"v": 1e6 * r["cpu_s"] / keys} for r in rs], "v")
+                               for name, rs in runs.items()},
+            "ours_vs_s5cmd_wall": spread([{"v": o["wall_s"] / t["wall_s"]} for o, t in zip(*runs.values())], "v")}
+
+
 def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
 
@@ -174,14 +221,41 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--dry-run-keys", type=int, default=0, help="also a dry run of this many keys against s5cmd ls")
+    parser.add_argument("--synthetic-keys", type=int, default=0,
+                        help="also a dry run of a synthetic day of this many keys against s5cmd ls")
+    parser.add_argument("--out", help="write the figures, the load average and the git commit to this JSON file")
     args = parser.parse_args(argv)
+    import os
+    import subprocess
+
+    from bench.bench import fmt, verdict
+
+    started_load = os.getloadavg()
+    out: dict = {"commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+                 "dirty": bool(subprocess.run(["git", "status", "--porcelain", "--", "tasks/io", "tasks/archive.py"],
+                                              capture_output=True, text=True).stdout.strip()),
+                 "load_before": started_load}
     server = start_minio()
     try:
-        parser_runs(server, args.rounds)
+        out["parser"] = parser_runs(server, args.rounds)
+        rounds = max(3, args.rounds // 3)
         if args.dry_run_keys:
-            print("\n".join(listing_line(server, max(3, args.rounds // 3), args.dry_run_keys)["verdicts"]))
+            line = listing_line(server, rounds, args.dry_run_keys)
+            out["dry_run"], out["verdicts"] = line["dry_run"], line["verdicts"]
+            print("\n".join(line["verdicts"]))
+        if args.synthetic_keys:
+            synthetic = out["synthetic"] = synthetic_against_s5cmd(server, args.synthetic_keys, rounds)
+            out.setdefault("verdicts", []).append(
+                f"{verdict(synthetic['ours_vs_s5cmd_wall']['median'] <= 1.0)}  `archive --dry-run` / `s5cmd ls` wall "
+                f"time of {args.synthetic_keys:,} synthetic keys {fmt(synthetic['ours_vs_s5cmd_wall'])} (target <= 1.0)")
+            print(out["verdicts"][-1])
     finally:
         server.stop()
+    out["load_after"] = os.getloadavg()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
+            f.write("\n")
     return 0
 
 

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 
 from s3arch.io import attributes
 
-from s3arch.format import manifest
+from s3arch.stored import manifests
 
 from s3arch.produce import pipeline
 
@@ -85,7 +85,7 @@ def one_run(objects: list, body: bytes) -> dict[str, float]:
             sink.emit_ready()
 
     def records():
-        lines = manifest.JsonLinesUpload(_NullUpload())
+        lines = manifests.JsonLinesUpload(_NullUpload())
         for i, obj in enumerate(objects):
             record = pipeline._record(obj, digests[i], *placed[i], captured[i])
             record["block"], record["range"] = i // 500, [i * 1000, i * 1000 + 1000]

@@ -48,7 +48,7 @@ def stage_plan(keys: int) -> dict:
         clients = _clients(proxy.endpoint_url)
         spec = ArchiveSpec(S3Url(STAGE_BUCKET, "synthetic/"), S3Url(DEST_BUCKET, "plan/"), processes=SEGMENTS)
         started = time.monotonic()
-        plan = plan_segments(spec, clients.control, "plan.tar.gz", SEGMENTS)
+        plan = plan_segments(spec, clients.store, "plan.tar.gz", SEGMENTS)
         return {"objects": plan.objects, "segments": plan.count, "seconds": time.monotonic() - started}
     finally:
         proxy.stop()
@@ -87,7 +87,8 @@ def seed_segments(keys: int) -> None:
 
 
 def stage_merge(keys: int) -> dict:
-    from s3arch.format.manifest import ArchiveLayout, ManifestWriter
+    from s3arch.format.manifest import ArchiveLayout
+    from s3arch.stored.manifests import ManifestWriter
     from s3arch.produce.segments.assemble import _merge_records
 
     control = _clients(os.environ["AWS_ENDPOINT_URL_S3"]).control

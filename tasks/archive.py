@@ -27,7 +27,6 @@ from s3arch.core.outcome import Outcome
 from s3arch.produce.producers import OnThisMachine, PlannedAssembly
 from s3arch.core.progress import Progress
 from s3arch.io.retention import has_default_retention, require_object_lock
-from s3arch.io.reads import read_object
 from s3arch.io.s3 import S3Clients, refuse_directory_bucket
 from s3arch.format.tally import ListingTally
 
@@ -142,14 +141,14 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: Cancel | None = None
         # The lease's first PUT needs to know whether the destination locks new objects by
         # default: asked beside the HeadBuckets, not after them, it is no round trip of its own
         # in every run's fixed cost (bench/README.md, "Fixed cost").
-        retention = pool.submit(has_default_retention, clients.control, layout.bucket)
+        retention = pool.submit(has_default_retention, clients.store, layout.bucket)
         clients.check_buckets((spec.source.bucket, "source", spec.source.key),
                               (layout.bucket, "destination", archive_key.rsplit("/", 1)[0] + "/"))
         retention.result()
     if spec.write_options.locks:
-        require_object_lock(clients.control, layout.bucket)
+        require_object_lock(clients.store, layout.bucket)
     # A pattern's wildcards are expanded before anything is written: no match is exit 2.
-    source = resolved(clients.control, spec.source, spec.max_prefixes)
+    source = resolved(clients.store, spec.source, spec.max_prefixes)
     if spec.source.bucket == layout.bucket and any(archive_key.startswith(p) for p in source.prefixes):
         raise BadArgument(f"the destination s3://{layout.bucket}/{archive_key} lies inside the source "
                           f"{spec.source}", hint="choose a destination outside the source prefixes")
@@ -157,29 +156,34 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: Cancel | None = None
 
 
 # A dry run estimates the ratio from a sample: at most this many bytes, from at most this many
-# objects of at most 4 MiB each, fetched in parallel once the listing is done.
+# objects of at most 4 MiB each, fetched in parallel while the listing goes on.
 _SAMPLE_BYTES, _SAMPLE_OBJECTS, _SAMPLE_THREADS = 8 * MiB, 256, 16
 
 
 def _dry_run(spec, clients, result, started) -> ArchiveResult:
     """Count what would be archived (one listing) and estimate the archive from a compressed
-    sample fetched in parallel: the cost is the listing plus a bounded number of GETs in a
-    few round trips, whatever the prefix's size."""
+    sample fetched in parallel beside the listing: the cost is the listing plus a bounded
+    number of GETs, whatever the prefix's size."""
     result.status = Outcome.DRY_RUN
     sample: list = []
     sample_bytes = 0
     tally = ListingTally()
-    for page in source_pages(clients.control, spec.source, workers=LISTING_WORKERS, ordered=False):
-        tally.add(page)
-        for o in page:
-            if sample_bytes < _SAMPLE_BYTES and len(sample) < _SAMPLE_OBJECTS and 0 < o.size <= 4 * MiB \
-                    and o.storage_class not in NEEDS_RESTORE:
-                sample.append(o)
-                sample_bytes += o.size
-    result.objects, result.bytes_in = tally.objects, tally.bytes
-    if result.objects == 0:
-        raise EmptyPrefix(f"{spec.source} holds no objects; nothing would be archived")
-    sample_in, sample_tallied, sample_out = _compressed_sample(spec, clients, sample)
+    # The sample's GETs start as the listing picks them (from its first page), not after it.
+    pool = ThreadPoolExecutor(_SAMPLE_THREADS, thread_name_prefix="s3arch-sample")
+    try:
+        for page in source_pages(clients.store, spec.source, workers=LISTING_WORKERS, ordered=False):
+            tally.add(page)
+            for o in page:
+                if sample_bytes < _SAMPLE_BYTES and len(sample) < _SAMPLE_OBJECTS and 0 < o.size <= 4 * MiB \
+                        and o.storage_class not in NEEDS_RESTORE:
+                    sample.append((o, pool.submit(_sample_body, spec, clients, o)))
+                    sample_bytes += o.size
+        result.objects, result.bytes_in = tally.objects, tally.bytes
+        if result.objects == 0:
+            raise EmptyPrefix(f"{spec.source} holds no objects; nothing would be archived")
+        sample_in, sample_tallied, sample_out = _compressed_sample(spec, sample)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     ratio = sample_out / sample_tallied if sample_tallied else 1.0
     result.tar_bytes = tally.tar_bytes
     result.estimated_bytes_out = int(tally.tar_bytes * ratio)
@@ -195,34 +199,32 @@ def _dry_run(spec, clients, result, started) -> ArchiveResult:
     return result
 
 
-def _compressed_sample(spec: ArchiveSpec, clients: S3Clients, sample: list) -> tuple[int, int, int]:
-    """(bytes in; their tar members' bytes as the listing's tally counts them; those members
-    compressed): the sample fetched in parallel and compressed as the archive holds it, headers,
-    data and padding in the archive's blocks. Headers and padding so count at their own ratio,
-    not at the data's: on gzipped logs of a few KiB with long keys (CloudTrail's) the data's
-    ratio applied to the whole tar stream put the archive at twice its size."""
-    from concurrent.futures import ThreadPoolExecutor
+def _sample_body(spec: ArchiveSpec, clients: S3Clients, o) -> bytes:
+    response = clients.store.read(spec.source.bucket, o.key, f"sample s3://{spec.source.bucket}/{o.key}",
+                                  subject="source", IfMatch=o.etag)
+    assert response is not None  # not missing_ok: a 404 raises
+    return response["Body"]
 
+
+def _compressed_sample(spec: ArchiveSpec, sample: list) -> tuple[int, int, int]:
+    """(bytes in; their tar members' bytes as the listing's tally counts them; those members
+    compressed): the sample ((object, its GET's future) pairs) compressed as the archive holds
+    it, headers, data and padding in the archive's blocks. Headers and padding so count at their
+    own ratio, not at the data's: on gzipped logs of a few KiB with long keys (CloudTrail's) the
+    data's ratio applied to the whole tar stream put the archive at twice its size."""
     from s3arch.format.tarwriter import member_header, member_name, member_size_bound
 
     codec = codec_for(spec.codec, spec.effective_level)
-
-    def fetch(o) -> bytes:
-        response = read_object(clients.control, spec.source.bucket, o.key, f"sample s3://{spec.source.bucket}/{o.key}",
-                               subject="source", IfMatch=o.etag)
-        assert response is not None  # not missing_ok: a 404 raises
-        return response["Body"]
-
     bytes_in = compressed = 0
     pending = bytearray()
-    with ThreadPoolExecutor(_SAMPLE_THREADS, thread_name_prefix="s3arch-sample") as pool:
-        for o, body in zip(sample, pool.map(fetch, sample)):
-            name, is_dir = member_name(o.key, len(body))
-            pending += member_header(name, len(body), 0, is_dir) + body + bytes(-len(body) % 512)
-            bytes_in += len(body)
-            while len(pending) >= spec.block_size:  # a block at a time: the sample is held once
-                compressed += len(codec.compress(bytes(pending[:spec.block_size]), False)[0])
-                del pending[:spec.block_size]
+    for o, fetched in sample:
+        body = fetched.result()
+        name, is_dir = member_name(o.key, len(body))
+        pending += member_header(name, len(body), 0, is_dir) + body + bytes(-len(body) % 512)
+        bytes_in += len(body)
+        while len(pending) >= spec.block_size:  # a block at a time: the sample is held once
+            compressed += len(codec.compress(bytes(pending[:spec.block_size]), False)[0])
+            del pending[:spec.block_size]
     if pending or not compressed:
         compressed += len(codec.compress(bytes(pending), True)[0])
-    return bytes_in, sum(member_size_bound(o.key, o.size) for o in sample), compressed
+    return bytes_in, sum(member_size_bound(o.key, o.size) for o, _ in sample), compressed

@@ -11,6 +11,7 @@ and responses are streamed back, unless a rule says otherwise. Rules are set per
     proxy.add(Fault("lost", count=1, match=is_lease_put))              # the server applies it, the answer is lost
     proxy.add(Fault("truncate", count=3, match=is_get))               # short body, then close
     proxy.add(Fault("stall", seconds=30, count=1, match=is_get))      # hold the response back
+    proxy.add(Fault("stall", until=event, count=1, match=is_get))     # ... until the test sets ``event``
     proxy.add(Fault("status", status=500, match=is_complete_upload))  # every matching request
     proxy.add(Fault("status", status=503, window=30, match=is_get))   # SlowDown to every GET for 30 s
     proxy.add(Fault("status", status=503, above_rate=50, match=is_get))  # SlowDown above 50 GETs/s
@@ -86,6 +87,17 @@ def is_complete_upload(r: Request) -> bool:
     return r.method == "POST" and "uploadId" in r.query
 
 
+def is_uploads_listing(r: Request, suffix: str = "") -> bool:
+    """A listing of a bucket's open multipart uploads (of keys ending in ``suffix``: MinIO
+    lists a key's uploads when asked for that exact key)."""
+    return r.method == "GET" and "uploads" in r.query and r.query.get("prefix", [""])[0].endswith(suffix)
+
+
+def is_delete_objects(r: Request, bucket: str | None = None) -> bool:
+    """A DeleteObjects batch (of ``bucket``'s objects)."""
+    return r.method == "POST" and "delete" in r.query and (bucket is None or r.key.split("/")[0] == bucket)
+
+
 def is_lease_put(r: Request) -> bool:
     """A write of a prefix's lease: its create, renewal or take-over."""
     return r.method == "PUT" and r.key.endswith(".lease.json")
@@ -119,6 +131,7 @@ class Fault:
     injected: int = 0
     seen: int = 0
     on_inject: Callable[[Request], None] | None = None
+    until: threading.Event | None = None  # a "stall" fault holds its request until this is set (``seconds`` at most)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def fires(self, request: Request, rng: random.Random) -> bool:
@@ -227,6 +240,16 @@ class FaultProxy:
                     return fault
         return None
 
+    def _hold(self, fault: Fault) -> None:
+        """A stalled request waits ``fault.seconds``, or until ``fault.until`` is set, or until
+        the proxy stops, whichever comes first."""
+        if fault.until is None:
+            self.released.wait(fault.seconds)
+            return
+        deadline = time.monotonic() + fault.seconds
+        while not (fault.until.wait(0.05) or self.released.is_set()) and time.monotonic() < deadline:
+            pass
+
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         self.requests += 1
         split = urllib.parse.urlsplit(handler.path)
@@ -247,7 +270,7 @@ class FaultProxy:
             _send_error(handler, fault.status, fault.code)
             return
         if fault and fault.kind == "stall":
-            self.released.wait(fault.seconds)
+            self._hold(fault)
         upstream = _upstream_connection(handler, self.upstream_host, self.upstream_port)
         headers = {k: v for k, v in handler.headers.items() if k.lower() not in ("transfer-encoding", "connection")}
         if body is not None:

@@ -72,8 +72,9 @@ def archive_task(monkeypatch, clients, buckets, operator: str, prefix: str | lis
 
     monkeypatch.setattr(S3ArchHook, "engine_clients", lambda hook: clients)
     src, dst = buckets
+    options = {"storage_class": "STANDARD", **kwargs.pop("options", {})}
     return getattr(operators, operator)(task_id="t", source_bucket=src, prefix=prefix, destination=f"s3://{dst}/a/",
-                                        storage_class="STANDARD", **kwargs)
+                                        options=options, **kwargs)
 
 
 def keys_in(s3, bucket: str, prefix: str = "") -> list[str]:
@@ -271,7 +272,7 @@ class InlineProcess:
 
 def run_segment_workers_inline(monkeypatch, worker) -> None:
     """``s3arch.produce.segments.workers`` starts ``worker(spec, connection, layout, plan, k, send)``
-    in an InlineProcess instead of ``_segment_worker`` in a forked one."""
+    in an InlineProcess instead of ``segment_worker`` in a forked one."""
     import multiprocessing
 
     import s3arch.produce.segments.workers as workers
@@ -281,7 +282,7 @@ def run_segment_workers_inline(monkeypatch, worker) -> None:
         Process = InlineProcess
 
     monkeypatch.setattr(workers.multiprocessing, "get_context", lambda method: Context)
-    monkeypatch.setattr(workers, "_segment_worker", worker)
+    monkeypatch.setattr(workers, "segment_worker", worker)
 
 
 def run_one_segment_inline(monkeypatch, worker) -> dict:
@@ -292,9 +293,9 @@ def run_one_segment_inline(monkeypatch, worker) -> dict:
     from s3arch.produce.segments import SegmentPlan, SegmentRange
 
     run_segment_workers_inline(monkeypatch, worker)
-    monkeypatch.setattr(workers, "_connection_of", lambda clients, server: {})
+    monkeypatch.setattr(workers, "worker_connection", lambda clients, server: {})
     plan = SegmentPlan("run", "upload", "a.tar.gz", 1, 1, 1024, 0, (SegmentRange(0, None, "k", 1, 1, 0, 512, 2, 10),))
-    return workers._run_workers(None, None, None, plan, 1, StreamCoordinator("the segments"))
+    return workers.run_workers(None, None, None, plan, 1, StreamCoordinator("the segments"))
 
 
 def make_ca_and_certificate(directory: Path, names: list[str]) -> tuple[Path, Path, Path]:

@@ -383,7 +383,7 @@ def test_a_task_process_whose_supervisor_dies_cancels_itself(tmp_path):
         import logging, sys
         sys.path.insert(0, sys.argv[1])
         from s3arch.core.stops import Cancel
-        from s3arch_airflow.operators import cancel_if_orphaned
+        from s3arch_airflow.task_stops import cancel_if_orphaned
         cancel = Cancel()
         cancel_if_orphaned(cancel, logging.getLogger("t"), interval=0.1)
         print("watching", flush=True)
@@ -398,7 +398,7 @@ def test_a_task_process_whose_supervisor_dies_cancels_itself(tmp_path):
             os._exit(0)  # the supervisor dies; the task process lives on
         child.wait()
     """)
-    from s3arch_airflow.operators import ORPHANED
+    from s3arch_airflow.task_stops import ORPHANED
 
     for wait, expected in (("4", ORPHANED), ("3", "not cancelled")):
         outcome = tmp_path / f"outcome-{wait}"
@@ -464,6 +464,7 @@ def test_a_bug_in_an_archive_task_fails_it_without_spending_retries(af, monkeypa
     from s3arch_airflow.compat import AirflowFailException
 
     import s3arch_airflow.operators as operators
+    from s3arch_airflow.task_rows import ROWS_XCOM_KEY
     import s3arch.archive
 
     def broken(*args, **kwargs):
@@ -484,7 +485,7 @@ def test_a_bug_in_an_archive_task_fails_it_without_spending_retries(af, monkeypa
     with pytest.raises(AirflowFailException, match="a bug, not retried: KeyError") as raised:
         operator.execute({"ti": TaskInstance()})
     assert isinstance(raised.value.__cause__, KeyError)
-    assert [(r["status"], r["retryable"]) for r in pushed[operators.ROWS_XCOM_KEY]] == [("failed", False)]
+    assert [(r["status"], r["retryable"]) for r in pushed[ROWS_XCOM_KEY]] == [("failed", False)]
 
 
 def test_operator_commits_under_the_jobs_object_lock_and_the_report_shows_it(af, minio):

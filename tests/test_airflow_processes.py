@@ -18,6 +18,8 @@ import pytest
 from devtools.sample_data import seed_day
 from helpers import LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job, use_airflow_home
 
+pytestmark = pytest.mark.slow  # whole DagRuns through dag.test(), one with segment worker processes
+
 DAY = date(2026, 7, 1)
 
 

@@ -16,7 +16,8 @@ from helpers import keys_in, read_archive, seed
 from s3arch.archive import archive_prefix
 from s3arch.core.config import S3Url
 from s3arch.format.manifest import layout_for
-from s3arch.ops.catalog import ARCHIVED, Catalog
+from s3arch.ops.catalog.job_catalog import Catalog
+from s3arch.ops.catalog.view import ARCHIVED
 from s3arch.ops.jobs import job_from_dict
 from s3arch.ops.scrub import scrub
 from s3arch.restore.extract import extract_to_s3
@@ -132,9 +133,9 @@ def test_a_preset_archives_restores_and_scrubs_one_day_of_its_aws_layout(case, s
     assert sorted(back) == sorted(f"restored/{k}" for k in day)
     assert all(s3.get_object(Bucket=f"{src}-back", Key=f"restored/{k}")["Body"].read() == _body(k) for k in day)
 
-    checked = scrub(job, clients.control, DAY, DAY, sample=2, seed=1)
+    checked = scrub(job, clients.store, DAY, DAY, sample=2, seed=1)
     assert checked.ok and checked.checked == 1, checked.table()
-    view = Catalog(job, clients.control).view(DAY, DAY, today=date(2026, 2, 1))
+    view = Catalog(job, clients.store).view(DAY, DAY, today=date(2026, 2, 1))
     assert [(d.state, d.objects) for d in view.days] == [(ARCHIVED, len(day))]
 
 
@@ -154,17 +155,17 @@ def test_a_cloudtrail_job_split_by_account_makes_one_archive_per_account(s3, buc
                                   "split_by": "account", "destination": f"s3://{dst}/archive/",
                                   "storage_class": "STANDARD"})
     seed(s3, src, {k: _body(k) for d in (DAY, *OTHER_DAYS) for k in cloudtrail(d)})
-    names = job.split(clients.control, [job.prefix_for(DAY)])
+    names = job.split(clients.store, [job.prefix_for(DAY)])
     assert names == [f"AWSLogs/o-exampleorg/{a}/CloudTrail/us-east-1/2026/01/05/" for a in ACCOUNTS]
     assert [job.date_of(n) for n in names] == [DAY, DAY]
     for name in names:
         assert archive_prefix(job.spec_for(name), clients).objects == 1
     assert sorted(k for k in keys_in(s3, dst) if k.endswith(".tar.gz")) == sorted(
         f"archive/{src}/{n.rstrip('/')}.tar.gz" for n in names)
-    clean = scrub(job, clients.control, DAY, DAY, sample=1, seed=1)
+    clean = scrub(job, clients.store, DAY, DAY, sample=1, seed=1)
     assert clean.ok and clean.checked == len(ACCOUNTS) and clean.verified == [DAY.isoformat()], clean.table()
     s3.delete_object(Bucket=dst, Key=f"archive/{src}/{names[1].rstrip('/')}.tar.gz")
-    damaged = scrub(job, clients.control, DAY, DAY, sample=1, seed=1)
+    damaged = scrub(job, clients.store, DAY, DAY, sample=1, seed=1)
     assert [(d.day, d.kind) for d in damaged.drift] == [(DAY.isoformat(), "archive missing")]
     assert damaged.verified == []
 
@@ -178,8 +179,8 @@ def test_a_split_jobs_restore_plan_finds_each_accounts_archive_after_the_sources
                                   "split_by": "account", "destination": f"s3://{dst}/archive/",
                                   "storage_class": "STANDARD", "delete_source": True})
     seed(s3, src, {k: _body(k) for d in (DAY, *OTHER_DAYS) for k in cloudtrail(d)})
-    names = job.split(clients.control, [job.prefix_for(DAY)])
+    names = job.split(clients.store, [job.prefix_for(DAY)])
     for name in names:
         assert archive_prefix(job.spec_for(name), clients).deleted == 1
-    assert job.split_archived(clients.control, [job.prefix_for(DAY)]) == names
-    assert job.split_archived(clients.control, names[:1]) == names[:1]  # an on-call name of one account
+    assert job.split_archived(clients.store, [job.prefix_for(DAY)]) == names
+    assert job.split_archived(clients.store, names[:1]) == names[:1]  # an on-call name of one account

@@ -22,7 +22,8 @@ from faultproxy import Fault, is_archive_get, is_manifest_get, is_segment_record
 from helpers import ROOT, engine_clients, keys_in, open_uploads, read_archive, run_cli, seed
 from s3arch.core.config import S3Url
 from s3arch.protocol.deletion import delete_archived_sources
-from s3arch.core.errors import MalformedRequest, TransientError, WrongRegion, error_for, translate
+from s3arch.core.errors import MalformedRequest, TransientError, WrongRegion
+from s3arch.io.classify import error_for, translate
 from s3arch.format.manifest import layout_for
 
 
@@ -114,19 +115,19 @@ def test_a_deletion_whose_manifest_reads_are_reset_deletes_every_source_and_noth
         s3, buckets, archived, proxy, minio, monkeypatch, reliability):
     """The deletion reads its manifest in windows, each one GET read whole: no connection is
     held while it deletes, and a reset costs one window. Before: exit 1 after deleting part."""
-    import s3arch.format.manifest
+    import s3arch.stored.manifests
 
     objects, _ = archived
     src, dst = buckets
     s3.put_object(Bucket=src, Key="day/99/late.log", Body=b"written after the archive")  # not archived
     s3.put_object(Bucket=src, Key="day/00/00003.log", Body=b"rewritten after the archive")  # changed
-    monkeypatch.setattr(s3arch.format.manifest, "MANIFEST_WINDOW", 4 << 10, raising=False)  # many windows for 600 records
+    monkeypatch.setattr(s3arch.stored.manifests, "MANIFEST_WINDOW", 4 << 10)  # many windows for 600 records
     gets = proxy.add(Fault("status", rate=0.0, match=is_manifest_get))  # counts them, never fires
     first = proxy.add(Fault("reset", count=1, match=is_manifest_get))
     later = proxy.add(Fault("reset", count=2, match=lambda r: is_manifest_get(r) and
                             not r.headers.get("range", "bytes=0-").startswith("bytes=0-")))
     clients = engine_clients(minio, proxy.endpoint_url)
-    result = delete_archived_sources(clients.control, S3Url(src, "day/"), layout_for(S3Url(src, "day/"),
+    result = delete_archived_sources(clients.store, S3Url(src, "day/"), layout_for(S3Url(src, "day/"),
                                                                                      S3Url(dst, "a/")))
     assert (first.injected, later.injected) == (1, 2)
     assert sorted(keys_in(s3, src)) == ["day/00/00003.log", "day/99/late.log"]

@@ -80,5 +80,5 @@ def test_a_moved_hook_is_a_warning_not_a_silent_slowdown(minio, s3, buckets, mon
         clients = engine_clients(minio)
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("handlers._handle_200_error" in m for m in warned), warned
-    listed = [o.key for page in iter_pages(clients.control, src, "day/") for o in page]
+    listed = [o.key for page in iter_pages(clients.store, src, "day/") for o in page]
     assert listed == ["day/0.log", "day/1.log", "day/2.log"]  # still right, only slower

@@ -11,9 +11,11 @@ import pytest
 from helpers import engine_clients, seed
 
 from s3arch.archive import archive_prefix
-from s3arch.ops.catalog import (ARCHIVED, BEFORE_START, EMPTY, INCOMPLETE, LOST, MISSING, PENDING, RUNNING,
-                            SOURCES_DELETED, Catalog, apply_runs, archive_prefix as job_archive_prefix,
-                            read_scrub_result)
+from s3arch.ops.catalog.job_catalog import Catalog
+from s3arch.ops.catalog.prefixes import archive_prefix as job_archive_prefix
+from s3arch.ops.catalog.scrub_result import read_scrub_result
+from s3arch.ops.catalog.view import (ARCHIVED, BEFORE_START, EMPTY, INCOMPLETE, LOST, MISSING, PENDING, RUNNING,
+                                     SOURCES_DELETED, apply_runs)
 from s3arch.ops.jobs import job_from_dict
 from s3arch.format.manifest import layout_for
 from s3arch.core.config import S3Url
@@ -59,7 +61,7 @@ def test_catalog_states_for_seeded_days(s3, buckets, clients):
     s3.put_object(Bucket=dst, Key=_layout(job, d[5]).lease_key, Body=b"{}")  # a run at work
     _seed_day(s3, job, TODAY - timedelta(days=1))  # too recent
 
-    catalog = Catalog(job, clients.control)
+    catalog = Catalog(job, clients.store)
     started = time.monotonic()
     view = catalog.view(date(2026, 2, 27), TODAY, today=TODAY)
     first_read = time.monotonic() - started
@@ -109,7 +111,7 @@ def test_scrub_catches_each_drift(s3, buckets, clients):
     for day in days:
         _seed_day(s3, job, day, n=12)
         _archive(job, clients, day)
-    clean = scrub(job, clients.control, days[0], days[-1], sample=3, seed=1)
+    clean = scrub(job, clients.store, days[0], days[-1], sample=3, seed=1)
     assert clean.ok and clean.checked == 5 and clean.sampled == 15, clean.table()
     assert "no drift" in clean.table() and "scrub cost" in clean.cost_line()
 
@@ -120,7 +122,7 @@ def test_scrub_catches_each_drift(s3, buckets, clients):
     # A member damaged in place, same size: only the sampled SHA-256 can tell... but S3's ETag
     # changes with any rewrite, so this is "archive changed" too; what sampling alone catches
     # is shown by a manifest whose checksum no longer matches (below, via the index).
-    result = scrub(job, clients.control, days[0], days[-1], sample=2, seed=2)
+    result = scrub(job, clients.store, days[0], days[-1], sample=2, seed=2)
     kinds = {(d.day, d.kind) for d in result.drift}
     assert ("2026-03-01", "archive missing") in kinds
     assert ("2026-03-02", "archive changed") in kinds
@@ -133,7 +135,7 @@ def test_scrub_catches_each_drift(s3, buckets, clients):
     assert result.requests["HEAD"] == 3 * 4 and result.cost_usd > 0
 
     # The catalog shows the scrub's verdicts.
-    view = Catalog(job, clients.control).view(days[0], days[-1], today=TODAY)
+    view = Catalog(job, clients.store).view(days[0], days[-1], today=TODAY)
     by_day = {x.day: x for x in view.days}
     assert by_day["2026-03-04"].scrub["verified"] == result.started[:10]
     assert by_day["2026-03-01"].scrub["drift"][0]["kind"] == "archive missing"
@@ -149,15 +151,15 @@ def test_scrub_catches_a_shortened_lock(minio, s3, clients):
     day = date(2026, 3, 1)
     _seed_day(s3, job, day)
     _archive(job, clients, day)
-    assert scrub(job, clients.control, day, day, sample=1).ok
+    assert scrub(job, clients.store, day, day, sample=1).ok
     lay = _layout(job, day)
-    view = Catalog(job, clients.control).view(day, day, today=TODAY)
+    view = Catalog(job, clients.store).view(day, day, today=TODAY)
     assert view.days[0].locked_until >= (datetime.now(timezone.utc) + timedelta(days=1)).date().isoformat()
     # MinIO lets a GOVERNANCE retention be shortened with the bypass header.
     s3.put_object_retention(Bucket=dst, Key=lay.archive_key(".tar.gz"), BypassGovernanceRetention=True,
                             Retention={"Mode": "GOVERNANCE",
                                        "RetainUntilDate": datetime.now(timezone.utc) + timedelta(hours=1)})
-    result = scrub(job, clients.control, day, day, sample=0)
+    result = scrub(job, clients.store, day, day, sample=0)
     assert [d.kind for d in result.drift] == ["lock shorter"], result.table()
     assert "the archive is retained until" in result.drift[0].detail
     # The manifest's and the index's retention are checked against the job's too.
@@ -165,7 +167,7 @@ def test_scrub_catches_a_shortened_lock(minio, s3, clients):
         s3.put_object_retention(Bucket=dst, Key=key, BypassGovernanceRetention=True,
                                 Retention={"Mode": "GOVERNANCE",
                                            "RetainUntilDate": datetime.now(timezone.utc) + timedelta(hours=1)})
-    details = [d.detail for d in scrub(job, clients.control, day, day, sample=0).drift if d.kind == "lock shorter"]
+    details = [d.detail for d in scrub(job, clients.store, day, day, sample=0).drift if d.kind == "lock shorter"]
     assert any(d.startswith("the manifest is retained until") and "the job's 2 days" in d for d in details), details
     assert any(d.startswith("the index is retained until") for d in details), details
 
@@ -191,45 +193,45 @@ def test_scrub_reports_a_damaged_index_and_samples_from_the_manifest(s3, buckets
     lay = _layout(job, days[0])
     body = s3.get_object(Bucket=dst, Key=lay.index_key)["Body"].read()
     s3.put_object(Bucket=dst, Key=lay.index_key, Body=damage(body))
-    result = scrub(job, clients.control, days[0], days[-1], sample=3, seed=1)
+    result = scrub(job, clients.store, days[0], days[-1], sample=3, seed=1)
     assert [(d.day, d.kind) for d in result.drift] == [("2026-03-01", "index damaged")], result.table()
     assert "recover the index" in result.table() and result.result_url
     assert result.checked == 2 and result.sampled == 6  # the damaged day's sample came from its manifest
-    assert read_scrub_result(clients.control, job)["days"]["2026-03-01"]["drift"][0]["kind"] == "index damaged"
+    assert read_scrub_result(clients.store, job)["days"]["2026-03-01"]["drift"][0]["kind"] == "index damaged"
     # The catalog still shows the day's figures (read from the manifest) and names the problem.
-    day = Catalog(job, clients.control).view(days[0], days[0], today=TODAY).days[0]
+    day = Catalog(job, clients.store).view(days[0], days[0], today=TODAY).days[0]
     assert day.state == ARCHIVED and day.objects == 12 and "index" in day.problem
 
 
 def test_scrub_reports_a_day_whose_archive_manifest_and_index_all_vanished(s3, buckets, clients):
     job, days = _archived_days(s3, clients, buckets, 2, objects=3)
     src, dst = buckets
-    assert scrub(job, clients.control, days[0], days[-1], sample=1).ok
+    assert scrub(job, clients.store, days[0], days[-1], sample=1).ok
     lay = _layout(job, days[0])
     for key in (lay.archive_key(".tar.gz"), lay.manifest_key, lay.index_key):
         s3.delete_object(Bucket=dst, Key=key)
     for key in [o["Key"] for o in s3.list_objects_v2(Bucket=src, Prefix=job.prefix_for(days[0]))["Contents"]]:
         s3.delete_object(Bucket=src, Key=key)  # sources deleted after archiving, as a deleting job does
-    result = scrub(job, clients.control, days[0], days[-1], sample=1)
+    result = scrub(job, clients.store, days[0], days[-1], sample=1)
     assert not result.ok and [(d.day, d.kind) for d in result.drift] == [("2026-03-01", "archive missing")]
     assert "all gone" in result.drift[0].detail and "replica" in result.drift[0].action
-    view = Catalog(job, clients.control).view(days[0], days[-1], today=TODAY)
+    view = Catalog(job, clients.store).view(days[0], days[-1], today=TODAY)
     gone = view.days[0]
     assert gone.state == LOST and gone.scrub["drift"][0]["kind"] == "archive missing"
     assert view.totals["gaps"] == ["2026-03-01"] and view.totals["drift"] == ["2026-03-01"]
     # The next scrub still reports it, with the day it was last verified.
-    again = scrub(job, clients.control, days[0], days[-1], sample=1)
+    again = scrub(job, clients.store, days[0], days[-1], sample=1)
     assert [d.kind for d in again.drift] == ["archive missing"] and result.started[:10] in again.drift[0].detail
 
 
 def test_a_damaged_scrub_result_is_replaced_by_the_next_scrub(s3, buckets, clients):
     job, days = _archived_days(s3, clients, buckets, 1, objects=2)
-    from s3arch.ops.catalog import scrub_result_key
+    from s3arch.ops.catalog.scrub_result import scrub_result_key
 
     s3.put_object(Bucket=buckets[1], Key=scrub_result_key(job), Body=b'{"days": ["not", "a", "dict"]}')
-    assert Catalog(job, clients.control).view(days[0], days[0], today=TODAY).days[0].scrub is None
-    assert scrub(job, clients.control, days[0], days[0], sample=1).ok
-    assert read_scrub_result(clients.control, job)["days"]["2026-03-01"]["verified"]
+    assert Catalog(job, clients.store).view(days[0], days[0], today=TODAY).days[0].scrub is None
+    assert scrub(job, clients.store, days[0], days[0], sample=1).ok
+    assert read_scrub_result(clients.store, job)["days"]["2026-03-01"]["verified"]
 
 
 def test_scrub_reports_a_missing_index_and_a_truncated_manifest(s3, buckets, clients):
@@ -241,7 +243,7 @@ def test_scrub_reports_a_missing_index_and_a_truncated_manifest(s3, buckets, cli
         body = s3.get_object(Bucket=dst, Key=layout.manifest_key)["Body"].read()
         s3.put_object(Bucket=dst, Key=layout.manifest_key, Body=body[:len(body) * 2 // 3])
     s3.delete_object(Bucket=dst, Key=lay[1].index_key)
-    result = scrub(job, clients.control, days[0], days[-1], sample=2, seed=3)
+    result = scrub(job, clients.store, days[0], days[-1], sample=2, seed=3)
     kinds = {(d.day, d.kind) for d in result.drift}
     assert kinds == {("2026-03-01", "index missing"), ("2026-03-02", "manifest damaged"),
                      ("2026-03-03", "manifest changed")}, result.table()
@@ -274,7 +276,7 @@ def test_a_glacier_jobs_restored_day_is_served_from_the_cache(moto_server):
     s3.restore_object(Bucket=dst, Key=_layout(job, day).archive_key(".tar.gz"), RestoreRequest={"Days": 7})
     sent = []
     clients.control.meta.events.register("before-send.s3", lambda request, **_: sent.append(request.url))
-    catalog = Catalog(job, clients.control)
+    catalog = Catalog(job, clients.store)
     view = catalog.view(day, day + timedelta(days=1), today=TODAY, restore_hint={day})
     assert view.days[0].restored_until and view.requests["HEAD"] == 1
     first = len(sent)

@@ -134,8 +134,8 @@ def test_one_name_per_setting_across_cli_job_yaml_and_operators():
     """Issue 29, item 5: each `s3arch archive` / `restore` flag is, with `_` for `-`, the job
     key (or trigger param) and an operator parameter (or key of its ``options``) of the same setting."""
     from s3arch_airflow.factory import archive_params
-    from s3arch_airflow.operators import (S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
-                                          S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
+    from s3arch_airflow.operators import (S3ArchivePrefixOperator, S3ArchiveSegmentOperator, S3AssembleSegmentsOperator,
+                                          S3PrepareSegmentsOperator)
     from s3arch_airflow.restore import S3RestoreArchiveOperator
 
     from s3arch.ops.jobs import job_keys as keys_of_a_job

@@ -18,7 +18,7 @@ from helpers import keys_in, run_cli, seed
 from s3arch.archive import archive_prefix
 from s3arch.core.config import S3Url
 from s3arch.format.manifest import ArchiveLayout, layout_for
-from s3arch.ops.catalog import scrub_result_key
+from s3arch.ops.catalog.scrub_result import scrub_result_key
 from s3arch.ops.jobs import job_from_dict, load_jobs
 
 DAYS = (date(2026, 3, 1), date(2026, 3, 2))
@@ -180,16 +180,16 @@ def test_one_archive_of_a_split_job_is_checked_alone_with_its_own_sources(s3, bu
                                   "filters": {"organization": "o-exampleorg", "region": "us-east-1"},
                                   "destination": f"s3://{dst}/archive/", "storage_class": "STANDARD"})
     seed(s3, src, {k: k.encode() * 20 for k in cloudtrail(DAY)})
-    names = job.split(clients.control, [job.prefix_for(DAY)])
+    names = job.split(clients.store, [job.prefix_for(DAY)])
     for name in names:
         assert archive_prefix(job.spec_for(name), clients).objects == 1
     kept, gone = (layout_for(S3Url(src, name), job.destination) for name in names)
-    assert scrub_archive(job, clients.control, kept, sample=1).ok
+    assert scrub_archive(job, clients.store, kept, sample=1).ok
     s3.delete_object(Bucket=dst, Key=gone.archive_key(".tar.gz"))
     late = f"{names[0]}{ACCOUNTS[0]}_CloudTrail_us-east-1_late.json.gz"
     seed(s3, src, {late: b"late"})
-    first = scrub_archive(job, clients.control, kept, sample=1)
-    second = scrub_archive(job, clients.control, gone, sample=1)
+    first = scrub_archive(job, clients.store, kept, sample=1)
+    second = scrub_archive(job, clients.store, gone, sample=1)
     assert [(d.day, d.prefix, d.kind) for d in first.drift] == [(DAY.isoformat(), names[0], "newer than archive")]
     assert [(d.day, d.prefix, d.kind) for d in second.drift] == [(DAY.isoformat(), names[1], "archive missing")]
     assert first.result_url is second.result_url is None
@@ -223,7 +223,7 @@ def test_drift_is_exit_2_saying_what_to_do_and_only_checks_stopped_by_s3_faults_
     monkeypatch.setattr(scrub_module, "scrub", lambda *args, **kwargs: result(fault))
     import s3arch.cli.clients
 
-    monkeypatch.setattr(s3arch.cli.clients, "clients_for", lambda args: type("Clients", (), {"control": None})())
+    monkeypatch.setattr(s3arch.cli.clients, "clients_for", lambda args: type("Clients", (), {"control": None, "store": None})())
     write_jobs(tmp_path / "jobs.yaml", "src", "dst", logs={})
     monkeypatch.setenv("S3ARCH_JOBS_FILE", str(tmp_path / "jobs.yaml"))  # the default of --jobs-file
     assert cli.main(["scrub", "--job", "logs", "--date-from", "2026-03-01", "--date-to", "2026-03-07", "--json"]) == 3
@@ -286,7 +286,7 @@ def test_plan_without_an_inventory_lists_each_day_and_says_what_that_cost(s3, bu
 
     from s3arch.ops.sizing import plan_from_listing
 
-    hosts = plan_from_listing(load_jobs(jobs_file)["hosts"], clients.control, date_from="2026-03-02",
+    hosts = plan_from_listing(load_jobs(jobs_file)["hosts"], clients.store, date_from="2026-03-02",
                               date_to="2026-03-03")
     assert [(d["prefix"], d["objects"], d["bytes"]) for d in hosts["days"]] == [("hosts/*/2026/03/03/", 2, 5)]
     # hosts/ listed once (2 values), then each value's day: 03-02 holds nothing (2), 03-03 a page each (2)

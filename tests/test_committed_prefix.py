@@ -46,7 +46,8 @@ def test_a_read_only_caller_is_told_a_committed_prefix_is_skipped(minio, s3, buc
 
 
 def test_rerun_of_a_committed_prefix_reads_the_small_index_not_the_manifest(s3, buckets, day, clients):
-    from s3arch.format.manifest import iter_manifest, layout_for
+    from s3arch.format.manifest import layout_for
+    from s3arch.stored.manifests import iter_manifest
 
     src, dst = buckets
     archive_prefix(day_spec(src, dst), clients)
@@ -57,7 +58,7 @@ def test_rerun_of_a_committed_prefix_reads_the_small_index_not_the_manifest(s3, 
     assert again.status == "skipped" and again.objects == len(day)
     assert sorted(url.rsplit("/", 1)[1] for url in gets) == ["day.manifest-index.json.gz", "day.parts.json"], gets
     layout = layout_for(S3Url(src, "day/"), S3Url(dst, "a/"))
-    scanned = [r for r in iter_manifest(s3, layout) if r["type"] == "summary"][0]
+    scanned = [r for r in iter_manifest(clients.store, layout) if r["type"] == "summary"][0]
     assert {k: again.to_dict()[k] for k in ("objects", "bytes_in", "bytes_out")} == {
         "objects": scanned["objects"], "bytes_in": scanned["bytes"], "bytes_out": scanned["archive_size"]}
 

@@ -107,7 +107,8 @@ def test_tiny_objects_behind_a_stalled_get_are_held_within_the_fetch_budget():
     GET were all fetched, each holding its piece and its response headers, without limit
     (100,000 here). Each piece now costs a fixed amount on top of its bytes, and its headers
     are dropped once its attributes are read."""
-    from s3arch.io.fetching import PIECE_COST, ByteBudget, Fetcher
+    from s3arch.io.fetching import PIECE_COST, Fetcher
+    from s3arch.io.flow import ByteBudget
     from s3arch.io.listed import ListedObject
 
     class FullBudget(ByteBudget):

@@ -65,7 +65,7 @@ def test_lease_renewals_leave_no_version_behind(minio, s3, clients):
     s3.create_bucket(Bucket=dst, ObjectLockEnabledForBucket=True)
     s3.put_object_lock_configuration(Bucket=dst, ObjectLockConfiguration={
         "ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "COMPLIANCE", "Days": 1}}})
-    lease = PrefixLease(clients.control, dst, "a/day.lease.json", purpose="test", ttl=60)
+    lease = PrefixLease(clients.store, dst, "a/day.lease.json", purpose="test", ttl=60)
     lease.acquire()
     for _ in range(5):
         lease.renew()

@@ -148,7 +148,7 @@ def test_the_crt_get_path_with_a_proxy_is_exit_2_before_the_first_get(behind_htt
 
 
 def test_proxies_are_found_as_botocore_finds_them(monkeypatch):
-    from s3arch.io.connections import proxy_for
+    from s3arch.io.proxies import proxy_for
 
     for name in _PROXY_VARS:
         monkeypatch.delenv(name, raising=False)

@@ -14,7 +14,8 @@ from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.core.coordinator import Stopped
 from s3arch.core.errors import Cancelled, ConcurrentRun, SourceChanged
 from s3arch.core.stops import Cancel
-from s3arch.format.manifest import ManifestWriter, layout_for, read_index
+from s3arch.format.manifest import layout_for
+from s3arch.stored.manifests import ManifestWriter, read_index
 
 from helpers import keys_in, open_uploads, read_archive, seed
 
@@ -60,7 +61,7 @@ def test_an_upload_cannot_be_created_after_it_was_aborted(s3, buckets, clients):
     from s3arch.io.upload import PartSizer, PartUploader
 
     _, dst = buckets
-    uploader = PartUploader(clients.control, dst, "late.tar.gz", sizer=PartSizer(5 << 20))
+    uploader = PartUploader(clients.store, dst, "late.tar.gz", sizer=PartSizer(5 << 20))
     assert uploader.abort() is None
     with pytest.raises(InterruptedError):
         uploader.write(b"x" * (6 << 20))
@@ -93,7 +94,7 @@ def test_a_cancelled_segment_says_cancelled(s3, buckets, clients, monkeypatch):
     """A segment task killed mid-stream (on_kill sets its cancel event) reports Cancelled, not a
     retryable integrity error."""
     from s3arch.archive import archive_segment, prepare_segments
-    import s3arch.format.compression
+    from s3arch.format.compression import ParallelCompressor, codec_for
     from s3arch.produce.streamed import MemoryPlan
 
     src, dst = buckets
@@ -102,8 +103,8 @@ def test_a_cancelled_segment_says_cancelled(s3, buckets, clients, monkeypatch):
     assert prepare_segments(spec, 2, clients).status == "planned"
     cancel = Cancel()
     refused = threading.Event()  # the race: the tar writer, waiting on a full queue, is refused its block
-    compressor = s3arch.format.compression.ParallelCompressor
-    real_compress, real_submit = compressor._compress, compressor.submit
+    codec = type(codec_for(spec.codec, spec.effective_level))  # what the compressor's threads run
+    real_compress, real_submit = codec.compress, ParallelCompressor.submit
     holds = MemoryPlan.for_spec(spec).pending_blocks  # blocks the compressor takes before the writer waits
     offered: list[int] = []
 
@@ -121,8 +122,8 @@ def test_a_cancelled_segment_says_cancelled(s3, buckets, clients, monkeypatch):
             refused.set()
             raise
 
-    monkeypatch.setattr(compressor, "_compress", held_compress)
-    monkeypatch.setattr(compressor, "submit", cancel_once_the_queue_is_full)
+    monkeypatch.setattr(codec, "compress", held_compress)
+    monkeypatch.setattr(ParallelCompressor, "submit", cancel_once_the_queue_is_full)
     with pytest.raises(Cancelled):
         archive_segment(spec, 0, clients, cancel=cancel)
     assert refused.is_set(), "no block was offered after the cancel: the race was not reached"
@@ -142,14 +143,16 @@ def test_a_slow_lease_renewal_counts_as_time_and_stops_the_holder_before_the_ttl
                 time.sleep(4)  # each renewal answers after 4 s; the TTL is 3 s
             return {"ETag": '"e"'}
 
-    lease = PrefixLease(SlowS3(), "b", "k.lease.json", purpose="test", ttl=3.0)
-    lease._etag = '"e"'
+    from s3arch.io.store import Store
+
+    lease = PrefixLease(Store(SlowS3()), "b", "k.lease.json", purpose="test", ttl=3.0)
+    lease.acquire()  # answered at once: only the renewals are slow
     lost = threading.Event()
     started = time.monotonic()
     lease.keep_alive(lambda error: lost.set())
     assert lost.wait(6), "the holder was never told"
     assert time.monotonic() - started < 3.0  # 5/6 of the TTL, give or take the clock
-    lease._stop.set()
+    # The renewals stopped with the loss: the keep-alive thread has nothing more to renew.
 
 
 def test_the_loser_of_a_manifest_race_leaves_the_winners_index(s3, buckets, clients):
@@ -157,7 +160,7 @@ def test_the_loser_of_a_manifest_race_leaves_the_winners_index(s3, buckets, clie
     layout = layout_for(S3Url("src", "day/"), S3Url(dst, "a/"))
 
     def writer(tag):
-        manifest = ManifestWriter(clients.control, layout, {"source": {"bucket": "src", "prefix": "day/"},
+        manifest = ManifestWriter(clients.store, layout, {"source": {"bucket": "src", "prefix": "day/"},
                                                              "tag": tag})
         manifest.add_object({"type": "object", "key": f"day/{tag}", "size": 1})
         return manifest
@@ -168,7 +171,7 @@ def test_the_loser_of_a_manifest_race_leaves_the_winners_index(s3, buckets, clie
     with pytest.raises(ConcurrentRun):
         loser.complete({"objects": 1, "bytes": 1})
     assert loser.abort() is None
-    assert read_index(clients.control, layout)["header"]["tag"] == "winner"
+    assert read_index(clients.store, layout)["header"]["tag"] == "winner"
 
 
 def test_step_4_aborts_the_records_upload_a_killed_large_segment_left(s3, buckets, clients):
@@ -182,7 +185,7 @@ def test_step_4_aborts_the_records_upload_a_killed_large_segment_left(s3, bucket
     spec = _spec(src, dst, processes=1)
     assert prepare_segments(spec, 2, clients).status == "planned"
     layout = layout_for(spec.source, spec.destination)
-    plan = read_plan(clients.control, layout)
+    plan = read_plan(clients.store, layout)
     s3.create_multipart_upload(Bucket=dst, Key=plan.temp_key(layout, 1, ".manifest.jsonl.gz"))
     assert len(open_uploads(s3, dst)) == 2
 
@@ -219,18 +222,20 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
     """The pipeline starts on the first page while the prefix is still being sized; when the
     sizing shows it is large, the pipeline stops and the run goes on as segments. Stopping the
     pipeline must not abort the segments: the run commits, byte for byte."""
+    import s3arch.produce.producers
     import s3arch.produce.segments.plan
+    from s3arch.format.tarwriter import TarStream
 
     src, dst = buckets
     objects = {f"day/{i:05d}.log": f"line {i}\n".encode() * (i % 7 + 1) for i in range(1_500)}  # two pages
     seed(s3, src, objects)
     real_pages = s3arch.produce.segments.plan.source_pages
     streaming = threading.Event()  # the pipeline streams the first page's members
-    real_members = s3arch.produce.pipeline._Stream._members
+    real_begin = TarStream.begin
 
-    def signalling_members(self, objects):
+    def signalling_begin(self, *args):
         streaming.set()
-        return real_members(self, objects)
+        return real_begin(self, *args)
 
     def sizing_waits_after_the_first_page(*args, **kwargs):
         for n, page in enumerate(real_pages(*args, **kwargs)):
@@ -238,19 +243,19 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
                 streaming.wait(60)  # the second page, the one that proves the prefix large, comes after
             yield page
 
-    monkeypatch.setattr(s3arch.produce.pipeline._Stream, "_members", signalling_members)
+    monkeypatch.setattr(TarStream, "begin", signalling_begin)
     monkeypatch.setattr(s3arch.produce.segments.plan, "source_pages", sizing_waits_after_the_first_page)
     stopped = []  # what the pipeline raised when it stopped
-    real_stop = s3arch.produce.pipeline._Stream._stop
+    real_stream = s3arch.produce.producers.stream_archive
 
-    def recording_stop(self, exc):
+    def recording_stream(*args, **kwargs):
         try:
-            real_stop(self, exc)
+            return real_stream(*args, **kwargs)
         except BaseException as raised:
             stopped.append(type(raised))
             raise
 
-    monkeypatch.setattr(s3arch.produce.pipeline._Stream, "_stop", recording_stop)
+    monkeypatch.setattr(s3arch.produce.producers, "stream_archive", recording_stream)
     result = archive_prefix(_spec(src, dst, processes=2, segment_min_objects=1_200, memory_budget=320 << 20), clients)
     assert streaming.is_set() and stopped and stopped[0].__name__ == "PrefixIsLarge", \
         "the pipeline never started before the sizing"
@@ -286,10 +291,11 @@ def test_a_prefix_that_proves_large_while_compression_is_the_bottleneck_stops_th
                  memory_budget=64 << 20)
     layout = layout_for(spec.source, spec.destination)
     target = WholeArchive(spec, layout, layout.archive_key(codec_for("zstd", 19).extension))
-    first_page = next(iter_pages(clients.control, src, "day/"))
+    first_page = next(iter_pages(clients.store, src, "day/"))
     holds = MemoryPlan.for_spec(spec).pending_blocks  # blocks the compressor takes before the writer waits
     assert holds < 8
-    real_compress, real_submit = ParallelCompressor._compress, ParallelCompressor.submit
+    codec = type(codec_for("zstd", 19))  # what the compressor's threads run
+    real_compress, real_submit = codec.compress, ParallelCompressor.submit
     offered: list[int] = []
     writer_waits, said_large = threading.Event(), threading.Event()
 
@@ -309,7 +315,7 @@ def test_a_prefix_that_proves_large_while_compression_is_the_bottleneck_stops_th
         said_large.set()
         raise PrefixIsLarge()
 
-    monkeypatch.setattr(ParallelCompressor, "_compress", held_compress)
+    monkeypatch.setattr(codec, "compress", held_compress)
     monkeypatch.setattr(ParallelCompressor, "submit", counting_submit)
     for run in range(5):
         offered.clear()

@@ -18,9 +18,10 @@ class Head:
 
 def test_restore_wait_timing_out_is_retryable_and_says_to_run_again():
     from s3arch.core.errors import ArchivedObjectNotReadable, RestoreNotFinished
+    from s3arch.io.store import Store
     from s3arch.restore.glacier import wait_restored
 
-    ongoing = Head(StorageClass="GLACIER", Restore='ongoing-request="true"')
+    ongoing = Store(Head(StorageClass="GLACIER", Restore='ongoing-request="true"'))
     with pytest.raises(RestoreNotFinished) as raised:
         wait_restored(ongoing, "vault", "a/b.tar.gz", timeout=0, interval=0)
     error = raised.value
@@ -28,7 +29,7 @@ def test_restore_wait_timing_out_is_retryable_and_says_to_run_again():
     assert "run the same command again" in str(error)
     # Never requested is not "wait longer": that stays permanent, with the command that helps.
     with pytest.raises(ArchivedObjectNotReadable) as never:
-        wait_restored(Head(StorageClass="GLACIER"), "vault", "a/b.tar.gz", timeout=0, interval=0)
+        wait_restored(Store(Head(StorageClass="GLACIER")), "vault", "a/b.tar.gz", timeout=0, interval=0)
     assert never.value.exit_code == 2 and "s3arch restore" in str(never.value)
 
 
@@ -37,24 +38,26 @@ def test_a_lock_the_head_does_not_show_is_a_permanent_error_naming_the_permissio
 
     from s3arch.core.errors import LockNotApplied
     from s3arch.io.retention import check_applied
+    from s3arch.io.store import Store
 
     wanted = {"ObjectLockMode": "COMPLIANCE", "ObjectLockRetainUntilDate": datetime(2030, 1, 1, tzinfo=timezone.utc)}
     with pytest.raises(LockNotApplied) as raised:
-        check_applied(Head(ContentLength=1), "vault", "a/b.tar.gz", wanted)
+        check_applied(Store(Head(ContentLength=1)), "vault", "a/b.tar.gz", wanted)
     assert not raised.value.retryable and raised.value.exit_code == 2
     message = str(raised.value)
     assert "ignored" in message and "s3:GetObjectRetention" in message and "nothing was committed" in message
     locked = Head(ObjectLockMode="COMPLIANCE", ObjectLockRetainUntilDate="2030-01-01T00:00:00+00:00")
-    assert check_applied(locked, "vault", "a/b.tar.gz", wanted)["mode"] == "COMPLIANCE"
+    assert check_applied(Store(locked), "vault", "a/b.tar.gz", wanted)["mode"] == "COMPLIANCE"
 
 
 def test_ctrl_c_exits_130(monkeypatch, capsys):
     import s3arch.cli as cli
+    import s3arch.cli.clients
 
-    def interrupted(args):
+    def interrupted(args):  # Ctrl-C while the command makes its clients, its first step
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_run", interrupted)
+    monkeypatch.setattr(s3arch.cli.clients, "clients_for", interrupted)
     assert cli.main(["verify", "s3://vault/a/b.tar.gz"]) == 130
     assert "interrupted" in capsys.readouterr().err
 

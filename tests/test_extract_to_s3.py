@@ -159,7 +159,7 @@ def test_a_stalled_put_is_cancelled_and_sent_again_and_slowdown_is_waited_out(mi
     objects[PREFIX + VICTIM] = b"the object every fault is aimed at\n" * 100
     seed(s3, src, objects)
     _archive(cli_env, src, dst)
-    monkeypatch.setattr(to_s3, "_PUT_STALL_SECONDS", 2.0)
+    monkeypatch.setattr(to_s3, "PUT_STALL_SECONDS", 2.0)
     def victim_put(r):
         return r.method == "PUT" and r.key.endswith(VICTIM)
 

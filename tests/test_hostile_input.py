@@ -17,7 +17,8 @@ from helpers import (ROOT, engine_clients, keys_in, minio_user, open_uploads, pu
                      seed)
 from s3arch.archive import archive_prefix
 from s3arch.core.config import ArchiveSpec, S3Url
-from s3arch.format.manifest import iter_manifest, layout_for
+from s3arch.format.manifest import layout_for
+from s3arch.stored.manifests import iter_manifest
 
 
 pytestmark = pytest.mark.slow  # a million-entry listing and hostile keys through GNU tar
@@ -40,7 +41,7 @@ def archive_and_extract(server, objects, tmp_path):
     spec = ArchiveSpec(S3Url(src, "p/"), S3Url(dst, ""), storage_class="STANDARD", memory_budget=64 << 20)
     clients = engine_clients(server)
     archive_prefix(spec, clients)
-    records = {r["key"]: r for r in iter_manifest(clients.control, layout_for(spec.source, spec.destination))
+    records = {r["key"]: r for r in iter_manifest(clients.store, layout_for(spec.source, spec.destination))
                if r["type"] == "object"}
     body = s3.get_object(Bucket=dst, Key=f"{src}/p.tar.gz")["Body"].read()
     target = tmp_path / "x"
@@ -116,7 +117,7 @@ def _listing_peak_rss(proxy, minio, count) -> tuple[int, int, float]:
                                 region_name="us-east-1")
         clients = S3Clients.from_session(session, {proxy.endpoint_url!r})
         started = time.monotonic()
-        feed = ListingFeed(clients.control, {bucket!r}, "big/", tally=ListingTally())
+        feed = ListingFeed(clients.store, {bucket!r}, "big/", tally=ListingTally())
         n = sum(1 for _ in feed)
         hwm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
         print(json.dumps([hwm, n, time.monotonic() - started]))

@@ -13,7 +13,9 @@ from devtools.inventory_reports import write_report
 from helpers import ROOT, keys_in, read_archive, run_cli, seed
 from s3arch.core.config import S3Url
 from s3arch.core.errors import BadArgument, IntegrityError
-from s3arch.ops.inventory import inventory_days, latest_report, plan_from_inventory
+from s3arch.ops.inventory.days import inventory_days
+from s3arch.ops.inventory.planning import plan_from_inventory
+from s3arch.ops.inventory.reports import latest_report
 from s3arch.ops.jobs import job_from_dict
 
 NOW = datetime(2026, 11, 22, 6, 0, tzinfo=timezone.utc)
@@ -67,9 +69,9 @@ def test_days_and_sizes_come_from_the_report_with_the_source_never_listed(s3, bu
     write_report(s3, inv, LOCATION.format(src=src), src, rows, created=NOW, fmt=fmt, compress=compress,
                  rows_per_file=40)
     job = make_job(src, dst, inv)
-    report = latest_report(clients.control, job.inventory, src, now=NOW)
+    report = latest_report(clients.store, job.inventory, src, now=NOW)
     assert report.file_format == fmt and len(report.files) == 3
-    days = inventory_days(job, clients.control, report)
+    days = inventory_days(job, clients.store, report)
     assert sizes_of(days) == expected_days(rows)
     assert sizes_of(days)["logs/2026/11/20/"] == (30 + len(ODD_NAMES), sum(1000 + i for i in range(10)) * 3 + 28)
     assert days.rows == len(rows) and days.elsewhere == 3
@@ -83,7 +85,7 @@ def test_a_versioned_report_counts_current_objects_only(s3, buckets, inv, client
             ("logs/2026/11/21/c.log", 20, True, False)]
     write_report(s3, inv, LOCATION.format(src=src), src, rows, created=NOW, versioned=True)
     job = make_job(src, dst, inv)
-    days = inventory_days(job, clients.control, latest_report(clients.control, job.inventory, src, now=NOW))
+    days = inventory_days(job, clients.store, latest_report(clients.store, job.inventory, src, now=NOW))
     assert sizes_of(days) == {"logs/2026/11/20/": (1, 10), "logs/2026/11/21/": (1, 20)}
 
 
@@ -95,9 +97,9 @@ def test_the_newest_complete_report_is_read_and_one_still_being_written_is_passe
     s3.put_object(Bucket=inv, Key=f"{location}{NOW + timedelta(hours=1):%Y-%m-%dT%H-%MZ}/manifest.checksum", Body=b"x")
     s3.put_object(Bucket=inv, Key=f"{location}hive/dt={NOW:%Y-%m-%d-%H-%M}/symlink.txt", Body=b"x")
     job = make_job(src, dst, inv)
-    report = latest_report(clients.control, job.inventory, src, now=NOW)
+    report = latest_report(clients.store, job.inventory, src, now=NOW)
     assert report.created == NOW
-    assert sizes_of(inventory_days(job, clients.control, report)) == {"logs/2026/11/20/": (1, 2),
+    assert sizes_of(inventory_days(job, clients.store, report)) == {"logs/2026/11/20/": (1, 2),
                                                                      "logs/2026/11/21/": (1, 3)}
 
 
@@ -107,22 +109,22 @@ def test_a_report_older_than_the_bound_is_refused_naming_the_setting(s3, buckets
                  created=NOW - timedelta(days=3))
     job = make_job(src, dst, inv)
     with pytest.raises(BadArgument, match=r"3\.0 days ago: older than 2 day\(s\)") as caught:
-        latest_report(clients.control, job.inventory, src, job.inventory_max_age_days, now=NOW)
+        latest_report(clients.store, job.inventory, src, job.inventory_max_age_days, now=NOW)
     assert "inventory_max_age_days" in caught.value.hint
-    assert latest_report(clients.control, job.inventory, src, 8, now=NOW).created == NOW - timedelta(days=3)
+    assert latest_report(clients.store, job.inventory, src, 8, now=NOW).created == NOW - timedelta(days=3)
 
 
 def test_a_data_file_that_differs_from_its_md5_fails_the_plan_retryably(s3, buckets, inv, clients):
     src, dst = buckets
     write_report(s3, inv, LOCATION.format(src=src), src, day_rows(), created=NOW, rows_per_file=40)
     job = make_job(src, dst, inv)
-    report = latest_report(clients.control, job.inventory, src, now=NOW)
+    report = latest_report(clients.store, job.inventory, src, now=NOW)
     damaged = report.files[1].key
     body = s3.get_object(Bucket=inv, Key=damaged)["Body"].read()
     s3.put_object(Bucket=inv, Key=damaged, Body=body.replace(b"app-1", b"app-7") if b"app-1" in body
                   else body[:-1] + bytes([body[-1] ^ 1]))
     with pytest.raises(IntegrityError, match=f"{damaged} does not match its manifest") as caught:
-        inventory_days(job, clients.control, report)
+        inventory_days(job, clients.store, report)
     assert caught.value.exit_code == 3
 
 
@@ -131,7 +133,7 @@ def test_a_manifest_that_differs_from_its_checksum_is_refused(s3, buckets, inv, 
     key = write_report(s3, inv, LOCATION.format(src=src), src, [("logs/2026/11/20/a.log", 1)], created=NOW)
     s3.put_object(Bucket=inv, Key=key.replace("manifest.json", "manifest.checksum"), Body=b"0" * 32)
     with pytest.raises(IntegrityError, match="does not match its manifest.checksum"):
-        latest_report(clients.control, make_job(src, dst, inv).inventory, src, now=NOW)
+        latest_report(clients.store, make_job(src, dst, inv).inventory, src, now=NOW)
 
 
 def test_an_orc_report_and_a_report_of_another_bucket_are_refused_clearly(s3, buckets, inv, clients):
@@ -147,7 +149,7 @@ def test_an_orc_report_and_a_report_of_another_bucket_are_refused_clearly(s3, bu
         s3.put_object(Bucket=inv, Key=key.replace("manifest.json", "manifest.checksum"),
                       Body=__import__("hashlib").md5(body).hexdigest().encode())
         with pytest.raises(BadArgument, match=message):
-            latest_report(clients.control, job.inventory, src, now=NOW)
+            latest_report(clients.store, job.inventory, src, now=NOW)
 
 
 def test_a_job_naming_an_inventory_that_is_not_a_configurations_destination_fails_to_load():
@@ -165,7 +167,7 @@ def test_the_plan_keeps_days_after_the_report_and_drops_days_it_knows_empty(s3, 
     src, dst = buckets
     write_report(s3, inv, LOCATION.format(src=src), src, day_rows(), created=NOW)
     job = make_job(src, dst, inv, min_age_days=0)
-    planned = plan_from_inventory(job, clients.control, date_from="2026-11-18", date_to="2026-11-23", now=NOW)
+    planned = plan_from_inventory(job, clients.store, date_from="2026-11-18", date_to="2026-11-23", now=NOW)
     assert [(d["day"], d["objects"]) for d in planned["days"]] == [
         ("2026-11-19", 30), ("2026-11-20", 34), ("2026-11-21", 30), ("2026-11-22", None), ("2026-11-23", None)]
     assert planned["objects"] == 94 and planned["inventory"]["rows"] == len(day_rows())
@@ -201,7 +203,7 @@ def test_a_day_planned_from_the_inventory_is_archived_from_its_listing(s3, bucke
     seed(s3, src, objects)
     write_report(s3, inv, LOCATION.format(src=src), src, [(k, len(v)) for k, v in objects.items()], created=NOW)
     job = make_job(src, dst, inv)
-    planned = plan_from_inventory(job, clients.control, date_from="2026-11-20", date_to="2026-11-20", now=NOW)
+    planned = plan_from_inventory(job, clients.store, date_from="2026-11-20", date_to="2026-11-20", now=NOW)
     assert [(d["prefix"], d["objects"]) for d in planned["days"]] == [("logs/2026/11/20/", 3)]
     s3.delete_object(Bucket=src, Key="logs/2026/11/20/1.log")
     seed(s3, src, {"logs/2026/11/20/late.log": b"late"})
@@ -212,7 +214,7 @@ def test_a_day_planned_from_the_inventory_is_archived_from_its_listing(s3, bucke
 
 
 def test_the_catalog_shows_the_days_the_inventory_knows_that_are_not_archived(s3, buckets, inv, cli_env, clients):
-    from s3arch.ops.catalog import Catalog
+    from s3arch.ops.catalog.job_catalog import Catalog
 
     src, dst = buckets
     seed(s3, src, {"logs/2026/11/20/a.log": b"a"})
@@ -222,7 +224,7 @@ def test_the_catalog_shows_the_days_the_inventory_knows_that_are_not_archived(s3
                  [("logs/2026/11/20/a.log", 1), ("logs/2026/10/02/b.log", 5), ("logs/2026/11/21/c.log", 7)],
                  created=created)
     job = make_job(src, dst, inv)
-    catalog = Catalog(job, clients.control)
+    catalog = Catalog(job, clients.store)
     view = catalog.view(date(2026, 11, 20), date(2026, 11, 21), today=date(2026, 11, 25))
     shown = view.to_dict()["inventory"]
     assert [(d["day"], d["objects"], d["bytes"]) for d in shown["unarchived"]] == [
@@ -248,7 +250,7 @@ def test_the_dags_sizing_takes_the_days_the_report_covers_from_it_and_lists_only
                  created=created)
     seed(s3, src, {f"{job.prefix_for(fresh)}{i}.log": b"x" for i in range(5)})
     split = split_by_size(job, [[job.prefix_for(big)], [job.prefix_for(small)], [job.prefix_for(fresh)]],
-                          clients.control)
+                          clients.store)
     assert split["large"] == [job.prefix_for(big), job.prefix_for(fresh)]
     assert [(s["objects"], s["bytes"], s["source"]) for s in split["sizes"]] == [
         (6, 60, "inventory"), (1, 10, "inventory"), (5, 5, "listing")]
@@ -265,5 +267,15 @@ def test_the_dags_sizing_refuses_a_stale_report_naming_the_setting(s3, buckets, 
     write_report(s3, inv, LOCATION.format(src=src), src, [(f"{job.prefix_for(created.date())}a.log", 1)],
                  created=created)
     with pytest.raises(BadArgument, match="older than 2 day") as caught:
-        split_by_size(job, [[job.prefix_for(created.date() - timedelta(days=1))]], clients.control)
+        split_by_size(job, [[job.prefix_for(created.date() - timedelta(days=1))]], clients.store)
     assert "inventory_max_age_days" in caught.value.hint
+
+
+def test_a_csv_key_is_decoded_as_unquote_plus_decodes_it():
+    """The fast path (only ``%2F`` escapes) and the fallback agree with unquote_plus on every key."""
+    from urllib.parse import quote_plus, unquote_plus
+
+    from s3arch.ops.inventory.csv_files import _unquote
+
+    keys = [quote_plus(k, safe="") for k, _ in day_rows()] + ["a%2fb", "a%2Fb%", "%2F%2F", "plain", "x+y%2Fz"]
+    assert [_unquote(k) for k in keys] == [unquote_plus(k) for k in keys]

@@ -7,7 +7,8 @@ from datetime import date, timedelta
 import pytest
 
 from s3arch.core.errors import BadArgument
-from s3arch.ops.jobs import SPREAD_TASKS, archive_batches, batches, job_from_dict, load_jobs, plan
+from s3arch.ops.jobs import job_from_dict, load_jobs
+from s3arch.ops.planning import SPREAD_TASKS, archive_batches, batches, plan
 
 JOB = {"source": "s3://app-logs/", "prefix_template": "logs/{date:%Y/%m/%d}/",
        "destination": "s3://vault/archive/", "min_age_days": 2}

@@ -204,7 +204,7 @@ def test_a_part_commit_killed_before_the_day_index_is_recorded_by_the_next_run(s
 
 
 def test_a_part_commit_killed_before_its_manifest_is_made_again_by_the_next_run(s3, archived_day, clients, monkeypatch):
-    from s3arch.format.manifest import ManifestWriter
+    from s3arch.stored.manifests import ManifestWriter
 
     src, dst = archived_day
     seed(s3, src, _day(2, start=100))
@@ -240,7 +240,7 @@ def test_overwrite_of_a_day_with_parts_is_refused_when_the_source_lost_objects(s
 def test_scrub_reports_and_the_catalog_marks_a_day_with_objects_newer_than_its_archive(s3, buckets, clients):
     from datetime import date
 
-    from s3arch.ops.catalog import Catalog
+    from s3arch.ops.catalog.job_catalog import Catalog
     from s3arch.ops.jobs import job_from_dict
     from s3arch.ops.scrub import scrub
 
@@ -251,16 +251,16 @@ def test_scrub_reports_and_the_catalog_marks_a_day_with_objects_newer_than_its_a
     day = date(2026, 11, 21)
     seed(s3, src, _day(30))
     archive_prefix(job.spec_for(PREFIX), clients)
-    assert scrub(job, clients.control, day, day, sample=1).ok
+    assert scrub(job, clients.store, day, day, sample=1).ok
     seed(s3, src, _day(2, start=100))
-    late = scrub(job, clients.control, day, day, sample=1)
+    late = scrub(job, clients.store, day, day, sample=1)
     assert [(d.kind, d.detail.split(" (")[0]) for d in late.drift] == \
         [("newer than archive", "2 objects newer than its archive")]
-    view = Catalog(job, clients.control).view(day, day, today=date(2026, 11, 27))
+    view = Catalog(job, clients.store).view(day, day, today=date(2026, 11, 27))
     assert view.days[0].late.startswith("2 objects newer") and view.totals["late"] == ["2026-11-21"]
     assert archive_prefix(job.spec_for(PREFIX), clients).part == 2
-    assert scrub(job, clients.control, day, day, sample=1).ok
-    view = Catalog(job, clients.control).view(day, day, today=date(2026, 11, 27), refresh=True)
+    assert scrub(job, clients.store, day, day, sample=1).ok
+    view = Catalog(job, clients.store).view(day, day, today=date(2026, 11, 27), refresh=True)
     assert (view.days[0].state, view.days[0].parts, view.days[0].objects, view.days[0].late) == \
         ("archived", 2, 32, None)
 
@@ -282,11 +282,11 @@ def test_the_range_scrub_checks_every_part_of_a_day_and_finds_a_changed_late_par
     archive_prefix(job.spec_for(PREFIX), clients)
     seed(s3, src, _day(2, start=100))
     assert archive_prefix(job.spec_for(PREFIX), clients).part == 2
-    clean = scrub(job, clients.control, day, day, sample=1)
+    clean = scrub(job, clients.store, day, day, sample=1)
     assert clean.ok and clean.checked == 2, clean.table()
     part = f"vault/{src}/{PREFIX.rstrip('/')}.part-0002.tar.gz"
     s3.put_object(Bucket=dst, Key=part, Body=b"not the archive the manifest commits")
-    damaged = scrub(job, clients.control, day, day, sample=1)
+    damaged = scrub(job, clients.store, day, day, sample=1)
     assert [(d.day, d.kind) for d in damaged.drift] == [("2026-11-21", "archive changed")], damaged.table()
 
 
@@ -294,7 +294,8 @@ def test_the_range_scrub_checks_every_part_of_a_day_and_finds_a_changed_late_par
 def test_a_nightly_run_rechecks_the_days_within_the_late_window(window, days):
     from datetime import date
 
-    from s3arch.ops.jobs import job_from_dict, plan
+    from s3arch.ops.jobs import job_from_dict
+    from s3arch.ops.planning import plan
 
     job = job_from_dict("late", {"source": "s3://src/", "prefix_template": "logs/{date:%Y/%m/%d}/",
                                  "destination": "s3://dst/vault/", "min_age_days": 1, "late_window": window})
@@ -323,17 +324,19 @@ def test_the_assemble_task_of_a_segmented_job_archives_late_objects_without_a_pl
 
 
 def test_a_day_with_many_late_objects_is_checked_and_archived_a_page_at_a_time(monkeypatch):
-    """30,000 late objects of 60,000 listed: the check counts them and the next part is fed
+    """12,000 late objects of 24,000 listed: the check counts them and the next part is fed
     them page by page (a second pass of the merge), so the memory traced stays a few pages'
-    worth, where a list of them all would hold every entry (6.8 MB here, 228 bytes each)."""
+    worth (0.7 MB, whatever the count), where a list of them all would hold every entry (2.7 MB
+    here, 228 bytes each)."""
     import tracemalloc
     from datetime import datetime, timezone
     from types import SimpleNamespace
 
     from s3arch.io.listed import ListedObject
+    from s3arch.io.store import Store
     from s3arch.protocol import parts as late_parts
 
-    listed, when = 60_000, datetime(2026, 11, 21, tzinfo=timezone.utc)
+    listed, when = 24_000, datetime(2026, 11, 21, tzinfo=timezone.utc)
 
     def pages(control, source, *args, **kwargs):
         for start in range(0, listed, 1000):
@@ -347,12 +350,12 @@ def test_a_day_with_many_late_objects_is_checked_and_archived_a_page_at_a_time(m
     monkeypatch.setattr(late_parts, "read_day_index", lambda control, day: None)
     tracemalloc.start()
     try:
-        check = late_parts.check_late(None, S3Url("src", PREFIX), [SimpleNamespace(number=1, layout=None)])
+        check = late_parts.check_late(Store(None), S3Url("src", PREFIX), [SimpleNamespace(number=1, layout=None)])
         fed = sum(len(page) for page in check.pages())
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert (check.late, check.found.late_bytes, fed, check.produced.late) == (30_000, 3_000_000, 30_000, 30_000)
+    assert (check.late, check.found.late_bytes, fed, check.produced.late) == (12_000, 1_200_000, 12_000, 12_000)
     assert check.found.first == [f"{PREFIX}{i:07d}.log" for i in (1, 3, 5, 7, 9)]
     assert peak < 2 << 20, f"{peak:,} bytes traced"
 

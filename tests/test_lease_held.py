@@ -2,7 +2,9 @@
 (tasks/protocol/lease.py): renewed every sixth of the TTL for as long as the path runs, released on
 every exit. Each writing path is slowed past its TTL at a point of its own (deterministically:
 the engine function it calls sleeps); a second run started after the TTL must still find the
-prefix taken (ConcurrentRun, exit 3), and the lease must be gone once the path is over.
+prefix taken (ConcurrentRun, exit 3), and the lease must be gone once the path is over. Where
+the point is a request (the clean-up's listing of open uploads, a batch of deletes), the proxy in
+front of MinIO holds that request instead.
 Also: the lease is released when the first state read fails, and a failed --overwrite leaves
 the old archive committed."""
 
@@ -13,7 +15,7 @@ import time
 
 import pytest
 
-from faultproxy import Fault, makes_visible
+from faultproxy import Fault, is_delete_objects, is_uploads_listing, makes_visible
 from helpers import engine_clients, keys_in, open_uploads, seed
 
 TTL = 3.0
@@ -52,6 +54,15 @@ def slowed(monkeypatch, owner, name: str, seconds: float) -> threading.Event:
     return reached
 
 
+def stale_cleanup_slowed(proxy, seconds: float) -> threading.Event:
+    """The clean-up of dead runs' uploads (commit step 4) takes ``seconds``: the proxy holds its
+    listing of the archive's open uploads that long; the event says it was reached."""
+    reached = threading.Event()
+    proxy.add(Fault("stall", seconds=seconds, count=1, match=lambda r: is_uploads_listing(r, ".tar.gz"),
+                    on_inject=lambda r: reached.set()))
+    return reached
+
+
 def outlasts_its_ttl(first, second, reached: threading.Event) -> tuple[object, BaseException]:
     """Run ``first`` (slowed past the TTL) in a thread; once it has run 1.5 TTLs, ``second``
     must fail. Returns first's result and second's error."""
@@ -78,14 +89,14 @@ def outlasts_its_ttl(first, second, reached: threading.Event) -> tuple[object, B
     return out["result"], taken.value
 
 
-def test_a_run_outlasting_its_ttl_before_it_streams_keeps_the_prefix(s3, buckets, day, clients, monkeypatch):
+def test_a_run_outlasting_its_ttl_before_it_streams_keeps_the_prefix(minio, s3, buckets, day, clients, proxy):
     """The clean-up of dead runs' uploads before the stream (step 4) ran without renewal."""
     from s3arch.archive import archive_prefix
-    from s3arch.protocol.commit import CommitProtocol
 
     src, dst = buckets
-    reached = slowed(monkeypatch, CommitProtocol, "_clean_stale", 2.5 * TTL)
-    result, _ = outlasts_its_ttl(lambda: archive_prefix(spec(src, dst), clients),
+    reached = stale_cleanup_slowed(proxy, 2.5 * TTL)
+    proxied = engine_clients(minio, proxy.endpoint_url)
+    result, _ = outlasts_its_ttl(lambda: archive_prefix(spec(src, dst), proxied),
                                  lambda: archive_prefix(spec(src, dst, overwrite=True), clients), reached)
     assert result.status == "archived" and result.objects == len(day)
     assert leases(s3, dst) == []
@@ -106,16 +117,16 @@ def test_a_prepare_outlasting_its_ttl_keeps_the_prefix_and_one_upload(s3, bucket
     assert leases(s3, dst) == []
 
 
-def test_an_assembly_outlasting_its_ttl_keeps_the_prefix(s3, buckets, day, clients, monkeypatch):
+def test_an_assembly_outlasting_its_ttl_keeps_the_prefix(minio, s3, buckets, day, clients, proxy):
     from s3arch.archive import archive_segment, assemble_segments, prepare_segments
-    from s3arch.protocol.commit import CommitProtocol
 
     src, dst = buckets
     assert prepare_segments(spec(src, dst), 2, clients).status == "planned"
     for k in (0, 1):
         archive_segment(spec(src, dst), k, clients)
-    reached = slowed(monkeypatch, CommitProtocol, "_clean_stale", 2.5 * TTL)
-    result, _ = outlasts_its_ttl(lambda: assemble_segments(spec(src, dst), clients),
+    reached = stale_cleanup_slowed(proxy, 2.5 * TTL)
+    proxied = engine_clients(minio, proxy.endpoint_url)
+    result, _ = outlasts_its_ttl(lambda: assemble_segments(spec(src, dst), proxied),
                                  lambda: assemble_segments(spec(src, dst), clients), reached)
     assert result.status == "archived" and result.objects == len(day)
     assert leases(s3, dst) == [] and open_uploads(s3, dst) == []
@@ -141,7 +152,8 @@ def test_a_deletion_outlasting_its_ttl_keeps_the_prefix(s3, buckets, day, client
 
 
 @pytest.mark.parametrize("path", ["delete-sources", "archive-then-delete"])
-def test_a_deletion_that_loses_its_lease_deletes_nothing_more(s3, buckets, day, clients, monkeypatch, path):
+def test_a_deletion_that_loses_its_lease_deletes_nothing_more(minio, s3, buckets, day, clients, proxy, monkeypatch,
+                                                               path):
     """The deletion ran on after its lease was lost (renewals stopped nothing but the commit):
     another run could hold the prefix meanwhile. Now a lost lease ends it before the next
     batch, as a retryable error that says so."""
@@ -163,20 +175,20 @@ def test_a_deletion_that_loses_its_lease_deletes_nothing_more(s3, buckets, day, 
         lost.set()
 
     monkeypatch.setattr(s3arch.protocol.lease.Held, "lose", noted)
-    send = s3arch.protocol.deletion._send
     taker = b'{"owner": "another run"}'
 
-    def first_batch_then_taken_over(*args, **kwargs):
-        send(*args, **kwargs)
-        if not lost.is_set():  # another run takes the prefix; the next renewal finds out
-            [lease] = leases(s3, dst)
-            s3.put_object(Bucket=dst, Key=lease, Body=taker)
-            assert lost.wait(10 * TTL)
+    def taken_over(request):  # another run takes the prefix; the next renewal finds out
+        [lease] = leases(s3, dst)
+        s3.put_object(Bucket=dst, Key=lease, Body=taker)
 
-    monkeypatch.setattr(s3arch.protocol.deletion, "_send", first_batch_then_taken_over)
+    # The first batch of deletes is held on its way until the renewal found the lease taken,
+    # then applied: the deletion must send no second batch.
+    first_batch = proxy.add(Fault("stall", until=lost, seconds=10 * TTL, count=1,
+                                  match=lambda r: is_delete_objects(r, src), on_inject=taken_over))
     run = delete_sources if path == "delete-sources" else archive_prefix
     with pytest.raises(SourceDeletionFailed) as failed:
-        run(spec(src, dst, delete_source=True), clients)
+        run(spec(src, dst, delete_source=True), engine_clients(minio, proxy.endpoint_url))
+    assert first_batch.injected == 1 and lost.is_set()
     assert failed.value.exit_code == 3 and isinstance(failed.value.__cause__, ConcurrentRun)
     assert "deleted 10 archived source objects" in str(failed.value)
     assert "lost its lease" in str(failed.value) and "another run took it over" in str(failed.value)

@@ -7,6 +7,7 @@ import threading
 import time
 from datetime import datetime, timezone
 
+from s3arch.io.store import Store
 from s3arch.ops.jobs import job_from_dict
 from s3arch.ops.sizing import split_by_size
 
@@ -43,7 +44,7 @@ def test_measure_sizes_the_prefixes_of_a_backfill_in_parallel_and_in_order():
     days = [f"logs/2026/11/{d:02d}/" for d in range(1, 21)]
     control = SlowLists({p: (1000 if i % 5 == 0 else 10) for i, p in enumerate(days)})
     started = time.monotonic()
-    split = split_by_size(job, [days[:10], days[10:]], control)
+    split = split_by_size(job, [days[:10], days[10:]], Store(control))
     seconds = time.monotonic() - started
     assert [s["prefix"] for s in split["sizes"]] == days  # in the order planned
     assert split["large"] == days[::5]

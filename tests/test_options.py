@@ -32,33 +32,43 @@ def _help(command: str) -> str:
     return " ".join(sub.format_help().split())
 
 
-# The restore operator's parameters that are no option: what it restores and how it waits.
-RESTORE_OPERATOR_OWN = {"self", "source_bucket", "prefix", "destination", "deferrable", "kwargs"}
+# The restore operator's parameters: what it restores and how it waits; every setting is a key
+# of its ``options``.
+RESTORE_OPERATOR_OWN = {"self", "source_bucket", "prefix", "destination", "options", "deferrable", "kwargs"}
+# Its template fields beside the connection's: the prefix and its ``options``, as a whole.
+RESTORE_TEMPLATED = {"prefix", "options"}
+CONNECTION_FIELDS = {"aws_conn_id", "region_name", "verify", "botocore_config"}
 
 
 def restore_operator_mismatches() -> list[str]:
-    """Where S3RestoreArchiveOperator differs from the option table: a restore option it does
-    not take, or with another default; a parameter that is no option; a template field that is
-    no templated restore option, or the reverse."""
+    """Where S3RestoreArchiveOperator differs from the option table: a restore option its
+    ``options`` do not take, or that an operator given none has at another default than the
+    table's; a key of its ``options`` that is no option; a parameter beside its own (an option
+    made a parameter again); a template field beside the prefix, ``options`` and the
+    connection's, or one of those missing; a constructor over 10 parameters (issue 45)."""
     from s3arch_airflow.restore import S3RestoreArchiveOperator
 
     from s3arch.core.options import OPTIONS
 
-    taken = {name: p.default for name, p in inspect.signature(S3RestoreArchiveOperator.__init__).parameters.items()
-             if name not in RESTORE_OPERATOR_OWN}
+    taken = S3RestoreArchiveOperator.option_names()
+    defaults = S3RestoreArchiveOperator(task_id="defaults", source_bucket="logs-bucket", prefix="p/",
+                                        destination="s3://vault-bucket/a/").values()
     restore = {o.name: o for o in OPTIONS if o.operator == "restore"}
     others = {o.name: o for o in OPTIONS if o.operator != "restore"}  # the job's settings the DAG passes on
     wrong = [f"takes no {name}" for name in restore if name not in taken]
-    for name, default in taken.items():
+    for name in taken:
         option = restore.get(name) or others.get(name)
         if option is None:
             wrong.append(f"{name} is no option")
-        elif default != option.default:
-            wrong.append(f"{name} defaults to {default!r}, the table to {option.default!r}")
-    fields = set(S3RestoreArchiveOperator.template_fields) - {"prefix", "aws_conn_id", "region_name", "verify"}
-    wrong += [f"{name} is templated but no templated restore option"
-              for name in fields - {o.name for o in restore.values() if o.templated}]
-    wrong += [f"{o.name} is no template field" for o in restore.values() if o.templated and o.name not in fields]
+        elif defaults[name] != option.default_for_job:  # a restore option's: its ``default``
+            wrong.append(f"{name} defaults to {defaults[name]!r}, the table to {option.default_for_job!r}")
+    parameters = inspect.signature(S3RestoreArchiveOperator.__init__).parameters
+    wrong += [f"{name} is a parameter, not a key of options" for name in parameters if name not in RESTORE_OPERATOR_OWN]
+    fields = set(S3RestoreArchiveOperator.template_fields) - CONNECTION_FIELDS
+    wrong += [f"{name} is templated beside options" for name in sorted(fields - RESTORE_TEMPLATED)]
+    wrong += [f"{name} is no template field" for name in sorted(RESTORE_TEMPLATED - fields)]
+    if len(parameters) > 10:
+        wrong.append(f"its constructor takes {len(parameters)} parameters")
     return wrong
 
 
@@ -164,16 +174,18 @@ def test_an_option_that_reaches_no_engine_field_is_refused_by_name(monkeypatch):
 
 def test_a_new_restore_option_is_one_entry_in_the_table(monkeypatch, capsys):
     """A restore option added to the table alone is a `restore` flag (help, type, exit 2 naming
-    it), a field of the restore DAG's trigger form, a parameter the restore DAG hands its
-    operator, and what the operator check asks the operator to take and template."""
+    it), a field of the restore DAG's trigger form, a key of ``options`` the restore DAG hands
+    its operator as the run's param, and a key the operator takes (templated, at the table's
+    default when left out, its rendered value checked as the table says)."""
     from s3arch_airflow.factory import restore_dag, restore_params
 
     from s3arch.cli import _parser
     from s3arch.core import options
+    from s3arch.core.errors import BadArgument
     from s3arch.ops.jobs import job_from_dict
 
     hold = options.Option("example_hold", "an example hold", default=2, flag_type=int, job=None, operator="restore",
-                          templated=True, cli=("restore",), help="hours to hold the example (default 2)",
+                          check=options.whole(1), cli=("restore",), help="hours to hold the example (default 2)",
                           form=options.Form("Example hold", "Hours to hold the example.", {"minimum": 1}))
     monkeypatch.setattr(options, "OPTIONS", (*options.OPTIONS, hold))
 
@@ -188,23 +200,52 @@ def test_a_new_restore_option_is_one_entry_in_the_table(monkeypatch, capsys):
     field = restore_params()["example_hold"]
     assert (field.value, field.description) == (2, "Hours to hold the example.")
     assert field.schema == {"type": "integer", "title": "Example hold", "minimum": 1}
-    # The DAG hands it to the operator, which does not take it yet: the check and the DAG say so.
-    assert restore_operator_mismatches() == ["takes no example_hold", "example_hold is no template field"]
-    with pytest.raises(TypeError, match="unexpected keyword argument 'example_hold'"):
-        restore_dag(job_from_dict("j", JOB))
+    # The operator takes it, at the table's default; the DAG hands it the run's param.
+    assert restore_operator_mismatches() == []
+    dag = restore_dag(job_from_dict("j", JOB))
+    assert list(dag.params)[-1] == "example_hold"
+    handed = _handed(dag, "restore")["options"]
+    assert handed["example_hold"] == "{{ params['example_hold'] }}"
+    operator = _rendered_restore(handed, {**_form_defaults(dag), "example_hold": 5})
+    assert operator.values()["example_hold"] == 5
+    with pytest.raises(BadArgument, match="example_hold must be a whole number >= 1"):
+        _rendered_restore(handed, {**_form_defaults(dag), "example_hold": 0}).values()
 
 
-def test_the_restore_operator_takes_every_restore_option_with_its_default_and_templates_the_marked():
+def _form_defaults(dag) -> dict:
+    """The run's params of a trigger form left as it is."""
+    return {name: dag.params[name] for name in dag.params}
+
+
+def _rendered_restore(options: dict, params: dict):
+    """A restore operator given ``options`` in a DAG that renders as the restore DAG does
+    (native objects), rendered with the run's ``params``."""
+    from airflow.sdk import DAG
+    from s3arch_airflow.restore import S3RestoreArchiveOperator
+
+    with DAG("restore_rendered", schedule=None, render_template_as_native_obj=True):
+        operator = S3RestoreArchiveOperator(task_id="restore", source_bucket="logs-bucket", prefix="p/",
+                                            destination="s3://vault-bucket/a/", options=options)
+    operator.render_template_fields({"params": params})
+    return operator
+
+
+def test_the_restore_operator_takes_every_restore_option_in_its_options_with_the_table_s_default():
     assert restore_operator_mismatches() == []
 
 
 def test_the_restore_dag_asks_each_form_field_and_hands_it_to_its_operator_by_name():
+    """Each field of the restore form is the key of its name in the restore task's ``options``,
+    as the run's param; the job's restore settings are the others. Rendered as the DAG renders
+    (native objects), each reaches the operator checked: an account number rendered as a number
+    is the account's text again."""
     from s3arch_airflow.factory import restore_dag
 
     from s3arch.core.options import form_options
     from s3arch.ops.jobs import job_from_dict
 
-    dag = restore_dag(job_from_dict("j", JOB))
+    job = job_from_dict("j", {**JOB, "memory_budget": "128MiB", "poll_interval": 60, "expected_owner": "123456789012"})
+    dag = restore_dag(job)
     fields = [o.name for o in form_options()]
     assert list(dag.params) == ["date_from", "date_to", "prefixes", *fields]
     assert set(fields) == {"target", "keys", "glob", "overwrite", "tier", "days"}
@@ -212,7 +253,68 @@ def test_the_restore_dag_asks_each_form_field_and_hands_it_to_its_operator_by_na
     assert (tier.value, tier.schema["enum"], tier.schema["title"]) == ("Standard", ["Expedited", "Standard", "Bulk"],
                                                                         "Retrieval tier")
     handed = dag.get_task("restore").partial_kwargs
-    assert {name: handed[name] for name in fields} == {name: f"{{{{ params[{name!r}] }}}}" for name in fields}
+    assert set(handed) >= {"source_bucket", "destination", "options"} and not set(fields) & set(handed)
+    options = handed["options"]
+    assert {name: options[name] for name in fields} == {name: f"{{{{ params[{name!r}] }}}}" for name in fields}
+    assert {name: options[name] for name in set(options) - set(fields)} == {
+        "memory_budget": 128 << 20, "poll_interval": 60, "expected_owner": "123456789012"}
+
+    params = {**_form_defaults(dag), "target": "s3://scratch/back/", "keys": ["logs/a.log"], "tier": "Bulk", "days": 3}
+    values = _rendered_restore(options, params).values()
+    assert values == {"target": "s3://scratch/back/", "keys": ["logs/a.log"], "glob": None, "overwrite": False,
+                      "tier": "Bulk", "days": 3, "wait_timeout": 48 * 3600, "poll_interval": 60,
+                      "memory_budget": 128 << 20, "expected_owner": "123456789012"}
+    assert _rendered_restore({"expected_owner": "{{ params.owner }}"}, {"owner": 123456789012}).values()[
+        "expected_owner"] == "123456789012"
+
+
+def test_the_restore_operator_checks_its_options_by_name_and_their_values_once_rendered():
+    """``options`` takes the restore options and the job's ``memory_budget`` and
+    ``expected_owner``: an unknown key is refused naming it and the known ones; a rendered
+    value is checked as the table says (a tier is one of S3's; a size is read)."""
+    from s3arch_airflow.restore import S3RestoreArchiveOperator
+
+    from s3arch.core.errors import BadArgument
+
+    where = dict(task_id="r", source_bucket="logs-bucket", prefix="p/", destination="s3://vault-bucket/a/")
+    with pytest.raises(TypeError, match=r"options has unknown key\(s\) 'teir'; the restore options are: target, keys, "
+                                        r"glob, overwrite, tier, days, wait_timeout, poll_interval, memory_budget, "
+                                        r"expected_owner \(docs/RESTORE.md"):
+        S3RestoreArchiveOperator(**where, options={"teir": "Bulk"})
+    assert S3RestoreArchiveOperator(**where, options={"memory_budget": "64MiB"}).values()["memory_budget"] == 64 << 20
+    with pytest.raises(BadArgument, match="tier 'Fast' is not one of Expedited, Standard, Bulk"):
+        S3RestoreArchiveOperator(**where, options={"tier": "Fast"}).values()
+
+
+def test_the_restore_operator_s_old_keywords_still_work_for_a_release_and_warn_naming_options(recwarn):
+    """0.6's spelling, each restore option a keyword argument, builds the same operator (and the
+    same mapped task) with a DeprecationWarning naming ``options={...}``; an option given both
+    ways is an error."""
+    from airflow.sdk import DAG
+
+    from s3arch_airflow.operator_options import S3ArchDeprecationWarning
+    from s3arch_airflow.restore import S3RestoreArchiveOperator
+
+    where = dict(source_bucket="logs-bucket", destination="s3://vault-bucket/a/")
+    new = S3RestoreArchiveOperator(task_id="new", prefix="p/", **where, options={
+        "target": "s3://scratch/back/", "tier": "Bulk", "days": 3, "memory_budget": "128MiB"})
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+    with pytest.warns(DeprecationWarning, match=r"S3RestoreArchiveOperator\(target=\.\.\., tier=\.\.\., days=\.\.\., "
+                                                r"memory_budget=\.\.\.\): restore options as keyword arguments are "
+                                                r"deprecated.* pass them as options=\{'target': \.\.\., 'tier'") as warned:
+        old = S3RestoreArchiveOperator(task_id="old", prefix="p/", target="s3://scratch/back/", tier="Bulk", days=3,
+                                       memory_budget="128MiB", **where)
+    assert {w.category for w in warned} == {S3ArchDeprecationWarning}
+    assert warned[0].filename == __file__  # at the DAG's line, not inside Airflow
+    assert old.options == new.options and old.values() == new.values()
+    assert (old.values()["tier"], old.values()["memory_budget"], old.deferrable) == ("Bulk", 128 << 20, True)
+    with pytest.warns(S3ArchDeprecationWarning, match="options="):
+        with DAG("old_restore_partial", schedule=None):
+            mapped = S3RestoreArchiveOperator.partial(task_id="restore", tier="Bulk", poll_interval=60,
+                                                      **where).expand(prefix=["p/", "q/"])
+    assert mapped.partial_kwargs["options"] == {"tier": "Bulk", "poll_interval": 60}
+    with pytest.raises(TypeError, match="tier given both in options and as keyword"):
+        S3RestoreArchiveOperator(task_id="both", prefix="p/", tier="Bulk", options={"tier": "Standard"}, **where)
 
 
 def test_a_job_key_outside_the_table_and_the_jobs_fields_is_refused():
@@ -227,9 +329,10 @@ def test_a_job_key_outside_the_table_and_the_jobs_fields_is_refused():
 def test_every_option_is_taken_by_the_operators_it_names_and_templated_where_marked():
     """An archive step option is a key of every archive step's ``options`` (templated as a
     whole), a "deleting" or "segments" option a parameter of the steps it names, a restore
-    option a parameter of the restore operator (test_the_restore_operator_takes_...)."""
-    from s3arch_airflow.operators import (S3ArchiveBaseOperator, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
-                                          S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
+    option a key of the restore operator's ``options`` (test_the_restore_operator_takes_...)."""
+    from s3arch_airflow.archive_base import S3ArchiveBaseOperator
+    from s3arch_airflow.operators import (S3ArchivePrefixOperator, S3ArchiveSegmentOperator, S3AssembleSegmentsOperator,
+                                          S3PrepareSegmentsOperator)
     from s3arch_airflow.restore import S3RestoreArchiveOperator
 
     from s3arch.core.options import OPTIONS
@@ -241,10 +344,10 @@ def test_every_option_is_taken_by_the_operators_it_names_and_templated_where_mar
     for option in OPTIONS:
         for operator in takers.get(option.operator or "", ()):
             assert option.name in _taken(operator), f"{operator.__name__} takes no {option.name}"
-            in_options = option.name in operator.option_names() if option.operator != "restore" else False
-            assert in_options == (option.operator == "step"), (operator.__name__, option.name)
-        if option.operator != "restore":  # every step option is templated, in ``options``
-            assert option.name not in S3ArchiveBaseOperator.template_fields and not option.templated, option.name
+            in_options = option.name in operator.option_names()
+            assert in_options == (option.operator in ("step", "restore")), (operator.__name__, option.name)
+        # every option an operator's ``options`` holds is templated there, none is a field of its own
+        assert option.name not in {*S3ArchiveBaseOperator.template_fields, *S3RestoreArchiveOperator.template_fields}
     assert {o.operator for o in OPTIONS} <= {*takers, None}
     assert set(S3ArchiveBaseOperator.template_fields) >= {"source_bucket", "destination", "options", "aws_conn_id"}
     for operator in steps:
@@ -353,17 +456,19 @@ def test_the_archive_form_is_the_table_s_with_the_labels_and_defaults_it_had():
                     {"type": ["boolean", "null"], "title": "Dry run (optional)"})}
 
 
-def test_the_docs_operator_example_builds_in_the_new_form_without_a_warning():
-    """docs/JOBS.md's own-DAG example, run as printed: no deprecated spelling."""
+@pytest.mark.parametrize("doc, operator", [("docs/JOBS.md", "S3ArchivePrefixOperator"),
+                                           ("docs/RESTORE.md", "S3RestoreArchiveOperator")])
+def test_the_docs_operator_example_builds_in_the_new_form_without_a_warning(doc, operator):
+    """The docs' own-DAG example of each operator, run as printed: no deprecated spelling."""
     import re
     import warnings
 
-    text = (ROOT / "docs/JOBS.md").read_text()
-    example = re.search(r"```python\n(from s3arch_airflow import S3ArchivePrefixOperator\n.*?)```", text, re.S).group(1)
+    text = (ROOT / doc).read_text()
+    example = re.search(rf"```python\n(from s3arch_airflow import {operator}\n.*?)```", text, re.S).group(1)
     assert "options={" in example
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
-        exec(compile(example, "docs/JOBS.md", "exec"), {})
+        exec(compile(example, doc, "exec"), {})
 
 
 def test_a_job_gives_every_step_option_to_the_operators_with_its_value():

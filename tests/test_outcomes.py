@@ -14,8 +14,7 @@ from helpers import run_one_segment_inline
 
 
 def test_every_failure_maps_to_one_exit_code_retry_and_bug():
-    from s3arch.core.errors import (BadArgument, ConcurrentRun, EmptyPrefix, MalformedRequest, RestoreLapsed,
-                                    outcome)
+    from s3arch.core.errors import BadArgument, ConcurrentRun, EmptyPrefix, MalformedRequest, RestoreLapsed, outcome
 
     assert outcome(ConcurrentRun("another run holds it"))[:3] == (3, True, False)
     assert outcome(BadArgument("no such codec"))[:3] == (2, False, False)
@@ -29,7 +28,8 @@ def test_every_failure_maps_to_one_exit_code_retry_and_bug():
 
 
 def test_an_error_sent_across_processes_keeps_its_class_status_retryable_and_hint():
-    from s3arch.core.errors import ArchiverError, ConcurrentRun, error_for
+    from s3arch.core.errors import ArchiverError, ConcurrentRun
+    from s3arch.io.classify import error_for
     from s3arch.produce.segments import PlanOutdated
 
     sent = error_for("", 412, "", what="commit s3://b/a.tar.gz", subject="commit")
@@ -43,7 +43,8 @@ def test_an_error_sent_across_processes_keeps_its_class_status_retryable_and_hin
 
 
 def test_a_segment_workers_error_reaches_the_parent_with_its_status_and_is_not_retried_if_permanent(monkeypatch):
-    from s3arch.core.errors import AccessDenied, error_for
+    from s3arch.core.errors import AccessDenied
+    from s3arch.io.classify import error_for
 
     starts = []
 
@@ -86,11 +87,13 @@ def test_a_bug_in_a_restore_fails_it_without_spending_retries():
 
 
 def trigger_events(monkeypatch, control) -> list[dict]:
-    """The events the restore trigger sends when making its client does ``control()``."""
+    """The events the restore trigger sends when making its client does ``control()`` (its
+    hook's ``engine_clients``, which makes the engine's clients from the connection)."""
+    from s3arch_airflow.hooks import S3ArchHook
     from s3arch_airflow.triggers import ArchiveRestoredTrigger
 
     trigger = ArchiveRestoredTrigger(bucket="vault", key="archive/a.tar.gz", aws_conn_id=None)
-    monkeypatch.setattr(trigger, "_control", control)
+    monkeypatch.setattr(S3ArchHook, "engine_clients", lambda hook: control())
 
     async def collect():
         return [event.payload async for event in trigger.run()]

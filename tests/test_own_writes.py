@@ -75,8 +75,8 @@ def test_a_multipart_completion_whose_answer_was_lost_commits(s3, buckets, proxy
 
 
 def _lease(minio, proxy, bucket: str, ttl: float = 60.0) -> PrefixLease:
-    control = engine_clients(minio, proxy.endpoint_url).control
-    return PrefixLease(control, bucket, "a/day.lease.json", purpose="a test's archive", ttl=ttl)
+    store = engine_clients(minio, proxy.endpoint_url).store
+    return PrefixLease(store, bucket, "a/day.lease.json", purpose="a test's archive", ttl=ttl)
 
 
 def test_a_lease_renewal_whose_answer_was_lost_keeps_the_lease(s3, buckets, proxy, minio, reliability):

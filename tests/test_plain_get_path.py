@@ -166,39 +166,44 @@ def test_a_request_that_dies_on_a_reused_connection_before_its_answer_is_resent_
     assert isinstance(error, TransientError) and twice.injected == 2
 
 
-class _Connection:
-    """What the pool asks of a connection: whether it is open, and to close it."""
+def test_a_pooled_connection_idle_past_the_limit_is_closed_instead_of_reused(minio, monkeypatch):
+    """Real connections to MinIO on loopback: one idle past the limit is closed, never reused."""
+    import queue
+    import urllib.parse
 
-    def __init__(self):
-        self.closed = False
+    from awscrt import io
 
-    def is_open(self) -> bool:
-        return not self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def test_a_pooled_connection_idle_past_the_limit_is_closed_instead_of_reused(monkeypatch):
     from s3arch.io import connections
 
     monkeypatch.setattr(connections, "IDLE_LIMIT", 0.05)
-    pool = connections.ConnectionPool(None, "s3.example", 80, None, None, size=1)
-    opened: list[_Connection] = []
-    monkeypatch.setattr(pool, "_open", lambda ready: (opened.append(_Connection()), ready(opened[-1], None, False)))
-    handed: list[tuple[_Connection, bool]] = []
-    take = lambda **kw: pool.acquire(lambda connection, error, reused: handed.append((connection, reused)), **kw)  # noqa: E731
-    take()
-    pool.release(opened[0])
-    take()  # at once: the same connection, reused
-    assert handed == [(opened[0], False), (opened[0], True)]
-    pool.release(opened[0])
+    url = urllib.parse.urlsplit(minio.endpoint_url)
+    loop = io.EventLoopGroup(1)
+    pool = connections.ConnectionPool(io.ClientBootstrap(loop, io.DefaultHostResolver(loop)), url.hostname,
+                                      url.port, None, None, size=1)
+    answers: queue.Queue = queue.Queue()
+
+    def take(**kw):
+        pool.acquire(lambda connection, error, reused: answers.put((connection, error, reused)), **kw)
+        connection, error, reused = answers.get(timeout=10)
+        assert error is None, error
+        return connection, reused
+
+    def closed(connection) -> bool:
+        connection.shutdown_future.result(timeout=10)  # closed by the pool: its shutdown completes
+        return not connection.is_open()
+
+    first, reused = take()
+    assert not reused
+    pool.release(first)
+    assert take() == (first, True)  # at once: the same connection, reused
+    pool.release(first)
     time.sleep(0.1)  # idle past the limit
-    take()
-    assert handed[-1] == (opened[1], False) and opened[0].closed and pool.opened == 1
-    pool.release(opened[1])
-    take(fresh=True)  # a new connection asked for: the idle one's slot opens it
-    assert handed[-1] == (opened[2], False) and opened[1].closed and pool.opened == 1
+    second, reused = take()
+    assert second is not first and not reused and closed(first) and pool.opened == 1
+    pool.release(second)
+    third, reused = take(fresh=True)  # a new connection asked for: the idle one's slot opens it
+    assert third is not second and not reused and closed(second) and pool.opened == 1
+    third.close()
 
 
 def test_a_stalled_answer_is_cancelled_at_once_and_the_pool_goes_on(minio, s3, buckets, proxy):

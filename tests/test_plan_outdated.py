@@ -180,7 +180,7 @@ def test_a_plan_outdated_segment_tells_the_cli_user_what_to_do_once(monkeypatch)
 
     def worker(spec, connection, layout, plan, k, send):
         error = PlanOutdated("segment 1/1 of s3://b/p/: the source changed since the plan; a new plan is needed")
-        send.send(error.to_dict())  # as _segment_worker sends it
+        send.send(error.to_dict())  # as segment_worker sends it
         send.close()
 
     with pytest.raises(PlanOutdated) as outdated:
@@ -207,7 +207,7 @@ def test_a_cli_segmented_run_aborts_the_records_uploads_its_killed_workers_left(
             s3.create_multipart_upload(Bucket=dst, Key=plan.temp_key(layout_, k, MANIFEST_SUFFIX))
         raise TransientError("segment 2/2: its process ended with exit code -9 before it finished")
 
-    monkeypatch.setattr(workers, "_run_workers", killed)
+    monkeypatch.setattr(workers, "run_workers", killed)
     with pytest.raises(TransientError, match="exit code -9"):
         workers.stream_segmented(the_spec, clients, layout, layout.archive_key(the_spec.extension),
                                  StreamCoordinator("the segments"))

@@ -203,12 +203,12 @@ def test_hostile_member_names_and_planted_symlinks_cannot_escape_the_target(moto
 
 
 def test_manifest_index_answers_like_a_full_scan_with_two_gets_per_key(s3, buckets, clients):
-    from s3arch.format.manifest import (RECORDS_PER_CHUNK, ArchiveLayout, ManifestWriter, chunk_of, find_records,
-                                iter_manifest, read_chunk, read_index)
+    from s3arch.format.manifest import RECORDS_PER_CHUNK, ArchiveLayout, chunk_of
+    from s3arch.stored.manifests import ManifestWriter, find_records, iter_manifest, read_chunk, read_index
 
     _, dst = buckets
     layout = ArchiveLayout(dst, "synthetic/day")
-    writer = ManifestWriter(clients.control, layout, {"codec": "gzip", "block_size": 1 << 20,
+    writer = ManifestWriter(clients.store, layout, {"codec": "gzip", "block_size": 1 << 20,
                                                       "archive": {"bucket": dst, "key": "x"}})
     rng = random.Random(4)
     keys = sorted(f"k/{rng.randrange(10**12):012d}/é{i}" for i in range(120_000))
@@ -217,25 +217,25 @@ def test_manifest_index_answers_like_a_full_scan_with_two_gets_per_key(s3, bucke
                            "header_offset": i * 1024, "data_offset": i * 1024 + 512, "block": 0, "range": [0, 1]})
     writer.complete({"objects": len(keys), "archive_etag": '"x"'})
     writer.write_index()
-    index = read_index(clients.control, layout)
+    index = read_index(clients.store, layout)
     assert len(index["chunks"]) == -(-len(keys) // RECORDS_PER_CHUNK)
-    scanned = [r["key"] for r in iter_manifest(clients.control, layout) if r["type"] == "object"]
+    scanned = [r["key"] for r in iter_manifest(clients.store, layout) if r["type"] == "object"]
     assert scanned == keys
     # Every key: the chunk the index names holds it (each chunk read once).
     for i in range(len(index["chunks"])):
-        for record in read_chunk(clients.control, layout, index, i):
+        for record in read_chunk(clients.store, layout, index, i):
             assert chunk_of(index, record["key"]) == i
     # Lookups cost the index plus one ranged GET of a chunk, whatever the manifest's size.
     gets = []
     clients.control.meta.events.register("before-call.s3.GetObject", lambda **kw: gets.append(1))
     for key in rng.sample(keys, 20) + ["k/zzz-not-there", "a-before-everything"]:
         gets.clear()
-        header, found = find_records(clients.control, layout, [key])
+        header, found = find_records(clients.store, layout, [key])
         assert (key in found) == (key in set(keys)) and len(gets) <= 2
         assert header["codec"] == "gzip"
     # A manifest written before indexes existed is still searched, by a scan.
     clients.control.delete_object(Bucket=dst, Key=layout.index_key)
-    _, found = find_records(clients.control, layout, [keys[77_777]])
+    _, found = find_records(clients.store, layout, [keys[77_777]])
     assert found[keys[77_777]]["size"] == 77_777
 
 

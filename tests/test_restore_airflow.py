@@ -33,13 +33,21 @@ class _StubControl:
         return {"StorageClass": "GLACIER", **({"Restore": restore} if restore else {})}
 
 
+def _clients_of(control):
+    """What ``S3ArchHook.engine_clients`` returns, for a trigger that uses only its ``store``."""
+    from s3arch.io.store import Store
+
+    return lambda hook: type("Clients", (), {"control": control, "store": Store(control)})()
+
+
 def test_trigger_waits_through_ongoing_restores_and_fires_once_restored(glacier_airflow, monkeypatch):
+    from s3arch_airflow.hooks import S3ArchHook
     from s3arch_airflow.triggers import ArchiveRestoredTrigger
 
     stub = _StubControl(['ongoing-request="true"', 'ongoing-request="true"',
                          'ongoing-request="false", expiry-date="Fri, 27 Nov 2026 00:00:00 GMT"'])
     trigger = ArchiveRestoredTrigger(bucket="vault", key="a/day.tar.gz", aws_conn_id=None, poll_interval=0.01)
-    monkeypatch.setattr(trigger, "_control", lambda: stub)
+    monkeypatch.setattr(S3ArchHook, "engine_clients", _clients_of(stub))
     kind, kwargs = trigger.serialize()
     assert kind == "s3arch_airflow.triggers.ArchiveRestoredTrigger" and kwargs["key"] == "a/day.tar.gz"
 
@@ -52,7 +60,7 @@ def test_trigger_waits_through_ongoing_restores_and_fires_once_restored(glacier_
     assert event.payload["expiry"] == "Fri, 27 Nov 2026 00:00:00 GMT"
 
     expired = ArchiveRestoredTrigger(bucket="vault", key="a/day.tar.gz", aws_conn_id=None, poll_interval=0.01)
-    monkeypatch.setattr(expired, "_control", lambda: _StubControl([None]))
+    monkeypatch.setattr(S3ArchHook, "engine_clients", _clients_of(_StubControl([None])))
     assert asyncio.run(_first(expired)).payload["status"] == "error"
 
 

@@ -43,11 +43,11 @@ def stop_while_uploading(monkeypatch, stop: Callable[[], None]) -> list[float]:
     ``STOP_AT``; the extract reads on once the stop reached its stream. The list gets the
     monotonic time of the stop."""
     import s3arch.io.upload as upload
-    import s3arch.restore.extract as extract
+    from s3arch.io.store import Store
 
     seen = cancels_seen(monkeypatch)
     opened, stopped_at, uploads = threading.Event(), [], []
-    create_upload, stream_object = upload.create_upload, extract.stream_object
+    create_upload, stream = upload.create_upload, Store.stream
 
     def create_and_count(*args, **kwargs):
         uploads.append(create_upload(*args, **kwargs))
@@ -55,8 +55,8 @@ def stop_while_uploading(monkeypatch, stop: Callable[[], None]) -> list[float]:
             opened.set()
         return uploads[-1]
 
-    def read_once_stopped(*args, **kwargs):
-        for chunk in stream_object(*args, **kwargs):
+    def read_once_stopped(*args, **kwargs):  # the extract's reads of the archive: the store's streams
+        for chunk in stream(*args, **kwargs):
             if opened.is_set():
                 assert seen.wait(10), "the stop never reached the extract"
             yield chunk
@@ -67,7 +67,7 @@ def stop_while_uploading(monkeypatch, stop: Callable[[], None]) -> list[float]:
             stop()
 
     monkeypatch.setattr(upload, "create_upload", create_and_count)
-    monkeypatch.setattr(extract, "stream_object", read_once_stopped)
+    monkeypatch.setattr(Store, "stream", read_once_stopped)
     threading.Thread(target=stop_when_open, name="test-stopper", daemon=True).start()
     return stopped_at
 
@@ -122,7 +122,7 @@ def test_extract_leaves_another_writers_upload_of_the_same_key_alone(s3, buckets
 def test_on_kill_of_the_restore_task_stops_its_extract_and_leaves_no_open_upload(s3, buckets, clients, archived,
                                                                                  monkeypatch):
     import s3arch_airflow.restore as restore
-    from s3arch_airflow.operators import KILLED
+    from s3arch_airflow.task_stops import KILLED
 
     src, dst = buckets
     _, archive, objects = archived
@@ -130,7 +130,7 @@ def test_on_kill_of_the_restore_task_stops_its_extract_and_leaves_no_open_upload
 
     monkeypatch.setattr(S3ArchHook, "engine_clients", lambda hook: clients)
     operator = restore.S3RestoreArchiveOperator(task_id="restore", source_bucket=src, prefix=PREFIX,
-                                                destination=f"s3://{dst}/a/", target=f"s3://{dst}/back/")
+                                                destination=f"s3://{dst}/a/", options={"target": f"s3://{dst}/back/"})
     stopped_at = stop_while_uploading(monkeypatch, operator.on_kill)  # what Airflow's SIGTERM handler calls
     ti = TaskInstanceStub()
     with pytest.raises(Exception, match="cancelled by Airflow"):

@@ -264,22 +264,22 @@ def test_the_archive_role_on_the_restore_connection_fails_the_restore_at_once_wi
 # --- Catalog and scrub roles: catalog_conn_id -------------------------------------------------
 
 
-def test_the_catalog_reads_archives_and_the_inventory_as_the_catalog_role(duties, monkeypatch):
+def test_the_catalog_reads_archives_and_the_inventory_as_the_catalog_role(duties):
     from devtools.inventory_reports import write_report
-    from s3arch.ops.catalog import ARCHIVED as ARCHIVED_STATE, Catalog
+    from s3arch.ops.catalog.job_catalog import Catalog
+    from s3arch.ops.catalog.view import ARCHIVED as ARCHIVED_STATE
     from s3arch.ops.jobs import load_jobs
     from s3arch_airflow import catalog_app
 
     src = duties.src
     write_report(duties.s3, duties.inv, INVENTORY.format(src=src), src, [("logs/2026/10/27/x.log", 9)],
                  created=datetime.now(timezone.utc))
-    monkeypatch.setattr(catalog_app, "_clients", {})  # the page's clients, made here from each job's connection
     jobs = load_jobs(duties.jobs_file)
     # Both jobs archive into the same place: the days the fixture archived are theirs.
     blind = dataclasses.replace(jobs[INVENTORY_JOB], name="dutyinv-blind", catalog_conn_id="duty_catalog")
     views = {}
     for job in (jobs[JOB], jobs[INVENTORY_JOB], blind):
-        views[job.name] = Catalog(job, catalog_app.control_for(job)).view(ARCHIVED[0], ARCHIVED[-1],
+        views[job.name] = Catalog(job, catalog_app.store_for(job)).view(ARCHIVED[0], ARCHIVED[-1],
                                                                           today=date(2026, 11, 27))
         assert [d.state for d in views[job.name].days] == [ARCHIVED_STATE, ARCHIVED_STATE], job.name
     shown = views[INVENTORY_JOB].to_dict()["inventory"]  # catalog + inventory reads the report

@@ -298,7 +298,8 @@ def test_the_catalog_and_scrub_roles_see_and_check_locked_archives(lockable, min
     from datetime import date
 
     from s3arch.core.errors import ArchiverError
-    from s3arch.ops.catalog import ARCHIVED, Catalog
+    from s3arch.ops.catalog.job_catalog import Catalog
+    from s3arch.ops.catalog.view import ARCHIVED
     from s3arch.ops.jobs import job_from_dict
     from s3arch.ops.scrub import scrub
 
@@ -311,19 +312,19 @@ def test_the_catalog_and_scrub_roles_see_and_check_locked_archives(lockable, min
     day = date(2026, 11, 21)
     results = f"vault/{src}/logs/_s3arch-scrub/sec/"
 
-    catalog = role_clients(minio, policy("catalog", **names)).control
+    catalog = role_clients(minio, policy("catalog", **names)).store
     view = Catalog(job, catalog).view(day, day, today=date(2026, 11, 27))
     assert [d.state for d in view.days] == [ARCHIVED] and view.days[0].locked_until
     with pytest.raises(ArchiverError, match="(?i)denied"):
         scrub(job, catalog, day, day, sample=1)  # the catalog's role writes nothing
     assert keys_in(s3, dst, results) == []
 
-    scrubber = role_clients(minio, policy("catalog", **names) + policy("scrub-extra", **names)).control
+    scrubber = role_clients(minio, policy("catalog", **names) + policy("scrub-extra", **names)).store
     checked = scrub(job, scrubber, day, day, sample=2)
     assert checked.ok and checked.verified == [day.isoformat()], checked.table()
     assert f"{results}latest.json" in keys_in(s3, dst, results)
     # The archive role, which a job's one connection usually carries, scrubs as well.
-    assert scrub(job, role_clients(minio, policy("archive", **names)).control, day, day, sample=1).ok
+    assert scrub(job, role_clients(minio, policy("archive", **names)).store, day, day, sample=1).ok
 
 
 def test_archive_bucket_policy_denies_archive_deletion_and_plain_http(minio, roles):

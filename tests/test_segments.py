@@ -246,7 +246,7 @@ def test_plan_balances_segments_by_bytes_and_objects_and_covers_every_key(minio,
     objects[f"{PREFIX}2000-huge"] = b"y" * (8 << 20)
     seed(s3, src, objects)
     spec = ArchiveSpec(S3Url(src, PREFIX), S3Url(dst, ""), processes=3)
-    plan = plan_segments(spec, clients.control, "k.tar.gz", 3)
+    plan = plan_segments(spec, clients.store, "k.tar.gz", 3)
     keys = sorted(objects)
     assert plan.objects == len(keys) and plan.count == 3
     assert plan.ranges[0].start_after is None and plan.ranges[-1].last_key == keys[-1]
@@ -308,7 +308,7 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
     from s3arch.produce.segments import SegmentPlan, SegmentRange
 
     issued = iter(range(1, 10))
-    monkeypatch.setattr(workers, "_connection_of", lambda clients, server: {"token": f"token-{next(issued)}"})
+    monkeypatch.setattr(workers, "worker_connection", lambda clients, server: {"token": f"token-{next(issued)}"})
     seen = []
 
     def worker(spec, connection, layout, plan, k, send):
@@ -319,7 +319,7 @@ def test_a_segment_run_again_after_expired_credentials_gets_fresh_ones(monkeypat
     run_segment_workers_inline(monkeypatch, worker)
     plan = SegmentPlan("run", "upload", "a.tar.gz", 1, 1, 1024, 0,
                        (SegmentRange(0, None, "k", 1, 1, 0, 512, 2, 10),))
-    durations = workers._run_workers(None, None, None, plan, 1, StreamCoordinator("the segments"))
+    durations = workers.run_workers(None, None, None, plan, 1, StreamCoordinator("the segments"))
     assert list(durations) == [0]
     assert seen == ["token-1", "token-2", "token-3", "token-4"]
 

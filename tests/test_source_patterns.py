@@ -80,6 +80,7 @@ def test_delete_sources_later_finds_the_pattern_in_the_manifest(s3, trail, cli_e
     assert set(keys_in(s3, src)) == before - set(day)
 
 
+@pytest.mark.slow  # a segmented run with worker processes, then an extract: as tests/test_segments.py's
 def test_segments_cut_the_union_of_the_prefixes(s3, trail, cli_env, tmp_path):
     src, dst, day = trail
     result = run_json(cli_env, "archive", f"s3://{src}/{DAY_PATTERN}", f"s3://{dst}/vault/",
@@ -156,13 +157,13 @@ def test_each_level_is_listed_once_for_the_life_of_the_clients(trail, clients):
 
     src, _, _ = trail
     with ThreadPoolExecutor(8) as pool:  # eight tasks of one process expanding the day at once
-        expanded = list(pool.map(lambda _: expand(clients.control, src, DAY_PATTERN), range(8)))
+        expanded = list(pool.map(lambda _: expand(clients.store, src, DAY_PATTERN), range(8)))
     first = expanded[0]
     assert all(e == first for e in expanded)
-    spent = expansion_requests(clients.control)
+    spent = expansion_requests(clients.store)
     assert len(first) == len(ACCOUNTS) * len(REGIONS) and spent == 1 + len(ACCOUNTS)
-    other_day = expand(clients.control, src, DAY_PATTERN.replace("/21/", "/22/"))
-    assert expansion_requests(clients.control) == spent  # the levels above the date: listed already
+    other_day = expand(clients.store, src, DAY_PATTERN.replace("/21/", "/22/"))
+    assert expansion_requests(clients.store) == spent  # the levels above the date: listed already
     assert [p.replace("/22/", "/21/") for p in other_day] == first
 
 

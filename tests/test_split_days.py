@@ -13,7 +13,7 @@ import pytest
 from helpers import seed
 
 from s3arch.archive import archive_prefix
-from s3arch.ops.catalog import Catalog
+from s3arch.ops.catalog.job_catalog import Catalog
 from s3arch.ops.jobs import job_from_dict
 from s3arch.ops.scrub import scrub
 
@@ -46,14 +46,14 @@ def trail(s3, buckets, clients):
     job = job_from_dict("trail", {"preset": "cloudtrail", "filters": {"organization": ORG}, "split_by": "account",
                                   "source": f"s3://{src}/", "destination": f"s3://{dst}/archive/",
                                   "storage_class": "STANDARD"})
-    assert job.split(clients.control, [job.prefix_for(DAY)]) == [account_day(a) for a in (*ACCOUNTS, IDLE)]
+    assert job.split(clients.store, [job.prefix_for(DAY)]) == [account_day(a) for a in (*ACCOUNTS, IDLE)]
     for account in ACCOUNTS[:2]:
         assert archive_prefix(job.spec_for(account_day(account)), clients).objects == 6
     return job, src
 
 
 def _view(job, clients) -> dict:
-    view = Catalog(job, clients.control).view(DAY, DAY, today=TODAY, refresh=True).to_dict()
+    view = Catalog(job, clients.store).view(DAY, DAY, today=TODAY, refresh=True).to_dict()
     return json.loads(json.dumps(view))  # what the catalog's JSON answers
 
 
@@ -66,7 +66,7 @@ def test_a_day_with_one_accounts_archive_missing_is_not_archived_and_lists_each_
         (account_day(ACCOUNTS[0]), "archived", 6), (account_day(ACCOUNTS[1]), "archived", 6),
         (account_day(ACCOUNTS[2]), "missing", None)]
     assert (view["totals"]["archived"], view["totals"]["gaps"]) == (0, [DAY.isoformat()])
-    result = scrub(job, clients.control, DAY, DAY, sample=1, seed=1)
+    result = scrub(job, clients.store, DAY, DAY, sample=1, seed=1)
     assert result.checked == 2 and result.verified == []
     assert [(d.kind, d.prefix) for d in result.drift] == [("split not archived", account_day(ACCOUNTS[2]))]
     assert result.drift[0].detail.startswith(f"{account_day(ACCOUNTS[2])} holds objects and has no archive")
@@ -77,11 +77,11 @@ def test_a_day_is_archived_once_every_account_is_and_late_objects_are_reported_p
     assert archive_prefix(job.spec_for(account_day(ACCOUNTS[2])), clients).objects == 3
     day = _view(job, clients)["days"][0]
     assert (day["state"], day["objects"], [s["state"] for s in day["splits"]]) == ("archived", 15, ["archived"] * 3)
-    assert scrub(job, clients.control, DAY, DAY, sample=1, seed=1).verified == [DAY.isoformat()]
+    assert scrub(job, clients.store, DAY, DAY, sample=1, seed=1).verified == [DAY.isoformat()]
 
     late = trail_key(ACCOUNTS[1], REGIONS[1], 59)
     seed(s3, src, {late: b'{"Records": ["late"]}'})
-    result = scrub(job, clients.control, DAY, DAY, sample=1, seed=1)
+    result = scrub(job, clients.store, DAY, DAY, sample=1, seed=1)
     assert result.checked == 3
     assert [(d.kind, d.prefix) for d in result.drift] == [("newer than archive", account_day(ACCOUNTS[1]))]
     assert result.drift[0].detail == f"{account_day(ACCOUNTS[1])}: 1 objects newer than its archive (first: {late})"
@@ -92,7 +92,7 @@ def test_a_day_is_archived_once_every_account_is_and_late_objects_are_reported_p
 
     rerun = archive_prefix(job.spec_for(account_day(ACCOUNTS[1])), clients)
     assert (rerun.status, rerun.part, rerun.late) == ("archived", 2, 1)
-    assert scrub(job, clients.control, DAY, DAY, sample=1, seed=1).ok
+    assert scrub(job, clients.store, DAY, DAY, sample=1, seed=1).ok
     day = _view(job, clients)["days"][0]
     assert (day["state"], day["objects"], day.get("late")) == ("archived", 16, None)
     assert [s.get("parts") for s in day["splits"]] == [None, 2, None]

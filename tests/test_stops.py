@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Callable
 
 import pytest
@@ -32,7 +33,7 @@ def day(s3, buckets):
 
 def killed_row(operator) -> str:
     """Run ``operator``, killed on the way; the error its row reads."""
-    from s3arch_airflow.operators import ROWS_XCOM_KEY
+    from s3arch_airflow.task_rows import ROWS_XCOM_KEY
 
     ti = TaskInstanceStub()
     with pytest.raises(Exception, match="cancelled by Airflow"):
@@ -42,27 +43,33 @@ def killed_row(operator) -> str:
     return row["error"]
 
 
-def stop_when_streaming(monkeypatch, stop: Callable[[], None]) -> None:
-    """``stop()`` runs once the archive's upload exists and the tar writer begins member
-    ``STOP_AT``; the stream goes on from there, as it would after a stop from another thread."""
+def archive_upload_opened(s3, bucket: str, timeout: float = 60) -> bool:
+    """Whether MinIO shows an upload of an archive (``.tar.gz``) open in ``bucket`` within
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(u["Key"].endswith(".tar.gz") for u in open_uploads(s3, bucket)):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def stop_when_streaming(monkeypatch, stop: Callable[[], None], s3, bucket: str) -> None:
+    """``stop()`` runs once the archive's upload is open in ``bucket`` (as MinIO lists it)
+    and the tar writer begins member ``STOP_AT``; the stream goes on from there, as it would
+    after a stop from another thread."""
     from s3arch.format.tarwriter import TarStream
-    from s3arch.io.upload import PartUploader
 
-    created, begun = threading.Event(), []
-    create, begin = PartUploader._create, TarStream.begin
-
-    def create_and_tell(self):
-        create(self)
-        created.set()
+    begun = []
+    begin = TarStream.begin
 
     def begin_and_stop(self, *args):
         begun.append(1)
         if len(begun) == STOP_AT:
-            assert created.wait(60), "the archive's upload was never created"
+            assert archive_upload_opened(s3, bucket), "the archive's upload was never created"
             stop()
         return begin(self, *args)
 
-    monkeypatch.setattr(PartUploader, "_create", create_and_tell)
     monkeypatch.setattr(TarStream, "begin", begin_and_stop)
 
 
@@ -92,7 +99,7 @@ def test_ctrl_c_aborts_the_uploads_and_the_cli_says_interrupted_and_exits_130(s3
     def ctrl_c():
         raise KeyboardInterrupt
 
-    stop_when_streaming(monkeypatch, ctrl_c)
+    stop_when_streaming(monkeypatch, ctrl_c, s3, dst)
     assert cli.main(["archive", f"s3://{src}/{PREFIX}", f"s3://{dst}/a/", "--storage-class", "STANDARD",
                      "--processes", "1", "--quiet"]) == 130
     assert "interrupted; uploads in progress were aborted" in capsys.readouterr().err
@@ -101,7 +108,7 @@ def test_ctrl_c_aborts_the_uploads_and_the_cli_says_interrupted_and_exits_130(s3
 
 def test_on_kill_stops_an_archive_task_with_airflows_reason_and_leaves_nothing(s3, buckets, day, clients,
                                                                                monkeypatch):
-    from s3arch_airflow.operators import KILLED
+    from s3arch_airflow.task_stops import KILLED
 
     src, dst = buckets
     operator = archive_task(monkeypatch, clients, buckets, "S3ArchivePrefixOperator", prefix=PREFIX)
@@ -111,7 +118,7 @@ def test_on_kill_stops_an_archive_task_with_airflows_reason_and_leaves_nothing(s
         operator.on_kill()  # what Airflow's SIGTERM handler calls, on this thread
         assert seen.wait(10)
 
-    stop_when_streaming(monkeypatch, kill)
+    stop_when_streaming(monkeypatch, kill, s3, dst)
     assert killed_row(operator) == (
         f"{KILLED} while archiving s3://{src}/{PREFIX}: its uploads were aborted and nothing was committed")
     assert open_uploads(s3, dst) == [] and keys_in(s3, dst) == []
@@ -121,19 +128,19 @@ def test_on_kill_stops_a_prepare_task_before_it_plans_or_opens_an_upload(s3, buc
     """The prepare task ran its plan without the task's cancel: a killed prepare went on,
     opened the archive's upload and wrote plan.json."""
     import s3arch.protocol.commit as commit
-    from s3arch_airflow.operators import KILLED
+    from s3arch_airflow.task_stops import KILLED
 
     src, dst = buckets
     operator = archive_task(monkeypatch, clients, buckets, "S3PrepareSegmentsOperator", prefix=PREFIX, segments=2)
     plan_segments = commit.plan_segments
 
-    def killed_while_planning(spec, control, archive_key, count, stop):
+    def killed_while_planning(spec, store, archive_key, count, stop):
         def kill_then_stop():
             operator.on_kill()
             assert stop.__self__.wait(10), "the kill never reached the plan"  # the plan's coordinator
             stop()
 
-        return plan_segments(spec, control, archive_key, count, stop=kill_then_stop)
+        return plan_segments(spec, store, archive_key, count, stop=kill_then_stop)
 
     monkeypatch.setattr(commit, "plan_segments", killed_while_planning)
     assert killed_row(operator) == (
@@ -156,7 +163,7 @@ def test_a_lost_lease_stops_the_run_with_the_leases_own_reason(s3, buckets, day,
         s3.put_object(Bucket=dst, Key=lease_key, Body=b'{"owner": "another run"}')  # its ETag is not ours
         assert seen.wait(10), "the lost lease never reached the stream"
 
-    stop_when_streaming(monkeypatch, taken_over)
+    stop_when_streaming(monkeypatch, taken_over, s3, dst)
     with pytest.raises(ConcurrentRun, match="was taken over by another run; nothing was committed") as lost:
         archive_prefix(the_spec, clients)
     assert lost.value.exit_code == 3

@@ -60,7 +60,8 @@ def leases(s3, bucket: str) -> list[str]:
 ], ids=["while-day1-takes-its-lease", "in-day1s-stale-cleanup", "after-day1"])
 def test_stop_between_prefixes_runs_no_further_prefix_and_leaves_no_lease(s3, buckets, clients, monkeypatch,
                                                                            operation, of_day1, day1):
-    from s3arch_airflow.operators import KILLED, ROWS_XCOM_KEY
+    from s3arch_airflow.task_rows import ROWS_XCOM_KEY
+    from s3arch_airflow.task_stops import KILLED
 
     src, dst = buckets
     seed(s3, src, {f"{prefix}{i}.log": b"entry %d\n" % i for prefix in PREFIXES for i in range(5)})
@@ -163,3 +164,23 @@ def test_failed_late_part_deletion_hint_names_a_command_that_works(s3, archived_
     assert hinted, str(failed.value)
     assert run_cli(cli_env, *hinted.group(1).split()).returncode == 0
     assert keys_in(s3, src) == []
+
+
+def test_a_stop_reaches_the_sizing_listing_which_lists_no_further_page(s3, buckets, clients):
+    """A run sizes its source in a thread of its own (could it use segments?) while its
+    pipeline starts: stopped from above, that thread lists no further page."""
+    from s3arch.core.config import S3Url
+    from s3arch.core.errors import Cancelled
+    from s3arch.core.stops import Cancel
+    from s3arch.produce.segments import SizingListing
+
+    src, _ = buckets
+    seed(s3, src, {f"big/{i:05d}.log": b"x" for i in range(3_000)})
+    cancel = Cancel()
+    listed = on_first_request(clients, "ListObjectsV2", lambda: cancel.set("marked failed"),
+                              sent_for=lambda params: params.get("Prefix") == "big/")
+    sizing = SizingListing(clients.store.bound(cancel), S3Url(src, "big/"), min_objects=10_000, min_bytes=1 << 40)
+    with pytest.raises(Cancelled) as stopped:
+        sizing.result()
+    assert str(stopped.value).startswith("marked failed while list s3://")
+    assert len(listed) == 1 and clients.store.sent.counts().get("list_objects_v2", 0) <= 1

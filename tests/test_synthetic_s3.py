@@ -273,6 +273,7 @@ def test_objects_longer_than_the_text_pool(s3):
         assert "panic" not in large.server.log_path.read_text(errors="replace")
 
 
+@pytest.mark.slow  # compiles the Go server's tests: both cores for a while, and no crash-safety question
 def test_go_unit_tests():
     """bench/synthetic_s3's own tests: keys sort and parse back, ETag = MD5 and ranges = slices
     for small, large and empty objects, Range headers."""
@@ -313,20 +314,20 @@ def test_engine_dry_run_lists_and_samples_it(source, listed):
 def test_engine_archives_it_into_minio_through_the_upstream(minio, cli_env):
     """One endpoint for both sides, as the CLI takes: the synthetic server answers the virtual
     bucket and passes every other request to MinIO unchanged (--upstream), so the engine reads
-    3,000 objects from it and writes the archive, manifest and lease into MinIO through it,
+    1,200 objects (two listing pages, three hosts) from it and writes the archive, manifest and lease into MinIO through it,
     MinIO checking every signature. The archive, read from MinIO itself, holds every object's
     bytes as the synthetic server serves them, and `s3arch verify` (through the server too)
     passes."""
     from helpers import read_archive, run_cli
 
-    objects, virtual, prefix = 3000, "synthetic-day", "day/"
+    objects, virtual, prefix = 1200, "synthetic-day", "day/"
     dest = f"dst-{uuid.uuid4().hex[:10]}"
     minio_s3 = minio.client()
     minio_s3.create_bucket(Bucket=dest)
     # Only --endpoint-url names an endpoint: a request that went around the synthetic server
     # would go to AWS (no network here) and fail.
     env = {k: v for k, v in cli_env.items() if k != "AWS_ENDPOINT_URL_S3"}
-    with SyntheticSource(objects=objects, bucket=virtual, prefix=prefix, per_host=1000, seed=11,
+    with SyntheticSource(objects=objects, bucket=virtual, prefix=prefix, per_host=500, seed=11,
                          upstream=minio) as both:
         endpoint = ["--endpoint-url", both.endpoint_url]
         # MinIO checks the signatures it is passed: one made with another secret is refused.

@@ -59,7 +59,7 @@ def test_a_prefix_throttled_for_30_seconds_archives_slower_instead_of_failing(s3
 
 
 def test_the_in_flight_limit_halves_on_a_throttle_and_grows_back_slowly():
-    from s3arch.io.fetching import InFlightLimit
+    from s3arch.io.flow import InFlightLimit
 
     now = [100.0]
     limit = InFlightLimit(64, clock=lambda: now[0])
@@ -84,7 +84,7 @@ def test_the_in_flight_limit_halves_on_a_throttle_and_grows_back_slowly():
 
 
 def test_the_in_flight_limit_holds_requests_to_it_and_lets_retries_go_first():
-    from s3arch.io.fetching import InFlightLimit
+    from s3arch.io.flow import InFlightLimit
 
     limit = InFlightLimit(2, clock=lambda: 0.0)
     assert limit.acquire(timeout=0.01) and limit.acquire(timeout=0.01)
@@ -113,7 +113,8 @@ def test_the_throttled_count_goes_to_the_task_row_and_the_metrics(monkeypatch):
     from types import SimpleNamespace
 
     import airflow.providers.common.compat.sdk as compat
-    from s3arch_airflow.operators import S3ArchiveBaseOperator, result_row
+    from s3arch_airflow.archive_base import S3ArchiveBaseOperator
+    from s3arch_airflow.task_rows import result_row
 
     sent = []
     monkeypatch.setattr(compat.Stats, "incr", lambda name, count=1, **kw: sent.append((name, count)))
@@ -329,18 +330,38 @@ def test_throttle_budget_flag_is_the_budget_the_run_honours(s3, buckets, proxy, 
     assert [k for k in keys_in(s3, dst) if ".segments/" not in k] == [] and open_uploads(s3, dst) == []
 
 
+def _cli_exit(argv: list[str], capsys) -> tuple[int, str]:
+    """``s3arch ARGV`` run in this process (``s3arch.cli.main``, what ``python -m s3arch``
+    exits with): its exit code and what it wrote to stderr."""
+    from s3arch.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as refused:  # argparse's own refusals
+        code = refused.code
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("value", ["0", "-5", "soon", "nan", "inf"])
-def test_a_throttle_budget_that_is_not_a_positive_number_exits_2_naming_it(cli_env, value):
+def test_a_throttle_budget_that_is_not_a_positive_number_exits_2_naming_it(cli_env, value, monkeypatch, capsys):
+    """In this process (the refusal comes before any request: no interpreter per case); the
+    CLI's own process exits the same way (the last case, once)."""
+    for name, setting in cli_env.items():
+        monkeypatch.setenv(name, setting)
+    monkeypatch.delenv("S3ARCH_THROTTLE_BUDGET", raising=False)
     for argv in (["archive", "s3://src-x/day/", "s3://dst-x/a/", "--throttle-budget", value],
                  ["--throttle-budget", value, "ls", "s3://dst-x/a/b.tar.gz"]):
-        proc = run_cli(cli_env, *argv, check=False)
-        stderr = proc.stderr.decode(errors="replace")
-        assert proc.returncode == 2, (argv, stderr)
+        code, stderr = _cli_exit(argv, capsys)
+        assert code == 2, (argv, stderr)
         assert f"--throttle-budget {value!r} must be a number of seconds > 0" in stderr, stderr
-    proc = run_cli({**cli_env, "S3ARCH_THROTTLE_BUDGET": value}, "archive", "s3://src-x/day/", "s3://dst-x/a/",
-                   check=False)
-    stderr = proc.stderr.decode(errors="replace")
-    assert proc.returncode == 2 and f"S3ARCH_THROTTLE_BUDGET {value!r} must be a number of seconds > 0" in stderr, stderr
+    monkeypatch.setenv("S3ARCH_THROTTLE_BUDGET", value)
+    code, stderr = _cli_exit(["archive", "s3://src-x/day/", "s3://dst-x/a/"], capsys)
+    assert code == 2 and f"S3ARCH_THROTTLE_BUDGET {value!r} must be a number of seconds > 0" in stderr, stderr
+    if value == "inf":
+        proc = run_cli({**cli_env, "S3ARCH_THROTTLE_BUDGET": value}, "archive", "s3://src-x/day/", "s3://dst-x/a/",
+                       check=False)
+        stderr = proc.stderr.decode(errors="replace")
+        assert proc.returncode == 2 and f"S3ARCH_THROTTLE_BUDGET {value!r} must be a number of seconds > 0" in stderr
 
 
 def test_a_jobs_or_operators_throttle_budget_is_the_specs_and_a_bad_one_names_the_job():
@@ -353,10 +374,10 @@ def test_a_jobs_or_operators_throttle_budget_is_the_specs_and_a_bad_one_names_th
     job = job_from_dict("j", {**body, "throttle_budget": 45})
     assert job.spec_for("logs/2026/01/31/").throttle_budget == 45.0
     operator = S3ArchivePrefixOperator(task_id="a", source_bucket="src-x", prefix="logs/2026/01/31/",
-                                       destination="s3://dst-x/", **job.operator_args)
+                                       destination="s3://dst-x/", options=job.operator_args)
     assert operator._spec("logs/2026/01/31/") == job.spec_for("logs/2026/01/31/")
     templated = S3ArchivePrefixOperator(task_id="b", source_bucket="src-x", prefix="p/", destination="s3://dst-x/",
-                                        throttle_budget="30")  # as a rendered template gives it
+                                        options={"throttle_budget": "30"})  # as a rendered template gives it
     assert templated._spec("p/").throttle_budget == 30.0
     with pytest.raises(BadArgument, match=r"job 'j': throttle_budget -1 must be a number of seconds > 0"):
         job_from_dict("j", {**body, "throttle_budget": -1})

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from helpers import ROOT
 
 
@@ -19,6 +21,7 @@ def _run(code: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # imports Airflow and the engine in a fresh interpreter: the Celery stack's preparation
 def test_the_preload_leaves_the_worker_safe_to_fork_with_the_engine_and_s3_model_loaded():
     """A fork copies one thread: a thread, socket or CRT object made by the preload would be
     broken in every task process. After the preload, a task's clients read no model file."""

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from s3arch_airflow.operators import S3ArchivePrefixOperator
-    from s3arch_airflow.operators import (S3ArchiveSegmentOperator, S3AssembleSegmentsOperator,
-                                          S3PrepareSegmentsOperator)
+    from s3arch_airflow.operators import S3ArchiveSegmentOperator, S3AssembleSegmentsOperator, S3PrepareSegmentsOperator
     from s3arch_airflow.restore import S3RestoreArchiveOperator
 
 __all__ = ["S3ArchivePrefixOperator", "S3RestoreArchiveOperator"]

@@ -24,7 +24,7 @@ def backfill_progress(job, dag_id: str, view) -> list[dict]:
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
-    from s3arch.ops.catalog import ARCHIVED_STATES
+    from s3arch.ops.catalog.view import ARCHIVED_STATES
 
     states = {d.day: d.state for d in view.days}
     with create_session() as session:
@@ -53,7 +53,7 @@ def backfill_progress(job, dag_id: str, view) -> list[dict]:
 
 def planned_days(job, logical: date) -> list[str]:
     """The days (ISO) the run of a logical date archives: the same plan the DAG's plan task makes."""
-    from s3arch.ops.jobs import plan
+    from s3arch.ops.planning import plan
 
     return [job.date_of(prefix).isoformat() for prefix in plan(job, logical_date=logical)]
 

@@ -36,7 +36,7 @@ app = FastAPI(title="s3arch archive catalog",
 
 _lock = threading.Lock()
 _jobs_cache: dict = {}
-_clients: dict = {}
+_clients: dict = {}  # the page's clients by job name and the connection of its catalog duty
 
 
 def jobs_path() -> Path:
@@ -80,13 +80,16 @@ def job_of(dag_id: str):
     return job
 
 
-def control_for(job):
+def store_for(job):
+    """The catalog's store of ``job``, made once per job and connection: a jobs file that
+    gives the job another connection gets clients of that connection."""
+    key = (job.name, job.conn_id_for("catalog"), job.expected_owner, job.throttle_budget)
     with _lock:
-        if job.name not in _clients:
+        if key not in _clients:
             from s3arch_airflow.hooks import S3ArchHook
 
-            _clients[job.name] = S3ArchHook.for_job(job, "catalog").engine_clients().control
-        return _clients[job.name]
+            _clients[key] = S3ArchHook.for_job(job, "catalog").engine_clients().store
+        return _clients[key]
 
 
 def may(user, dag_id: str, method: Literal["GET", "POST"], run: bool = False) -> bool:
@@ -146,7 +149,8 @@ def job_days(dag_id: str, user: GetUserDep,
              date_to: date | None = Query(None, description="last day (default: today)"),
              refresh: bool = Query(False, description="read S3 again instead of the cached view")) -> dict:
     """One job's days over a range, with their states, figures and Airflow's last run."""
-    from s3arch.ops.catalog import apply_runs, catalog_for
+    from s3arch.ops.catalog.job_catalog import catalog_for
+    from s3arch.ops.catalog.view import apply_runs
     from s3arch.restore.glacier import NEEDS_RESTORE
 
     job = job_of(dag_id)
@@ -158,7 +162,7 @@ def job_days(dag_id: str, user: GetUserDep,
     if (last - first).days >= MAX_DAYS:
         raise HTTPException(422, f"at most {MAX_DAYS} days at once")
     runs, restored = airflow_runs(job, first, last)
-    view = catalog_for(job, control_for(job)).view(
+    view = catalog_for(job, store_for(job)).view(
         first, last, refresh=refresh,
         restore_hint=restored if job.storage_class in NEEDS_RESTORE else None)
     view = apply_runs(view, runs)  # a new view: the cached one stays as S3 showed it
@@ -205,7 +209,7 @@ def _days_of(job, label: str | None, first: date, last: date) -> list[date]:
     if not label:
         return []
     from s3arch.core.errors import BadArgument
-    from s3arch.ops.jobs import days_between
+    from s3arch.ops.planning import days_between
 
     try:
         if " .. " in label:

@@ -22,9 +22,11 @@ from pathlib import Path
 from airflow.sdk import DAG, AssetAlias, Param, TriggerRule, task
 
 from s3arch.core.options import Form, Option, form_options
-from s3arch.ops.jobs import ArchiveJob, load_jobs
-from s3arch_airflow.operators import (ROWS_XCOM_KEY, S3ArchivePrefixOperator, S3ArchiveSegmentOperator,
-                                      S3AssembleSegmentsOperator, S3PrepareSegmentsOperator)
+from s3arch.ops.archive_job import ArchiveJob
+from s3arch.ops.jobs import load_jobs
+from s3arch_airflow.operators import (S3ArchivePrefixOperator, S3ArchiveSegmentOperator, S3AssembleSegmentsOperator,
+                                      S3PrepareSegmentsOperator)
+from s3arch_airflow.task_rows import ROWS_XCOM_KEY
 from s3arch_airflow.plan_task import S3PlanArchiveOperator
 from s3arch_airflow.report import job_retry_args, job_task_args
 from s3arch_airflow.restore import RESTORE_ROWS_XCOM_KEY, S3RestoreArchiveOperator
@@ -164,7 +166,7 @@ def segment_path(job: ArchiveJob, planned, step: dict, deleting: dict, outlets: 
         from s3arch.ops.sizing import split_by_size
 
         with failing_task("sizing the prefixes"):
-            split = split_by_size(job, planned, S3ArchHook.for_job(job).engine_clients().control)
+            split = split_by_size(job, planned, S3ArchHook.for_job(job).engine_clients().store)
         for size in split["sizes"]:
             print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} "
                   f"objects, {size['bytes']:,} bytes (from the {size['source']}: {size['requests']} LIST requests, "
@@ -224,6 +226,43 @@ def restore_params() -> dict[str, Param]:
     return {**RESTORE_PLAN_PARAMS, **{o.name: form_param(o, o.form) for o in form_options() if o.form}}
 
 
+def restore_options(job: ArchiveJob) -> dict:
+    """The restore task's ``options``: the job's value of each option the restore operator takes
+    that is a job key (``poll_interval``, ``memory_budget``, ``expected_owner``), and each field
+    of the restore form as the run's param of its name (rendered)."""
+    from s3arch_airflow.operator_options import RESTORE
+
+    return {**{name: job.options[name] for name, o in RESTORE.options().items() if o.job == "key"},
+            **{o.name: f"{{{{ params[{o.name!r}] }}}}" for o in form_options()}}
+
+
+def restore_prefixes(job: ArchiveJob, params: dict) -> list[str]:
+    """The restore DAG's ``plan`` task: the archived prefixes its form names (a date range or
+    exact prefixes; a split job's day as its archives), at most what one run maps. A bad
+    parameter fails the task without retries, before anything is started."""
+    from s3arch_airflow.compat import conf
+
+    from s3arch.core.errors import BadArgument
+    from s3arch.ops.planning import plan
+    from s3arch_airflow.failures import fail_task
+    from s3arch_airflow.hooks import S3ArchHook
+
+    try:
+        if not (params.get("prefixes") or params.get("date_from") or params.get("date_to")):
+            raise BadArgument("give a date range or prefixes to restore")
+        prefixes = plan(job, date_from=params.get("date_from"), date_to=params.get("date_to"),
+                        prefixes=params.get("prefixes"))
+        if job.split_by:  # the day's archives, listed as the restore role may
+            prefixes = job.split_archived(S3ArchHook.for_job(job, "restore").engine_clients().store, prefixes)
+        if len(prefixes) > conf.getint("core", "max_map_length"):
+            raise BadArgument(f"{len(prefixes)} prefixes are more than one run maps",
+                              hint="restore a shorter range per run")
+    except BaseException as exc:
+        fail_task("bad parameters, nothing was started", exc)
+    print(f"{len(prefixes)} prefix(es) to restore: {prefixes[0]}"
+          f"{' .. ' + prefixes[-1] if len(prefixes) > 1 else ''}")
+    return prefixes
+
 def restore_dag(job: ArchiveJob) -> DAG:
     with DAG(
         dag_id=f"s3_restore__{job.name}",
@@ -241,39 +280,14 @@ def restore_dag(job: ArchiveJob) -> DAG:
 
         @task(task_id="plan", execution_timeout=timedelta(minutes=10))
         def plan_prefixes(params: dict) -> list[str]:
-            from s3arch_airflow.compat import conf
-
-            from s3arch.core.errors import BadArgument
-            from s3arch.ops.jobs import plan
-            from s3arch_airflow.failures import fail_task
-            from s3arch_airflow.hooks import S3ArchHook
-
-            try:
-                if not (params.get("prefixes") or params.get("date_from") or params.get("date_to")):
-                    raise BadArgument("give a date range or prefixes to restore")
-                prefixes = plan(job, date_from=params.get("date_from"), date_to=params.get("date_to"),
-                                prefixes=params.get("prefixes"))
-                if job.split_by:  # the day's archives, listed as the restore role may
-                    prefixes = job.split_archived(S3ArchHook.for_job(job, "restore").engine_clients().control,
-                                                  prefixes)
-                if len(prefixes) > conf.getint("core", "max_map_length"):
-                    raise BadArgument(f"{len(prefixes)} prefixes are more than one run maps",
-                                      hint="restore a shorter range per run")
-            except BaseException as exc:
-                fail_task("bad parameters, nothing was started", exc)
-            print(f"{len(prefixes)} prefix(es) to restore: {prefixes[0]}"
-                  f"{' .. ' + prefixes[-1] if len(prefixes) > 1 else ''}")
-            return prefixes
+            return restore_prefixes(job, params)
 
         planned = plan_prefixes()  # type: ignore[call-arg, misc]  # params come from the context
         restored = S3RestoreArchiveOperator.partial(
             task_id="restore",
             source_bucket=job.source.bucket,
             destination=str(job.destination),
-            **{o.name: f"{{{{ params[{o.name!r}] }}}}" for o in form_options()},  # the form's fields
-            memory_budget=job.memory_budget,
-            poll_interval=job.poll_interval,
-            expected_owner=job.expected_owner,
+            options=restore_options(job),  # the job's restore settings and the form's fields
             execution_timeout=timedelta(hours=72),  # the deferred wait counts towards it
             **job_task_args(job, "restore"),
         ).expand(prefix=planned)

@@ -16,7 +16,7 @@ from airflow.providers.amazon.aws.hooks.s3 import S3Hook
 
 if TYPE_CHECKING:
     from s3arch.io.s3 import S3Clients
-    from s3arch.ops.jobs import ArchiveJob
+    from s3arch.ops.archive_job import ArchiveJob
 
 Duty = Literal["archive", "restore", "catalog"]
 

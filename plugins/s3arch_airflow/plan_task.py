@@ -21,7 +21,7 @@ from s3arch_airflow.report import print_report
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from s3arch.ops.jobs import ArchiveJob
+    from s3arch.ops.archive_job import ArchiveJob
 
 # The trigger form's fields that make a run more than its logical date's day.
 RANGE_PARAMS = ("date_from", "date_to", "prefixes")
@@ -65,7 +65,7 @@ class S3PlanArchiveOperator(S3ArchivePrefixOperator):
         from s3arch_airflow.failures import fail_task
 
         try:
-            return prefix in split_by_size(self.job, [[prefix]], self.hook.engine_clients().control)["large"]
+            return prefix in split_by_size(self.job, [[prefix]], self.hook.engine_clients().store)["large"]
         except BaseException as exc:
             fail_task("sizing the day", exc)
 
@@ -75,7 +75,7 @@ def planned_batches(job: ArchiveJob, params: dict, reference) -> list[list[str]]
     bad parameters fail the task before anything starts, without a retry."""
     from s3arch_airflow.compat import conf
 
-    from s3arch.ops.jobs import archive_batches, plan
+    from s3arch.ops.planning import archive_batches, plan
     from s3arch_airflow.failures import fail_task
 
     try:
@@ -97,4 +97,4 @@ def split_source_names(job: ArchiveJob, names: list[str]) -> list[str]:
     from s3arch_airflow.hooks import S3ArchHook, failing_task
 
     with failing_task("nothing was started"):
-        return job.split(S3ArchHook.for_job(job).engine_clients().control, names)
+        return job.split(S3ArchHook.for_job(job).engine_clients().store, names)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from s3arch_airflow.operators import result_row
+from s3arch_airflow.task_rows import result_row
 from s3arch.core.cost import CostEstimate, usd
 from s3arch.core.progress import human_bytes
 

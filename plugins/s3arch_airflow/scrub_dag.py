@@ -20,7 +20,7 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, Param, task
 
-from s3arch.ops.jobs import ArchiveJob
+from s3arch.ops.archive_job import ArchiveJob
 
 SCHEDULE_ENV = "S3ARCH_SCRUB_SCHEDULE"
 
@@ -72,8 +72,8 @@ def scrub_dag(job: ArchiveJob) -> DAG:
 
             with failing_task(f"scrub of {job.name}"):
                 first, last = parse_range(job, params.get("date_from"), params.get("date_to"))
-                control = S3ArchHook.for_job(job, "catalog").engine_clients().control
-                result = scrub(job, control, first, last, sample=int(params.get("sample") or 0))
+                store = S3ArchHook.for_job(job, "catalog").engine_clients().store
+                result = scrub(job, store, first, last, sample=int(params.get("sample") or 0))
             print(f"{result.checked} archive(s) from {first} to {last}: {len(result.verified)} verified, "
                   f"{result.sampled} member(s) sampled; result {result.result_url}")
             print(result.cost_line())

@@ -41,11 +41,11 @@ class ArchiveRestoredTrigger(BaseTrigger):
                  "botocore_config": self.botocore_config, "poll_interval": self.poll_interval,
                  "deadline": self.deadline, "expected_owner": self.expected_owner})
 
-    def _control(self):
+    def _store(self):
         from s3arch_airflow.hooks import S3ArchHook
 
         return S3ArchHook(aws_conn_id=self.aws_conn_id, region_name=self.region_name, verify=self.verify,
-                          config=self.botocore_config, expected_owner=self.expected_owner).engine_clients().control
+                          config=self.botocore_config, expected_owner=self.expected_owner).engine_clients().store
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from s3arch.core.errors import RestoreLapsed, RestoreNotFinished
@@ -53,9 +53,9 @@ class ArchiveRestoredTrigger(BaseTrigger):
 
         url = f"s3://{self.bucket}/{self.key}"
         try:
-            control = await asyncio.to_thread(self._control)
+            store = await asyncio.to_thread(self._store)
             while True:
-                state = await asyncio.to_thread(archive_state, control, self.bucket, self.key)
+                state = await asyncio.to_thread(archive_state, store, self.bucket, self.key)
                 if state.readable:
                     yield TriggerEvent({"status": "restored", "archive": url, "expiry": state.expiry})
                     return

@@ -180,7 +180,7 @@ def _run(args) -> int:
         from s3arch.io.attributes import describe
         from s3arch.restore.days import day_members
 
-        for r in day_members(clients.control, layout):
+        for r in day_members(clients.store, layout):
             if args.json:
                 print(json.dumps(r, ensure_ascii=False))
             else:
@@ -193,13 +193,13 @@ def _run(args) -> int:
         from s3arch.restore.days import part_holding
         from s3arch.restore.reading import cat_object
 
-        cat_object(clients.control, part_holding(clients.control, layout, args.key), args.key, sys.stdout.buffer)
+        cat_object(clients.store, part_holding(clients.store, layout, args.key), args.key, sys.stdout.buffer)
         sys.stdout.buffer.flush()
         return 0
     if args.command == "verify":
         from s3arch.restore.reading import verify_archive
 
-        report = verify_archive(clients.control, layout)
+        report = verify_archive(clients.store, layout)
         if args.json:
             print(json.dumps({"status": "verified", **report.__dict__}))
         else:

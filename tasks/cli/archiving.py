@@ -6,12 +6,16 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from s3arch.cli.jobs import job_named, jobs_file
 from s3arch.core.config import ArchiveSpec, S3Url, default_processes
 from s3arch.core.errors import ArchiverError, EmptyPrefix, outcome
 from s3arch.core.options import archive_options, archive_spec, whole_days
 from s3arch.core.progress import Progress, TerminalLine, human_bytes
+
+if TYPE_CHECKING:
+    from s3arch.io.store import Store
 
 
 def archive(args, clients) -> int:
@@ -30,7 +34,7 @@ def archive(args, clients) -> int:
     # The window's days first, oldest first: each re-checked (never overwritten), then the day named.
     for day in [replace(spec, source=source, overwrite=False) for source in window] + [spec]:
         try:
-            result = archive_one(args, sized(day, clients.control), clients, recheck=day is not spec)
+            result = archive_one(args, sized(day, clients.store), clients, recheck=day is not spec)
         except EmptyPrefix:
             if day is spec:
                 raise
@@ -48,7 +52,8 @@ def archive_job(args, clients) -> int:
     wildcards' prefix), one archive per split value, the job's settings (a done day's late
     objects become its next part). Every day runs; the worst failure is the exit."""
     from s3arch.core.errors import BadArgument
-    from s3arch.ops.jobs import load_jobs, plan
+    from s3arch.ops.jobs import load_jobs
+    from s3arch.ops.planning import plan
 
     given = [o.flag for name, o in archive_options().items()
              if name not in JOB_RUN_FLAGS and getattr(args, name, o.default) not in (o.default, None)]
@@ -57,12 +62,12 @@ def archive_job(args, clients) -> int:
                           + (f" (given: {', '.join(given)})" if given else ""),
                           hint="the job's settings are in the jobs file; change them there")
     job = job_named(load_jobs(jobs_file(args)), args.job)
-    names = job.split(clients.control, plan(job, date_from=args.date, date_to=args.date_to or args.date))
+    names = job.split(clients.store, plan(job, date_from=args.date, date_to=args.date_to or args.date))
     failed: list[ArchiverError] = []
     for name in names:
         spec = job.spec_for(name, overwrite=args.overwrite, dry_run=args.dry_run)
         try:
-            print_result(args, archive_one(args, sized(spec, clients.control), clients))
+            print_result(args, archive_one(args, sized(spec, clients.store), clients))
         except EmptyPrefix as exc:
             if not job.allow_empty:
                 failed.append(exc)
@@ -126,7 +131,7 @@ def print_result(args, result) -> None:
         print(f"note: {note}")
 
 
-def sized(spec: ArchiveSpec, control) -> ArchiveSpec:
+def sized(spec: ArchiveSpec, store: Store) -> ArchiveSpec:
     """``--segments N`` (N >= 2) cuts only a prefix at or over the thresholds, as a job's
     ``segments`` does: the prefix is sized first (a listing of at most
     segment_min_objects / 1,000 pages, what the archive DAG's sizing task does), and a smaller
@@ -135,7 +140,7 @@ def sized(spec: ArchiveSpec, control) -> ArchiveSpec:
         return spec
     from s3arch.produce.segments import size_prefix
 
-    size = size_prefix(control, spec.source.bucket, spec.source.key, spec.segment_min_objects, spec.segment_min_bytes)
+    size = size_prefix(store, spec.source.bucket, spec.source.key, spec.segment_min_objects, spec.segment_min_bytes)
     if size.large(spec.segment_min_objects, spec.segment_min_bytes):
         return spec
     return replace(spec, segments=0, processes=1)
@@ -166,9 +171,10 @@ def deletion_line(result) -> str:
 
 def delete_sources(args, clients, layout) -> int:
     from s3arch.archive import delete_sources
-    from s3arch.format.manifest import destination_of, read_committed
+    from s3arch.format.manifest import destination_of
+    from s3arch.stored.manifests import read_committed
 
-    committed = read_committed(clients.control, layout)
+    committed = read_committed(clients.store, layout)
     if committed is None:
         from s3arch.core.errors import BadArgument
 

@@ -26,16 +26,16 @@ def job_named(jobs: dict, name: str):
 
 
 def plan_days(args, clients) -> int:
-    from s3arch.ops.inventory import plan_from_inventory
+    from s3arch.ops.inventory.planning import plan_from_inventory
     from s3arch.ops.jobs import check_inventory_location, load_jobs
     from s3arch.ops.sizing import plan_from_listing
 
     job = job_named(load_jobs(jobs_file(args)), args.job)
     location = check_inventory_location(S3Url.parse(args.inventory)) if args.inventory else None
     if location is None and job.inventory is None:
-        planned = plan_from_listing(job, clients.control, date_from=args.date_from, date_to=args.date_to)
+        planned = plan_from_listing(job, clients.store, date_from=args.date_from, date_to=args.date_to)
     else:
-        planned = plan_from_inventory(job, clients.control, date_from=args.date_from, date_to=args.date_to,
+        planned = plan_from_inventory(job, clients.store, date_from=args.date_from, date_to=args.date_to,
                                       location=location, max_age_days=args.inventory_max_age_days)
     if args.json:
         print(json.dumps(planned))
@@ -77,7 +77,7 @@ def scrub(args, clients) -> int:
     if args.archive is None:
         job = job_named(jobs, args.job)
         first, last = parse_range(job, args.date_from, args.date_to)
-        result = scrub(job, clients.control, first, last, sample=sample)
+        result = scrub(job, clients.store, first, last, sample=sample)
     else:
         layout = layout_from_url(S3Url.parse(args.archive))
         if args.job is not None:
@@ -90,7 +90,7 @@ def scrub(args, clients) -> int:
                                   hint="name its job (--job NAME), or its jobs file (--jobs-file); `s3arch verify` "
                                        "reads any archive back whole")
             job = found[0]
-        result = scrub_archive(job, clients.control, layout, sample=sample)
+        result = scrub_archive(job, clients.store, layout, sample=sample)
     error = result.failure()
     failure = outcome(error) if error is not None else None
     if args.json:

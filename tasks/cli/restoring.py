@@ -11,9 +11,9 @@ from s3arch.core.progress import human_bytes
 
 def restore(args, clients, layout) -> int:
     """Every part of the day (one line each): a day with late parts is restored whole."""
-    from s3arch.format.day import committed_parts
+    from s3arch.stored.days import committed_parts
 
-    parts = committed_parts(clients.control, layout)
+    parts = committed_parts(clients.store, layout)
     if not parts:
         from s3arch.core.errors import BadArgument
 
@@ -26,8 +26,8 @@ def restore(args, clients, layout) -> int:
 def restore_archive(args, clients, bucket: str, key: str) -> None:
     from s3arch.restore.glacier import POLL_SECONDS, request_restore, wait_restored
 
-    state = request_restore(clients.control, bucket, key, tier=args.tier, days=args.days,
-                            fallback_tier=args.fallback_tier, restore_control=clients.single_attempt)
+    state = request_restore(clients.store, bucket, key, tier=args.tier, days=args.days,
+                            fallback_tier=args.fallback_tier, restore_store=clients.single_attempt_store)
     if not args.json:
         print(f"{state.line()}" + (f" ({state.requested}, tier {state.tier})" if state.requested else ""))
     if args.wait and not state.readable:
@@ -38,7 +38,7 @@ def restore_archive(args, clients, bucket: str, key: str) -> None:
                 print(f"  still restoring after {waited / 60:.0f} min; next check in {interval:.0f}s",
                       file=sys.stderr, flush=True)
 
-        state = wait_restored(clients.control, bucket, key, timeout=args.wait_timeout, interval=interval,
+        state = wait_restored(clients.store, bucket, key, timeout=args.wait_timeout, interval=interval,
                               on_progress=progress)
         if not args.json:
             print(state.line())

@@ -12,12 +12,13 @@ budget of seconds lasts, ``Throttling``).
 | ``BOTOCORE`` | 1 | 20 | 7 | full | every boto3 call | botocore's standard mode pauses by itself; only its attempts are ours: about a minute in all |
 | ``EXPIRED_TOKEN`` | 0.25 | 2 | 4 | none | boto3, ExpiredToken | botocore refreshes credentials meanwhile; a fixed short pause is enough |
 | ``THROTTLED`` | 1 | 20 | budget | full | boto3, fetcher, extract's PUTs | S3 asks for fewer requests: waited out for the throttle budget, not a count |
-| ``CONNECTION`` | 0.2 | 20 | 5 | full | plain GET path | a reset or 5xx before the answer: as many as the CRT client made |
+| ``CONNECTION`` | 0.2 | 5 | 8 | full | plain GET path | a reset or 5xx before the answer: the one layer that resends it (about 20 s at most), as the CRT client's 6 tries and the fetcher's 3 rounds of them did |
 | ``CRT`` | 0.5 | 20 | 5 | full | CRT S3 client (``S3ARCH_GET_PATH=crt``) | awscrt's own retries: its defaults, a bucket never drained |
-| ``FETCH`` | 0.2 | 0.4 | 2 | none | fetcher | on top of the connection's 5: a fault that outlived them is rarely cured |
+| ``FETCH`` | 0.2 | 0.4 | 2 | none | fetcher | only what the connection could not resend (a body cut after bytes were handed on, a stalled request, a checksum mismatch); a fault the connection gave up on is not sent again (``ArchiverError.retries_spent``) |
 | ``BODY_READ`` | 0.3 | 5 | 4 | 40 % | boto3 body reads | a read cut short resumes from its last byte: about as long as botocore's retries |
 | ``EXTRACT_PUT`` | 0.5 | 8 | 4 | full | extract's PUTs, a body cut (400) | a loaded server refusing a few of many PUTs; the body is in memory |
 | ``SEGMENT_RESTART`` | 0 | 0 | 2 | none | segment worker processes | a new process is the pause; its own requests retried already |
+| ``LEASE_RACE`` | 0.1 | 1 | 4 | full | taking a lease | not a fault: the lease changed hands between its read and the conditional write; runs racing for it part at random |
 """
 
 from __future__ import annotations
@@ -59,12 +60,13 @@ class Backoff:
 BOTOCORE = Backoff(base=1.0, cap=20.0, retries=7)
 EXPIRED_TOKEN = Backoff(base=0.25, cap=2.0, retries=4, jitter=0.0)
 THROTTLED = Backoff(base=1.0, cap=20.0, retries=None)
-CONNECTION = Backoff(base=0.2, cap=20.0, retries=5)
+CONNECTION = Backoff(base=0.2, cap=5.0, retries=8)
 CRT = Backoff(base=0.5, cap=20.0, retries=5)
 FETCH = Backoff(base=0.2, cap=0.4, retries=2, jitter=0.0)
 BODY_READ = Backoff(base=0.3, cap=5.0, retries=4, jitter=0.4)
 EXTRACT_PUT = Backoff(base=0.5, cap=8.0, retries=4)
 SEGMENT_RESTART = Backoff(base=0.0, cap=0.0, retries=2, jitter=0.0)
+LEASE_RACE = Backoff(base=0.1, cap=1.0, retries=4)
 
 
 class Throttling:

@@ -2,8 +2,8 @@
 
 An option's name is the job key, the operator's option (or parameter) and, with ``-`` for
 ``_``, the CLI flag. ``OPTIONS`` is the one table the CLI's flags (tasks/cli/), the job file's
-keys (tasks/ops/jobs.py), the keys of the archive operators' ``options``, the restore
-operator's template fields, the archive and restore DAGs' trigger forms and the docs' tables
+keys (tasks/ops/jobs.py), the keys of the archive and restore operators' ``options`` (and the
+checks of their values), the archive and restore DAGs' trigger forms and the docs' tables
 (``python -m devtools.option_tables``) are made from; tests check the operators against it. A
 new option is one entry here (and the code that uses its value).
 """
@@ -54,13 +54,13 @@ class Option:
     ``job``: "key" (a job key), "param" (a trigger param of the run) or None.
     ``operator``: which operators take it: "step" (a key of every archive step's ``options``,
     from the job's ``operator_args``), "deleting" (a parameter of the archive and assemble
-    steps), "segments" (of the segment steps), "restore" (of the restore operator), or None.
-    ``templated``: a template field of the restore operator (the archive steps template their
-    whole ``options``, so every step option). ``label`` and ``doc_default`` are
-    the docs' words for it. ``spelled``: the flag, where it is not the name's; ``nargs``:
-    argparse's; ``one_of``: a group of flags of which one at most is given (``required``: one
-    must be); ``form``: a field of the trigger form of the DAG whose operator takes it (the
-    archive DAG's hands it to every step's ``options``)."""
+    steps), "segments" (of the segment steps), "restore" (a key of the restore operator's
+    ``options``), or None. Each operator templates its whole ``options``, so every option it
+    takes there. ``label`` and ``doc_default`` are the docs' words for it. ``spelled``: the
+    flag, where it is not the name's; ``nargs``: argparse's; ``one_of``: a group of flags of
+    which one at most is given (``required``: one must be); ``form``: a field of the trigger
+    form of the DAG whose operator takes it (the archive DAG's hands it to every step's
+    ``options``)."""
 
     name: str
     label: str
@@ -76,7 +76,6 @@ class Option:
     help_on: Mapping[str, str] = field(default_factory=dict)
     job: str | None = "key"
     operator: str | None = "step"
-    templated: bool = False
     spelled: str | None = None
     nargs: str | None = None
     one_of: str | None = None
@@ -232,38 +231,38 @@ OPTIONS: tuple[Option, ...] = (
            help="how long a request may stay throttled (503 SlowDown, waited out with backoff) "
                 "before the run gives up with exit 3 (default: S3ARCH_THROTTLE_BUDGET, else 900)"),
     Option("prices", "prices of the cost estimate", doc_default="built-in table"),
-    Option("target", "restore target", spelled="--to", metavar="TO", job=None, operator="restore", templated=True,
+    Option("target", "restore target", spelled="--to", metavar="TO", job=None, operator="restore",
            cli=("extract",), one_of="where", required=True, help="s3://BUCKET/PREFIX/ to write the objects under",
            form=Form("Target", "s3://BUCKET/PREFIX/ to restore under (each object keeps its full key below it). "
                                "Empty: back to the original bucket and keys.")),
     Option("to_dir", "local directory", flag_type=Path, job=None, operator=None, cli=("extract",), one_of="where",
            required=True, help="local directory to write the objects into"),
-    Option("keys", "keys to restore", nargs="+", metavar="KEY", job=None, operator="restore", templated=True,
+    Option("keys", "keys to restore", nargs="+", metavar="KEY", job=None, operator="restore",
            cli=("extract",), one_of="which", help="only these keys (exact, full keys)",
            form=Form("Keys", "Only these objects (full keys). Empty: every object of each prefix.")),
     Option("from_file", "file of keys", flag_type=Path, job=None, operator=None, cli=("extract",), one_of="which",
            help="only the keys listed in this file, one per line"),
-    Option("glob", "keys matching a pattern", job=None, operator="restore", templated=True, cli=("extract",),
+    Option("glob", "keys matching a pattern", job=None, operator="restore", cli=("extract",),
            one_of="which", help="only keys matching this pattern (fnmatch, on the full key)",
            form=Form("Glob", "Only keys matching this pattern, e.g. */app-7*.log. Empty: no filter.")),
     Option("original_keys", "original keys", default=False, job=None, operator=None, cli=("extract",),
            help="keep each object's full original key under the target (default: the key relative to the "
                 "archived prefix)"),
     Option("overwrite", "replace objects at the target", default=False, job=None, operator="restore",
-           templated=True, cli=("extract",), help="replace existing objects with other content",
+           cli=("extract",), help="replace existing objects with other content",
            form=Form("Overwrite", "Replace objects that exist at the target with other content.")),
     Option("metadata_file", "metadata file", flag_type=Path, job=None, operator=None, cli=("extract",),
            help="with --to-dir: write each object's key, attributes, metadata and tags here (JSON Lines, one "
                 "line per object; docs/FORMAT.md)"),
     Option("tier", "retrieval tier", default="Standard", choices=TIERS, job=None, operator="restore",
-           templated=True, cli=("restore",),
+           cli=("restore",),
            help="GLACIER: Expedited 1-5 min, Standard 3-5 h, Bulk 5-12 h; DEEP_ARCHIVE: Standard within 12 h, "
                 "Bulk within 48 h (default Standard)",
            form=Form("Retrieval tier", "GLACIER: Expedited 1-5 min, Standard 3-5 h, Bulk 5-12 h. DEEP_ARCHIVE: "
                                        "Standard within 12 h, Bulk within 48 h (Expedited falls back to Standard).")),
     Option("fallback_tier", "fallback tier", choices=TIERS[1:], job=None, operator=None, cli=("restore",),
            help="tier to use if Expedited is unavailable (or the class has none)"),
-    Option("days", "days restored", default=7, flag_type=int, job=None, operator="restore", templated=True,
+    Option("days", "days restored", default=7, flag_type=int, job=None, operator="restore",
            cli=("restore",), help="how long the restored copy stays (default 7)",
            form=Form("Days restored", "How long S3 keeps the restored copy of each archive.",
                      {"minimum": 1, "maximum": 365})),
@@ -353,19 +352,6 @@ def job_options() -> tuple[Option, ...]:
 def step_options() -> tuple[str, ...]:
     """The keys of every archive step's ``options`` (from the job's ``operator_args``)."""
     return tuple(o.name for o in OPTIONS if o.operator == "step")
-
-
-def step_defaults() -> dict[str, Any]:
-    """Each archive step option's value where ``options`` leaves it out: the job's default, so an
-    operator given no options archives as a job given no keys (``processes`` 1: one task, one
-    process)."""
-    return {o.name: o.default_for_job for o in OPTIONS if o.operator == "step"}
-
-
-def templated_options(operator: str = "restore") -> tuple[str, ...]:
-    """The restore operator's template fields among its options (the archive steps template
-    their whole ``options``: ``operator="step"`` names those the table marks, none)."""
-    return tuple(o.name for o in OPTIONS if o.templated and (o.operator == "restore") == (operator == "restore"))
 
 
 def form_options(dag: str = "restore") -> tuple[Option, ...]:

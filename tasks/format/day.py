@@ -13,20 +13,14 @@ run killed in between leaves it one part behind until the next run (readers LIST
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Iterable, Iterator
+from typing import Iterable
 
-from s3arch.core.config import S3Url
-from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, DestinationConflict, translate
-from s3arch.format.manifest import MANIFEST_SUFFIX, STORED_DAMAGE, ArchiveLayout, Committed, iter_manifest, \
-    read_committed
-from s3arch.io.keys import key_order
-from s3arch.io.listing import iter_pages
-from s3arch.io.reads import read_object
+from s3arch.core.errors import ArchiveDamaged
+from s3arch.format.manifest import MANIFEST_SUFFIX, ArchiveLayout, Committed
 
 PART_INFIX = ".part-"
 DAY_INDEX_SUFFIX = ".parts.json"
@@ -43,6 +37,24 @@ def day_index_key(day: ArchiveLayout) -> str:
     return day.stem + DAY_INDEX_SUFFIX
 
 
+def part_number(day: ArchiveLayout, key: str) -> int | None:
+    """The number of the later part whose manifest is at ``key``, or None if it is not one."""
+    match = _PART_MANIFEST.fullmatch(key[len(day.stem):]) if key.startswith(day.stem) else None
+    return int(match.group(1)) if match else None
+
+
+def parse_day_index(body: bytes, url: str) -> DayIndex:
+    """The day index in ``body`` (the object at ``url``); ArchiveDamaged if it is not one."""
+    try:
+        data = json.loads(body)
+        if data.get("format") != DAY_INDEX_FORMAT:
+            raise ValueError("not a day index")
+        return DayIndex(data["source"], data["parts"], data["current"]["objects"], int(data["current"]["digest"], 16))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ArchiveDamaged(f"{url} is corrupt: {exc}",
+                             hint="delete it: the next run of the day writes it again from the manifests") from exc
+
+
 def listed_parts(day: ArchiveLayout, listed) -> list[ArchiveLayout]:
     """The later parts' layouts whose manifests are among the ``listed`` keys (a listing the
     caller made of the destination)."""
@@ -57,82 +69,6 @@ class Part:
     number: int
     layout: ArchiveLayout
     committed: Committed
-
-
-def committed_parts(control, day: ArchiveLayout, source: S3Url | None = None,
-                    first: Committed | None = None) -> list[Part]:
-    """Every committed part of the day, in order: [] if part 1 is not committed. Part 1's
-    state is read as every run reads it (or is ``first``, read already); later parts are
-    found by one LIST."""
-    first = first or read_committed(control, day, source)
-    if first is None:
-        return []
-    parts = [Part(1, day, first)]
-    for number in _later_part_numbers(control, day):
-        layout = part_layout(day, number)
-        committed = read_committed(control, layout, source)
-        if committed is None:  # deleted between the LIST and the read
-            raise ArchiveDamaged(f"{layout.manifest_url} was listed but is gone", hint=STORED_DAMAGE)
-        if number != len(parts) + 1:
-            raise ArchiveDamaged(f"the parts of {day.manifest_url} skip from {len(parts)} to {number}: "
-                                 f"part {len(parts) + 1}'s manifest is missing", hint=STORED_DAMAGE)
-        if committed.header["source"] != first.header["source"]:
-            raise DestinationConflict(f"{layout.manifest_url} archives {committed.header['source']}, "
-                                      f"not {first.header['source']}",
-                                      hint="a prefix ending in .part-NNNN maps onto another day's parts; "
-                                           "archive one of them into another destination")
-        parts.append(Part(number, layout, committed))
-    return parts
-
-
-def _later_part_numbers(control, day: ArchiveLayout) -> list[int]:
-    found = []
-    for page in iter_pages(control, day.bucket, day.stem + PART_INFIX):
-        for entry in page:
-            match = _PART_MANIFEST.fullmatch(entry.key[len(day.stem):])
-            if match:
-                found.append(int(match.group(1)))
-    return sorted(found)
-
-
-def day_records(control, parts: Iterable[Part], every: bool = False) -> Iterator[dict]:
-    """The object records of every part merged in key order, one per key: a key held by more
-    than one part (rewritten after it was archived) has the record of its latest part, with
-    ``part`` set to that part's number. ``every``: each part's record of such a key, the
-    latest part's first."""
-    def records(part: Part) -> Iterator[tuple[bytes, int, dict]]:
-        for record in iter_manifest(control, part.layout):
-            if record["type"] == "object":
-                yield key_order(record["key"]), -part.number, record
-
-    last = None
-    for order, negative_part, record in heapq.merge(*(records(p) for p in parts)):
-        if order != last or every:
-            last = order
-            yield {**record, "part": -negative_part}
-
-
-def day_objects(control, parts: list[Part]) -> int:
-    """How many keys the day holds (a key rewritten into a later part counts once)."""
-    if len(parts) == 1:
-        return parts[0].committed.summary["objects"]
-    return sum(1 for _ in day_records(control, parts))
-
-
-def drop_later_parts(control, day: ArchiveLayout, parts: list[Part]) -> None:
-    """Delete the later ``parts`` of a day being overwritten, the highest first (the parts
-    left stay contiguous), then the day index."""
-    for part in sorted(parts, key=lambda p: -p.number):
-        for key in (part.layout.manifest_key, part.layout.index_key, part.committed.archive_key):
-            _delete(control, day.bucket, key)
-    _delete(control, day.bucket, day_index_key(day))
-
-
-def _delete(control, bucket: str, key: str) -> None:
-    try:
-        control.delete_object(Bucket=bucket, Key=key)
-    except IO_ERRORS as exc:
-        raise translate(exc, f"delete s3://{bucket}/{key} (the day is being overwritten)") from exc
 
 
 def digest_of(pairs: Iterable[tuple[str, str]]) -> tuple[int, int]:
@@ -173,27 +109,3 @@ def index_for(parts: list[Part], objects: int, digest: int) -> DayIndex:
          "archive_size": p.committed.summary["archive_size"]} for p in parts], objects, digest)
 
 
-def read_day_index(control, day: ArchiveLayout) -> DayIndex | None:
-    key = day_index_key(day)
-    response = read_object(control, day.bucket, key, f"read the day index s3://{day.bucket}/{key}", missing_ok=True)
-    if response is None:
-        return None
-    try:
-        data = json.loads(response["Body"])
-        if data.get("format") != DAY_INDEX_FORMAT:
-            raise ValueError("not a day index")
-        return DayIndex(data["source"], data["parts"], data["current"]["objects"], int(data["current"]["digest"], 16))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ArchiveDamaged(f"s3://{day.bucket}/{key} is corrupt: {exc}",
-                             hint="delete it: the next run of the day writes it again from the manifests") from exc
-
-
-def write_day_index(control, day: ArchiveLayout, index: DayIndex, extra_args: dict | None = None) -> None:
-    """Written by the run holding the day's lease, after the manifests it names."""
-    key = day_index_key(day)
-    try:
-        control.put_object(Bucket=day.bucket, Key=key, Body=index.to_json(), ContentType="application/json",
-                           **(extra_args or {}))
-    except IO_ERRORS as exc:
-        raise translate(exc, f"write the day index s3://{day.bucket}/{key} (the parts are committed; "
-                             "the next run writes it again)") from exc

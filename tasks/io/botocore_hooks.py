@@ -16,7 +16,7 @@ import botocore.loaders
 from botocore.config import Config
 
 from s3arch.core import backoff
-from s3arch.core.errors import IO_ERRORS, translate
+from s3arch.io.classify import IO_ERRORS, translate
 from s3arch.io.listed import install_page_parser
 from s3arch.io.throttling import install as wait_out_throttling
 

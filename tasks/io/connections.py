@@ -28,17 +28,16 @@ bytes away.
 from __future__ import annotations
 
 import io
-import os
 import threading
 import time
-import urllib.parse
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from s3arch.core import backoff
-from s3arch.core.errors import THROTTLE_CODES, ArchiverError, BadArgument, Subject, error_for, tls_failure
+from s3arch.core.errors import ArchiverError
+from s3arch.io.classify import THROTTLE_CODES, Subject, error_for, tls_failure
 from s3arch.io.dataplane import BucketRoute, SourceRequests, parse_error_body
+from s3arch.io.proxies import Proxy
 
 HOLD_LIMIT = 64 << 10  # bytes: at 64 in flight, 4 MiB held at most
 # Seconds a pooled connection may idle and still be reused: under the keep-alive after which
@@ -46,62 +45,6 @@ HOLD_LIMIT = 64 << 10  # bytes: at 64 in flight, 4 MiB held at most
 # one out, and a close it sends in time is seen by ``is_open``).
 IDLE_LIMIT = 15.0
 CONNECT_TIMEOUT_MS = 10_000  # botocore's connect_timeout in S3Clients
-
-
-def get_path() -> str:
-    """``S3ARCH_GET_PATH``: ``plain`` (the default) or ``crt`` (awscrt's S3 client, to fall back to)."""
-    value = os.environ.get("S3ARCH_GET_PATH", "plain").strip().lower() or "plain"
-    if value not in ("plain", "crt"):
-        raise BadArgument(f"S3ARCH_GET_PATH={value!r} is not a GET path", hint="set it to plain or crt, or unset it")
-    return value
-
-
-@dataclass(frozen=True)
-class Proxy:
-    """An HTTP proxy for one endpoint, as botocore would use it."""
-
-    url: str  # as configured, password removed
-    host: str
-    port: int
-    username: str | None = None
-    password: str | None = None
-
-    def options(self, tunnel: bool):
-        from awscrt import http
-
-        auth = http.HttpProxyAuthenticationType.Basic if self.username is not None else \
-            http.HttpProxyAuthenticationType.Nothing
-        kind = http.HttpProxyConnectionType.Tunneling if tunnel else http.HttpProxyConnectionType.Forwarding
-        return http.HttpProxyOptions(self.host, self.port, auth_type=auth, auth_username=self.username,
-                                     auth_password=self.password, connection_type=kind)
-
-
-def proxy_for(tls: bool, host: str, botocore_config=None) -> Proxy | None:
-    """The proxy botocore sends requests to ``host`` through: the config's ``proxies`` if it has
-    any (an Airflow connection's), else the environment's (HTTPS_PROXY for an HTTPS endpoint,
-    HTTP_PROXY for a plain one, NO_PROXY honoured). A proxy this path cannot use is refused."""
-    from botocore.httpsession import ProxyConfiguration
-    from botocore.utils import get_environ_proxies
-
-    url = f"{'https' if tls else 'http'}://{host}/"
-    proxies = getattr(botocore_config, "proxies", None)
-    if proxies is None:
-        proxies = get_environ_proxies(url)
-    proxy_url = ProxyConfiguration(proxies).proxy_url_for(url)
-    if not proxy_url:
-        return None
-    parsed = urllib.parse.urlsplit(proxy_url)
-    shown = parsed._replace(netloc=parsed.netloc.rsplit("@", 1)[-1]).geturl()
-    if parsed.scheme != "http" or not parsed.hostname:
-        # TLS to the proxy itself would need its own trust settings (proxies_config); none of
-        # it is wired to the data plane, and a GET that cannot reach S3 would only stall.
-        raise BadArgument(f"the proxy {shown} for {url} is not an http:// proxy; s3arch's GETs go through "
-                          "http:// proxies only (HTTPS endpoints are tunnelled through them with CONNECT)",
-                          hint="give the proxy as http://HOST:PORT in HTTPS_PROXY / HTTP_PROXY or the "
-                               "connection's proxies, or exempt the endpoint with NO_PROXY")
-    user = urllib.parse.unquote(parsed.username) if parsed.username is not None else None
-    password = urllib.parse.unquote(parsed.password or "") if user is not None else None
-    return Proxy(shown, parsed.hostname, parsed.port or 80, user, password)
 
 
 class ConnectionPool:
@@ -350,9 +293,12 @@ class Call:
             self._finish(None)
             return
         code, message = parse_error_body(b"".join(self._error_body))
-        if status >= 500 and code not in THROTTLE_CODES and (code or status != 503) and self._retry():
+        resent_here = status >= 500 and code not in THROTTLE_CODES and (code or status != 503)
+        if resent_here and self._retry():
             return
-        self._finish(error_for(code, status, message or f"HTTP {status}", what=self._what, subject=self._subject))
+        error = error_for(code, status, message or f"HTTP {status}", what=self._what, subject=self._subject)
+        error.retries_spent = bool(resent_here and not self._cancelled)
+        self._finish(error)
 
     def _failed(self, error: BaseException) -> None:
         """A connection that could not be opened, or broke before the answer was complete."""
@@ -367,7 +313,9 @@ class Call:
             self._fresh = True
             self.start()
         elif self._delivered or not self._retry():  # bytes handed on: only the fetcher can drop them
-            self._finish(error_for("", None, f"{name}: {error}", what=self._what, subject=self._subject))
+            failure = error_for("", None, f"{name}: {error}", what=self._what, subject=self._subject)
+            failure.retries_spent = not self._delivered and not self._cancelled
+            self._finish(failure)
 
     def _retry(self) -> bool:
         if self._cancelled or not backoff.CONNECTION.allows(self._attempt + 1):

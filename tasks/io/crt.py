@@ -13,8 +13,10 @@ from typing import Any, Callable
 import boto3
 
 from s3arch.core import backoff
-from s3arch.core.errors import ArchiverError, BadCredentials, error_for, tls_failure
-from s3arch.io.connections import ConnectionPool, PlainDataPlane, Proxy, Signer
+from s3arch.core.errors import ArchiverError, BadCredentials
+from s3arch.io.classify import error_for, tls_failure
+from s3arch.io.connections import ConnectionPool, PlainDataPlane, Signer
+from s3arch.io.proxies import Proxy
 from s3arch.io.dataplane import BucketRoute, SourceRequests, parse_error_body
 
 

@@ -12,7 +12,7 @@ import urllib.parse
 from datetime import datetime
 from typing import NamedTuple
 
-from s3arch.core.errors import IO_ERRORS, missing_key_denied, status_of, translate
+from s3arch.io.classify import IO_ERRORS, missing_key_denied, status_of, translate
 from s3arch.core.timestamps import parse_s3_time
 
 _log = logging.getLogger(__name__)

@@ -7,10 +7,11 @@ import threading
 from typing import Generic, Iterator, Protocol, TypeVar
 
 from s3arch.core.coordinator import Stopped, StreamCoordinator
-from s3arch.core.errors import IO_ERRORS, ArchivedObjectNotReadable, translate
+from s3arch.core.errors import ArchivedObjectNotReadable
 from s3arch.io.keys import key_order
 from s3arch.io.listed import LIST_RESTORE_STATUS, ListedObject, listed_objects
 from s3arch.io.ranges import RangeListing
+from s3arch.io.store import Store
 
 
 # Source classes whose objects a GET cannot read until S3 restores them (RestoreObject).
@@ -66,7 +67,7 @@ class SourceClasses:
                 f"archived; a run refuses it with exit 2; first: {first}")
 
 
-def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None,
+def iter_pages(store: Store, bucket: str, prefix: str, start_after: str | None = None,
                last_key: str | None = None, page_size: int = 1000, workers: int = 1,
                ordered: bool = True) -> Iterator[list[ListedObject]]:
     """Pages of up to ``page_size`` objects in S3's (UTF-8 binary) key order; with
@@ -74,30 +75,26 @@ def iter_pages(control, bucket: str, prefix: str, start_after: str | None = None
     With ``workers`` > 1, key ranges are listed in parallel (``RangeListing``), in the same order
     unless ``ordered`` is False."""
     if workers > 1:
-        listing = RangeListing(control, bucket, prefix, start_after, last_key, workers,
+        listing = RangeListing(store, bucket, prefix, start_after, last_key, workers,
                                ordered=ordered, page_size=page_size)
         try:
             yield from listing
         finally:
             listing.close()
         return
-    paginator = control.get_paginator("list_objects_v2")
     extra: dict[str, object] = {"StartAfter": start_after} if start_after else {}
     extra.update(LIST_RESTORE_STATUS)
     end = key_order(last_key) if last_key is not None else None
-    try:
-        for page in paginator.paginate(Bucket=bucket, Prefix=prefix, **extra,
-                                       PaginationConfig={"PageSize": page_size}):
-            listed = listed_objects(page)
-            if listed:
-                if end is not None and key_order(listed[-1].key) > end:
-                    listed = [o for o in listed if key_order(o.key) <= end]
-                    if listed:
-                        yield listed
-                    return
-                yield listed
-    except IO_ERRORS as exc:
-        raise translate(exc, f"list s3://{bucket}/{prefix}") from exc
+    for page in store.pages("list_objects_v2", f"list s3://{bucket}/{prefix}", Bucket=bucket, Prefix=prefix,
+                            **extra, PaginationConfig={"PageSize": page_size}):
+        listed = listed_objects(page)
+        if listed:
+            if end is not None and key_order(listed[-1].key) > end:
+                listed = [o for o in listed if key_order(o.key) <= end]
+                if listed:
+                    yield listed
+                return
+            yield listed
 
 
 class PageTally(Protocol):
@@ -128,7 +125,7 @@ class ListingFeed(Generic[Tally]):
 
     _END = object()
 
-    def __init__(self, control, bucket: str, prefix: str, *, tally: Tally, pages_ahead: int = 8,
+    def __init__(self, store: Store, bucket: str, prefix: str, *, tally: Tally, pages_ahead: int = 8,
                  start_after: str | None = None, last_key: str | None = None, pages=None,
                  coordinator: StreamCoordinator | None = None):
         """``pages``: a listing made already (iterated instead of listing again)."""
@@ -142,7 +139,7 @@ class ListingFeed(Generic[Tally]):
         self._stop = threading.Event()
         self._pages = 0
         if pages is None:
-            pages = iter_pages(control, bucket, prefix, start_after, last_key)
+            pages = iter_pages(store, bucket, prefix, start_after, last_key)
         self._thread = threading.Thread(target=self._run, args=(pages,),
                                         name="s3arch-list", daemon=True)
         self._thread.start()

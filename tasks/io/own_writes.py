@@ -6,18 +6,16 @@ would answer another writer: 412 PreconditionFailed (the condition no longer hol
 the object is now this run's), or 404 (NoSuchUpload for a completed upload, NoSuchKey for an
 ``If-Match`` on a key this run's first request replaced). A refusal is therefore not proof of
 another run. Every conditional write of the engine (the lease's create, renewal and take-over,
-the single PUT of a small archive or manifest, the multipart completion) goes through
-``write_conditionally``, which on such a refusal compares the object now at the key with what
-this write leaves there (``Written``: size and CRC32C, and for a small object its exact bytes,
+the single PUT of a small archive or manifest, the multipart completion) names what it writes
+(``Written``) to the store (tasks/io/store.py), which on such a refusal compares the object now
+at the key with what this write leaves there (``Written``: size and CRC32C, and for a small object its exact bytes,
 which carry the lease's owner token) and carries on with it when it is this run's own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
-
-from s3arch.core.errors import IO_ERRORS, status_of
+from s3arch.io.classify import IO_ERRORS
 
 # The answers a resend of an applied conditional write gets (409: a conflicting write in flight).
 REFUSED = (404, 409, 412)
@@ -31,22 +29,6 @@ class Written:
     crc32c: frozenset[str]  # base64 CRC32C values S3 may report for it (full object, or composite)
     body: bytes | None = None  # a small object's exact bytes: compared whole (a GET), not by checksum
     sse_customer: tuple[tuple[str, str], ...] = ()  # the SSE-C arguments a HEAD of it needs
-
-
-def write_conditionally(send: Callable[[], dict], control, bucket: str, key: str, written: Written) -> dict:
-    """``send()`` the conditional write and return its answer; when it is refused as a resend
-    of an applied write would be and the object at the key is ``written``, the answer is that
-    object's (its ``ETag`` and ``VersionId``). Any other failure is raised as it came, for the
-    caller to classify."""
-    try:
-        return send()
-    except IO_ERRORS as exc:
-        if status_of(exc) not in REFUSED:
-            raise
-        own = own_object(control, bucket, key, written)
-        if own is None:
-            raise
-        return own
 
 
 def own_object(control, bucket: str, key: str, written: Written) -> dict | None:

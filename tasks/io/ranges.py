@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from s3arch.core.coordinator import Stopped, StreamCoordinator
-from s3arch.core.errors import IO_ERRORS, translate
 from s3arch.io.listed import LIST_RESTORE_STATUS, ListedObject, listed_objects
 from s3arch.io.keys import key_order, valid_names_near
+from s3arch.io.store import Store
 
 
 LISTING_WORKERS = 8  # key ranges listed at once where a whole prefix is listed (plan, dry run)
+AHEAD = 7  # the range open to the prefix's end is cut this many times as far on as it came (KeySpace.ahead)
 
 
 class KeySpace:
@@ -52,6 +53,15 @@ class KeySpace:
             digits.pop(0)
         return self.prefix + "".join(self.alphabet[max(d, 1) - 1] for d in reversed(digits))
 
+    def ahead(self, first: str, last: str) -> str | None:
+        """The key as far after ``last`` as ``last`` is after ``first`` (None: past every key):
+        where the range open to the prefix's end is cut, ``first`` being the listing's first
+        key, so that each such cut leaves below it about as many keys as were listed before it.
+        Halfway to the end of the key space is most often past the last key (a LIST for
+        nothing, and again for each cut after it)."""
+        top = self.number(last) + AHEAD * (self.number(last) - self.number(first))
+        return self.key(top) if top < self.top else None
+
     def cut(self, after: str, upto: str | None) -> str | None:
         """A key strictly between ``after`` and ``upto`` (None: the end of the prefix), about
         halfway, or None where there is none to be found."""
@@ -66,11 +76,24 @@ class KeySpace:
 
     def remaining(self, first: str, last: str, listed: int, upto: str | None) -> float:
         """Keys still to come in a range that listed ``listed`` keys from ``first`` to ``last``,
-        if the rest of it is as dense."""
-        if upto is None or listed < 2:
+        if the rest of it is as dense; in a range open to the prefix's end, as many again."""
+        if upto is None:
+            return listed
+        if listed < 2:
             return float("inf")
         done = self.number(last) - self.number(first)
         return (listed - 1) * (self.number(upto) - self.number(last)) / max(1, done)
+
+
+def _start_after(key: str, after: str | None) -> bool:
+    """Whether the next page may be asked for as the keys after ``key``: it is a name S3 takes
+    back (no lone surrogate, which a key read with surrogateescape may hold) and it moves on
+    from ``after`` (a page of MinIO's can answer keys before a StartAfter; see ``_list``)."""
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return after is None or key_order(key) > key_order(after)
 
 
 # What MinIO trims from a path segment before it refuses "." and ".." (Go's unicode.IsSpace
@@ -86,7 +109,9 @@ class _Range:
     first: str | None = None
     last: str | None = None
     listed: int = 0
+    since_cut: int = 0  # keys listed since the range was last cut (or began)
     more: bool = True
+    waiting: bool = False  # cut from the range before it, whose next page may hold its first keys
     uncuttable_at: str | None = None
     pages: deque = field(default_factory=deque)
 
@@ -186,10 +211,10 @@ class RangeListing(ParallelListing):
     with a stream's, the consumer stops (``Stopped``) and the stream raises the cause.
     """
 
-    def __init__(self, control, bucket: str, prefix: str, start_after: str | None = None,
+    def __init__(self, store: Store, bucket: str, prefix: str, start_after: str | None = None,
                  last_key: str | None = None, workers: int = 8, pages_ahead: int = 4, ordered: bool = True,
                  page_size: int = 1000, coordinator: StreamCoordinator | None = None):
-        self._control, self._bucket, self._prefix = control, bucket, prefix
+        self._store, self._bucket, self._prefix = store, bucket, prefix
         self._page_size = page_size
         self._min_cut = 2 * page_size  # keys: cutting off less than two pages is not worth a LIST
         self._ahead = pages_ahead
@@ -236,6 +261,12 @@ class RangeListing(ParallelListing):
 
     def _list(self, r: _Range) -> None:
         token, after, probe = None, r.after, False
+        with self._cond:
+            while r.waiting and not self._halted():
+                self._cond.wait(0.2)
+            if not r.more:  # the LIST it waited for listed all of it
+                return
+            after = r.last or after
         while True:
             with self._cond:
                 while self._full(r) and not self._halted():
@@ -245,13 +276,13 @@ class RangeListing(ParallelListing):
                 args = {"ContinuationToken": token} if token else {"StartAfter": after} if after else {}
             request = self._coordinator.track(f"LIST s3://{self._bucket}/{self._prefix} after {after or '(start)'}")
             try:
-                page = self._control.list_objects_v2(Bucket=self._bucket, Prefix=self._prefix,
-                                                     MaxKeys=1 if probe else self._page_size, **args, **LIST_RESTORE_STATUS)
-            except IO_ERRORS as exc:
-                raise translate(exc, f"list s3://{self._bucket}/{self._prefix}") from exc
+                page = self._store.call("list_objects_v2", f"list s3://{self._bucket}/{self._prefix}", "bucket",
+                                        Bucket=self._bucket, Prefix=self._prefix,
+                                        MaxKeys=1 if probe else self._page_size, **args, **LIST_RESTORE_STATUS)
             finally:
                 self._coordinator.untrack(request)
-            listed = listed_objects(page)
+            listed = answered_page = listed_objects(page)
+            answered = listed[-1].key if listed else None  # the page's last key, before any trimming
             with self._cond:
                 self.requests += 1
                 upto = r.upto
@@ -267,13 +298,7 @@ class RangeListing(ParallelListing):
                 if listed:
                     if self._space is None:
                         self._space = KeySpace(self._prefix, [o.key for o in listed])
-                    if self._ordered:
-                        r.pages.append(listed)
-                    else:
-                        self._ready.append((r, listed))
-                    r.first = r.first or listed[0].key
-                    r.last = listed[-1].key
-                    r.listed += len(listed)
+                    self._add(r, listed)
                 token = page.get("NextContinuationToken")
                 truncated = bool(page.get("IsTruncated")) and bool(token)
                 # MinIO answers some StartAfter LISTs of deep trees whose names hold '.' or '-'
@@ -282,16 +307,75 @@ class RangeListing(ParallelListing):
                 # one more LIST of one key from its last key must find none before its end. If
                 # it finds one, a page from there follows (and another probe if that one ends
                 # short too): every probe that finds a key lists it, so this ends.
-                asked_one, probe = probe, False
+                asked_one, probe, by_key = probe, False, "StartAfter" in args
                 r.more = truncated and not trimmed
-                if not (truncated or trimmed or (asked_one and not listed)) and (upto is not None or bool(r.after)):
+                if not (truncated or trimmed or (asked_one and not listed)) and (upto is not None or bool(r.after)
+                                                                                 or by_key):
                     probe = not asked_one
                     r.more, after, token = True, r.last or after, None
+                elif r.more and answered is not None and _start_after(answered, after):
+                    # The next page from the last key answered, not by the token: MinIO starts
+                    # a walk to the prefix's end for a second page by token, and each range's
+                    # walk ran on after the range was cut (three to four times the server CPU
+                    # of one listing, bench/results/listing-*.json); from a key, a page is a
+                    # walk of one page. S3 answers both alike.
+                    after, token = answered, None
                 if not r.more and not self._ordered:
                     self._ready.append((r, None))
+                if r.next is not None and r.next.waiting:
+                    self._hand_over(r, answered_page, ended=not (r.more or trimmed), probing=probe)
                 self._cond.notify_all()
                 if not r.more:
                     return
+
+    def _add(self, r: _Range, listed: list[ListedObject]) -> None:
+        if self._ordered:
+            r.pages.append(listed)
+        else:
+            self._ready.append((r, listed))
+        r.first = r.first or listed[0].key
+        r.last = listed[-1].key
+        r.listed += len(listed)
+        r.since_cut += len(listed)
+
+    def _hand_over(self, r: _Range, page: list[ListedObject], ended: bool, probing: bool) -> None:
+        """``r``'s page is back, and ranges cut from ``r`` wait for it (``waiting``, next to it
+        in key order). A page holds every key from where it began to its last, so the keys it
+        answered past ``r``'s end are the first keys of the ranges after it: theirs, not listed
+        again (without this, each cut cost a LIST of keys the page before it had listed). A
+        range the page passed is done; the one it ends in lists on from its last key, and those
+        after that, or all if the page did not reach them, from their own start. A page that
+        says the prefix ends there is checked by ``r`` (``probing``): they wait for that, and
+        once ``r`` saw the prefix's end (``ended``), they hold no key."""
+        last = key_order(page[-1].key) if page else None
+        h = r.next
+        while h is not None and h.waiting:
+            start = key_order(h.after) if h.after is not None else None
+            if last is not None and start is not None and last > start:
+                end = key_order(h.upto) if h.upto is not None else None
+                keys = [o for o in page if key_order(o.key) > start and (end is None or key_order(o.key) <= end)]
+                h.waiting = False
+                if keys:
+                    self._add(h, keys)
+                if end is not None and last > end:  # all of it was in the page
+                    h.more = False
+                    if not self._ordered:
+                        self._ready.append((h, None))
+                    h = h.next
+                    continue
+                h = h.next
+                while h is not None and h.waiting:  # past the page: they list from their start
+                    h.waiting, h = False, h.next
+                return
+            if not ended:
+                if probing:
+                    return  # r's probe may find keys of theirs, or that none follow
+                h.waiting = False  # the page did not reach them: they list from their start
+            else:
+                h.waiting, h.more = False, False
+                if not self._ordered:
+                    self._ready.append((h, None))
+            h = h.next
 
     def _cut(self) -> _Range | None:
         """Wait until some range can be cut, cut it, and return its upper half; None when
@@ -304,20 +388,26 @@ class RangeListing(ParallelListing):
                 best: _Range | None = None
                 most: float = self._min_cut
                 for r in self._ranges:
-                    # A range is cut once it has shown two full pages: a prefix of a page or two
-                    # (most days) costs no LIST more than one after another would.
+                    # A range is cut once it has shown two full pages, and again only once it has
+                    # shown two more: a prefix of a page or two (most days) costs no LIST more than
+                    # one after another would, and a range just cut, whose keys may end well before
+                    # the cut (a folder's do), is not cut again in the gap, for a LIST of nothing.
                     if (space is not None and r.more and r.first and r.last and r.uncuttable_at != r.last
-                            and r.listed >= self._min_cut):
+                            and r.since_cut >= self._min_cut):
                         keys = space.remaining(r.first, r.last, r.listed, r.upto)
                         if keys >= most:
                             best, most = r, keys
                 if space is not None and best is not None and best.last is not None:
-                    at = space.cut(best.last, best.upto)
+                    origin = self._first.first or best.first  # the listing's first key: such cuts double
+                    ahead = best.upto if best.upto is not None or origin is None else space.ahead(origin, best.last)
+                    at = space.cut(best.last, ahead if ahead is not None and key_order(ahead) > key_order(best.last)
+                                   else best.upto)
                     if at is None:
                         best.uncuttable_at = best.last
                         continue
                     upper = _Range(at, best.upto, next=best.next)
-                    best.upto, best.next = at, upper
+                    best.upto, best.next, best.since_cut = at, upper, 0
+                    upper.waiting = True  # for the page of ``best`` under way or next
                     self._ranges.append(upper)
                     return upper
                 self._cond.wait()

@@ -1,18 +1,16 @@
-"""Response bodies: every streamed read of an object through boto3 (``read_object``,
-``stream_object``) and the 404s a caller expects (``none_if_missing``).
+"""Response bodies: every read of an object through boto3, whole (``read_object``) or streamed
+(``stream_object``), resumed after a fault; the store (tasks/io/store.py) is their caller.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, TypeVar
+from typing import Iterator
 
 from s3arch.core import backoff
-from s3arch.core.errors import (IO_ERRORS, AccessDenied, ArchiverError, Subject, TransientError, missing_key_denied,
-                                status_of, translate)
+from s3arch.core.errors import ArchiverError, TransientError
+from s3arch.io.classify import IO_ERRORS, status_of, translate
 from s3arch.io.listed import key_listed
-
-T = TypeVar("T")
 
 # A GET's answer is classified where the call is made (``translate``); its body arrives later,
 # and a connection reset, a read timeout or a short body in the middle of it is a network
@@ -90,28 +88,6 @@ def read_object(control, bucket: str, key: str, what: str, *, missing_ok: bool =
         return {**response, "Body": data}
 
 
-def none_if_missing(call: Callable[[], T], what: str, subject: Subject = "object", *, control=None,
-                    bucket: str | None = None, key: str | None = None) -> T | None:
-    """``call()``'s answer, or None if S3 answers 404 (a HEAD or GET of something that may not
-    exist); any other I/O failure as a typed error (``translate``). With ``control``, ``bucket``
-    and ``key``, a 403 is told apart by a LIST of the key (``listed.key_listed``): a missing key
-    is None, as for a caller whose s3:ListBucket is narrowed by a prefix condition."""
-    try:
-        return call()
-    except IO_ERRORS as exc:
-        status = status_of(exc)
-        if status == 404:
-            return None
-        if status == 403 and bucket is not None and key is not None:
-            if control is not None:
-                if not key_listed(control, bucket, key, what):
-                    return None
-                raise AccessDenied(f"{what}: access denied (s3:GetObject on s3://{bucket}/{key}, which exists)",
-                                   hint="grant the caller s3:GetObject on it (docs/SECURITY.md)") from exc
-            raise missing_key_denied(what, bucket, key, listing_denied=False) from exc
-        raise translate(exc, what, subject) from exc
-
-
 def _changed(what: str) -> ArchiverError:
     return TransientError(f"{what}: the object was replaced while it was being read",
                           hint="another run rewrote it; try again")
@@ -134,50 +110,23 @@ def stream_object(control, bucket: str, key: str, what: str, *, start: int = 0, 
     total = end  # learned from the first answer when not given
     failures = faults = 0
     while total is None or position < total:
-        stop = total
-        if window is not None:
-            stop = position + window if stop is None else min(stop, position + window)
-        args: dict = {}
-        if position or stop is not None:
-            args["Range"] = f"bytes={position}-{'' if stop is None else stop - 1}"
-        if etag:
-            args["IfMatch"] = etag
-        try:
-            response = control.get_object(Bucket=bucket, Key=key, **args)
-        except IO_ERRORS as exc:
-            status = status_of(exc)
-            if status == 416 and position == 0 and total is None:
-                return  # an empty object: no byte to ask a range of
-            if status == 412 and failures:
-                raise _changed(what) from exc
-            raise translate(exc, what, subject) from exc
+        stop = total if window is None else position + window if total is None else min(total, position + window)
+        response = _ranged_get(control, bucket, key, what, subject, (position, stop), etag,
+                               first=total is None, resent=failures > 0)
+        if response is None:
+            return  # an empty object: no byte to ask a range of
         etag = etag or response.get("ETag")
         if total is None:
             content_range = response.get("ContentRange")
             total = int(content_range.rsplit("/", 1)[1]) if content_range else position + response["ContentLength"]
-            if stop is None or stop > total:
-                stop = total
+            stop = total if stop is None else min(stop, total)
         body = response["Body"]
         read_before = position
+        assert stop is not None  # known from the first answer on
         try:
-            if eager:
-                data = body.read()
-                if stop is not None and len(data) != stop - position:
-                    from botocore.exceptions import IncompleteReadError
-
-                    raise IncompleteReadError(actual_bytes=len(data), expected_bytes=stop - position)
-                for i in range(0, len(data), chunk):
-                    piece = data[i:i + chunk]
-                    position += len(piece)
-                    yield piece
-            else:
-                for piece in body.iter_chunks(chunk):
-                    position += len(piece)
-                    yield piece
-                if stop is not None and position < stop:
-                    from botocore.exceptions import IncompleteReadError
-
-                    raise IncompleteReadError(actual_bytes=position - read_before, expected_bytes=stop - read_before)
+            for piece in _body_pieces(body, stop - position, eager, chunk):
+                position += len(piece)
+                yield piece
         except GeneratorExit:
             body.close()
             raise
@@ -192,3 +141,44 @@ def stream_object(control, bucket: str, key: str, what: str, *, start: int = 0, 
             continue
         body.close()
         failures = 0
+
+
+def _ranged_get(control, bucket: str, key: str, what: str, subject, span: tuple[int, int | None],
+                etag: str | None, *, first: bool, resent: bool) -> dict | None:
+    """The GET of [position, stop) (to the end if ``stop`` is None), pinned to ``etag``; None for
+    the 416 of an empty object's ``first`` range. A 412 on a resend: the object was replaced."""
+    position, stop = span
+    args: dict = {}
+    if position or stop is not None:
+        args["Range"] = f"bytes={position}-{'' if stop is None else stop - 1}"
+    if etag:
+        args["IfMatch"] = etag
+    try:
+        return control.get_object(Bucket=bucket, Key=key, **args)
+    except IO_ERRORS as exc:
+        status = status_of(exc)
+        if status == 416 and position == 0 and first:
+            return None
+        if status == 412 and resent:
+            raise _changed(what) from exc
+        raise translate(exc, what, subject) from exc
+
+
+def _body_pieces(body, expected: int, eager: bool, chunk: int) -> Iterator[bytes]:
+    """A GET's body in pieces of at most ``chunk`` bytes; IncompleteReadError if it ends before
+    ``expected`` bytes. ``eager``: read whole first (no connection held while the caller works)."""
+    from botocore.exceptions import IncompleteReadError
+
+    got = 0
+    if eager:
+        data = body.read()
+        if len(data) != expected:
+            raise IncompleteReadError(actual_bytes=len(data), expected_bytes=expected)
+        for i in range(0, len(data), chunk):
+            yield data[i:i + chunk]
+        return
+    for piece in body.iter_chunks(chunk):
+        got += len(piece)
+        yield piece
+    if got < expected:
+        raise IncompleteReadError(actual_bytes=got, expected_bytes=expected)

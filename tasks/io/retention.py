@@ -12,22 +12,23 @@ with its date.
 from __future__ import annotations
 
 import weakref
+from typing import Any
 from datetime import datetime, timezone
 
 from s3arch.io.attributes import lock_reason
-from s3arch.core.errors import IO_ERRORS, BadArgument, DestinationConflict, LockNotApplied, status_of, translate
+from s3arch.core.errors import ArchiverError, BadArgument, DestinationConflict, LockNotApplied
+from s3arch.io.store import Store
 
 
-def require_object_lock(control, bucket: str) -> None:
+def require_object_lock(store: Store, bucket: str) -> None:
     """Refuse, before any GET, a destination bucket that cannot hold locked objects."""
     try:
-        config = control.get_object_lock_configuration(Bucket=bucket).get("ObjectLockConfiguration", {})
-    except IO_ERRORS as exc:
-        code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
-        if code == "ObjectLockConfigurationNotFoundError" or status_of(exc) == 404:
-            config = {}
-        else:
-            raise translate(exc, f"read the Object Lock configuration of s3://{bucket}", "bucket") from exc
+        config = store.call("get_object_lock_configuration", f"read the Object Lock configuration of s3://{bucket}",
+                            "bucket", Bucket=bucket).get("ObjectLockConfiguration", {})
+    except ArchiverError as error:
+        if error.code != "ObjectLockConfigurationNotFoundError" and error.status != 404:
+            raise
+        config = {}
     if config.get("ObjectLockEnabled") != "Enabled":
         raise BadArgument(f"s3://{bucket} does not have Object Lock enabled, so the archive could not be "
                           "locked; nothing was read or written",
@@ -49,14 +50,11 @@ def retention_of(head: dict) -> dict:
     return state
 
 
-def check_applied(control, bucket: str, key: str, wanted: dict) -> dict:
+def check_applied(store: Store, bucket: str, key: str, wanted: dict) -> dict:
     """HEAD the object just completed and check S3 locked it as asked (an endpoint that
     ignored the lock arguments, or a caller that cannot see the lock, must not leave an
     archive believed immutable)."""
-    try:
-        head = control.head_object(Bucket=bucket, Key=key)
-    except IO_ERRORS as exc:
-        raise translate(exc, f"check the retention of s3://{bucket}/{key}") from exc
+    head = store.call("head_object", f"check the retention of s3://{bucket}/{key}", Bucket=bucket, Key=key)
     state = retention_of(head)
     missing = [name for name, arg in (("mode", "ObjectLockMode"), ("retain_until", "ObjectLockRetainUntilDate"),
                                       ("legal_hold", "ObjectLockLegalHoldStatus")) if arg in wanted and name not in state]
@@ -75,15 +73,12 @@ def check_applied(control, bucket: str, key: str, wanted: dict) -> dict:
     return {**state, "applied": "on creation"}
 
 
-def refuse_locked_overwrite(control, bucket: str, keys: list[str], now: datetime | None = None) -> None:
+def refuse_locked_overwrite(store: Store, bucket: str, keys: list[str], now: datetime | None = None) -> None:
     """``--overwrite`` must not even start on an archive S3 would keep: name its retention."""
     for key in keys:
-        try:
-            head = control.head_object(Bucket=bucket, Key=key)
-        except IO_ERRORS as exc:
-            if status_of(exc) == 404:
-                continue
-            raise translate(exc, f"check the retention of s3://{bucket}/{key}") from exc
+        head = store.maybe("head_object", f"check the retention of s3://{bucket}/{key}", Bucket=bucket, Key=key)
+        if head is None:
+            continue
         reason = lock_reason({"object_lock": retention_of(head)}, now)
         if reason is not None:
             raise DestinationConflict(f"s3://{bucket}/{key} is {reason}: it cannot be replaced or deleted "
@@ -98,19 +93,20 @@ SCRATCH_HOLD_SECONDS = 3600
 _DEFAULT_RETENTION: "weakref.WeakKeyDictionary[object, dict[str, bool]]" = weakref.WeakKeyDictionary()
 
 
-def has_default_retention(control, bucket: str) -> bool:
+def has_default_retention(store: Store, bucket: str) -> bool:
     """Whether ``bucket`` locks every new object by default (Object Lock with a
     DefaultRetention), read once per client and bucket; a caller who may not read the
     configuration (403) or a bucket without one: False."""
-    known = _DEFAULT_RETENTION.setdefault(control, {})
+    known = _DEFAULT_RETENTION.setdefault(store.client, {})
     cached = known.get(bucket)
     if cached is None:
         try:
-            config = control.get_object_lock_configuration(Bucket=bucket).get("ObjectLockConfiguration", {})
-        except IO_ERRORS as exc:
-            if status_of(exc) not in (400, 403, 404, 405, 501):
-                raise translate(exc, f"read the Object Lock configuration of s3://{bucket}", "bucket") from exc
-            if getattr(exc, "response", {}).get("Error", {}).get("Code") == "NoSuchBucket":
+            config = store.call("get_object_lock_configuration", f"read the Object Lock configuration of s3://{bucket}",
+                                "bucket", Bucket=bucket).get("ObjectLockConfiguration", {})
+        except ArchiverError as error:
+            if error.status not in (400, 403, 404, 405, 501):
+                raise
+            if error.code == "NoSuchBucket":
                 return False  # not remembered: asked beside the bucket's check, which fails the run
             config = {}
         cached = bool(config.get("ObjectLockEnabled") == "Enabled" and config.get("Rule", {}).get("DefaultRetention"))
@@ -118,13 +114,13 @@ def has_default_retention(control, bucket: str) -> bool:
     return cached
 
 
-def scratch_lock_args(control, bucket: str) -> dict:
+def scratch_lock_args(store: Store, bucket: str) -> dict:
     """PutObject arguments for a scratch object (the lease, the delete probe) in ``bucket``:
     none, unless the bucket's default retention would lock it (for years, as a noncurrent
     version nobody may delete); then an explicit GOVERNANCE retention of one hour instead,
     which ``delete_scratch_version`` lifts at once with BypassGovernanceRetention (S3 lets a
     PutObject name its own retention, never none, in such a bucket)."""
-    if not has_default_retention(control, bucket):
+    if not has_default_retention(store, bucket):
         return {}
     from datetime import timedelta
 
@@ -132,8 +128,9 @@ def scratch_lock_args(control, bucket: str) -> dict:
             "ObjectLockRetainUntilDate": datetime.now(timezone.utc) + timedelta(seconds=SCRATCH_HOLD_SECONDS)}
 
 
-def delete_scratch_version(control, bucket: str, key: str, version_id: str) -> None:
+def delete_scratch_version(store: Store, bucket: str, key: str, version_id: str) -> None:
     """Delete one version of a scratch object this run wrote, for good (no delete marker),
     bypassing the GOVERNANCE retention ``scratch_lock_args`` gave it."""
-    bypass = {"BypassGovernanceRetention": True} if has_default_retention(control, bucket) else {}
-    control.delete_object(Bucket=bucket, Key=key, VersionId=version_id, **bypass)
+    bypass: dict[str, Any] = {"BypassGovernanceRetention": True} if has_default_retention(store, bucket) else {}
+    store.call("delete_object", f"delete the scratch object s3://{bucket}/{key} (version {version_id})",
+               Bucket=bucket, Key=key, VersionId=version_id, **bypass)

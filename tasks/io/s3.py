@@ -8,7 +8,7 @@ layer (S3Hook's session), the CLI (standard AWS configuration) and the tests (a 
 loopback) all drive the same code. The data plane sends each GET to exactly the host, path
 style and region that botocore resolved for the bucket (FIPS, China, dual-stack and VPC
 endpoints included), read once from a HeadBucket. Errors from either plane are classified
-by ``errors.error_for``.
+by ``classify.error_for``.
 """
 
 from __future__ import annotations
@@ -24,11 +24,14 @@ from botocore.config import Config
 
 from s3arch.core import backoff
 from s3arch.core.config import resolve_throttle_budget
-from s3arch.core.errors import IO_ERRORS, AccessDenied, BadArgument, status_of, translate
+from s3arch.core.errors import AccessDenied, BadArgument
+from s3arch.io.classify import IO_ERRORS, status_of, translate
 from s3arch.io import botocore_hooks
-from s3arch.io.connections import PlainDataPlane, get_path, proxy_for
+from s3arch.io.connections import PlainDataPlane
+from s3arch.io.proxies import get_path, proxy_for
 from s3arch.io.crt import Planes
 from s3arch.io.dataplane import BucketRoute, SourceRequests
+from s3arch.io.store import Store
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client  # typing only (requirements-test.txt)
@@ -63,6 +66,7 @@ class S3Clients:
     _routes: dict = field(default_factory=dict)
     _planes: Planes | None = None  # made on first use: the CRT side's shared objects
     _single: Any = None  # ``single_attempt``, made on first use
+    _store: Store | None = None  # ``store``, made on first use
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -79,6 +83,15 @@ class S3Clients:
         ``ExpectedBucketOwner`` on every request of both planes: S3 answers 403 for a bucket
         another account owns, so a bucket name taken over elsewhere fails instead of receiving
         data."""
+        try:
+            return cls._made(session, endpoint_url, max_pool_connections, max_attempts, read_timeout, verify,
+                             botocore_config, throttle_budget, expected_owner)
+        except IO_ERRORS as exc:  # a profile that is not there, a malformed config: before any request
+            raise translate(exc, "set up the S3 clients", "bucket") from exc
+
+    @classmethod
+    def _made(cls, session, endpoint_url, max_pool_connections, max_attempts, read_timeout, verify,
+              botocore_config, throttle_budget, expected_owner) -> "S3Clients":
         session, ca_bundle = botocore_hooks.engine_session(session or boto3.Session())
         region = session.region_name or "us-east-1"
         config = Config(retries={"mode": "standard", "max_attempts": max_attempts},
@@ -104,6 +117,21 @@ class S3Clients:
             botocore_hooks.add_expected_owner(control, expected_owner)
         return cls(session=session, control=control, endpoint_url=custom, region=region, verify=verify,
                    expected_owner=expected_owner, botocore_config=botocore_config)
+
+    @property
+    def store(self) -> Store:
+        """The control client behind the engine's S3 boundary (tasks/io/store.py): what every
+        module above tasks/io sends its requests through."""
+        with self._lock:
+            if self._store is None:
+                self._store = Store(self.control)
+            return self._store
+
+    @property
+    def single_attempt_store(self) -> Store:
+        """``single_attempt`` behind the boundary; its requests count with ``store``'s."""
+        client = self.single_attempt
+        return Store(client, sent=self.store.sent)
 
     @property
     def single_attempt(self):

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from s3arch.core.config import ArchiveSpec, S3Url
-from s3arch.core.errors import IO_ERRORS, BadArgument, translate
-from s3arch.io.listed import ListedObject, listed_objects
+from s3arch.core.errors import BadArgument
+from s3arch.io.listed import ListedObject
 from s3arch.io.keys import key_order
 from s3arch.io.listing import iter_pages
 from s3arch.io.ranges import LISTING_WORKERS, ParallelListing, RangeListing
+from s3arch.io.store import Store
 
 WILDCARD = "*"
 DEFAULT_MAX_PREFIXES = ArchiveSpec.max_prefixes  # prefixes a pattern may expand to (a job's max_prefixes)
@@ -76,15 +77,15 @@ _LEVELS: "weakref.WeakKeyDictionary[object, _Levels]" = weakref.WeakKeyDictionar
 _LEVELS_LOCK = threading.Lock()
 
 
-def _levels_of(control) -> _Levels:
-    with _LEVELS_LOCK:
-        levels = _LEVELS.get(control)
+def _levels_of(store: Store) -> _Levels:
+    with _LEVELS_LOCK:  # one per set of clients: every store over one client shares it
+        levels = _LEVELS.get(store.client)
         if levels is None:
-            levels = _LEVELS[control] = _Levels()
+            levels = _LEVELS[store.client] = _Levels()
         return levels
 
 
-def _common_prefixes(control, levels: _Levels, bucket: str, prefix: str, delimiter: str) -> list[str]:
+def _common_prefixes(store: Store, levels: _Levels, bucket: str, prefix: str, delimiter: str) -> list[str]:
     key = (bucket, prefix, delimiter)
     with levels.lock:
         entry = levels.found.get(key)
@@ -96,7 +97,7 @@ def _common_prefixes(control, levels: _Levels, bucket: str, prefix: str, delimit
     if not mine:
         return future.result()
     try:
-        found = _list_level(control, levels, bucket, prefix, delimiter)
+        found = _list_level(store, levels, bucket, prefix, delimiter)
     except BaseException as exc:
         with levels.lock:
             levels.found.pop(key, None)  # a failure is not remembered: the next caller lists again
@@ -106,21 +107,18 @@ def _common_prefixes(control, levels: _Levels, bucket: str, prefix: str, delimit
     return found
 
 
-def _list_level(control, levels: _Levels, bucket: str, prefix: str, delimiter: str) -> list[str]:
+def _list_level(store: Store, levels: _Levels, bucket: str, prefix: str, delimiter: str) -> list[str]:
     found: list[str] = []
-    try:
-        for page in control.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix,
-                                                                      Delimiter=delimiter):
-            with levels.lock:
-                levels.requests += 1
-            found += [p["Prefix"] for p in page.get("CommonPrefixes") or ()]
-    except IO_ERRORS as exc:
-        raise translate(exc, f"list s3://{bucket}/{prefix} (delimiter {delimiter!r})") from exc
+    for page in store.pages("list_objects_v2", f"list s3://{bucket}/{prefix} (delimiter {delimiter!r})",
+                            Bucket=bucket, Prefix=prefix, Delimiter=delimiter):
+        with levels.lock:
+            levels.requests += 1
+        found += [p["Prefix"] for p in page.get("CommonPrefixes") or ()]
     # A value never spans a '/': '*' is a path segment, or a part of a name.
     return [p for p in found if p[len(prefix):-1] and "/" not in p[len(prefix):-1]]
 
 
-def expand(control, bucket: str, pattern: str, max_prefixes: int = DEFAULT_MAX_PREFIXES,
+def expand(store: Store, bucket: str, pattern: str, max_prefixes: int = DEFAULT_MAX_PREFIXES,
            split_at: int | None = None) -> list[str]:
     """The prefixes ``pattern`` matches in ``bucket``, in key order. With ``split_at`` (a
     wildcard's number, from 1), only the wildcards up to it are expanded: the names of the
@@ -129,11 +127,11 @@ def expand(control, bucket: str, pattern: str, max_prefixes: int = DEFAULT_MAX_P
     check_pattern(pattern, f"s3://{bucket}/ pattern")
     pieces = pattern.split(WILDCARD)
     stop = len(pieces) - 1 if split_at is None else split_at
-    levels = _levels_of(control)
+    levels = _levels_of(store)
     candidates = [pieces[0]]
     with ThreadPoolExecutor(EXPAND_THREADS, thread_name_prefix="s3arch-expand") as pool:
         for literal in pieces[1:stop + 1]:
-            found = pool.map(lambda c: _common_prefixes(control, levels, bucket, c, literal[0]), candidates)
+            found = pool.map(lambda c: _common_prefixes(store, levels, bucket, c, literal[0]), candidates)
             candidates = [p + literal[1:] for level in found for p in level]
             if not candidates:
                 raise BadArgument(f"s3://{bucket}/{pattern} matches no prefix: no key is under "
@@ -151,52 +149,50 @@ def expand(control, bucket: str, pattern: str, max_prefixes: int = DEFAULT_MAX_P
     return sorted(candidates, key=key_order)
 
 
-def child_prefixes(control, bucket: str, prefix: str, delimiter: str = "/") -> list[str]:
+def child_prefixes(store: Store, bucket: str, prefix: str, delimiter: str = "/") -> list[str]:
     """The ``CommonPrefixes`` of a delimiter listing of ``prefix``, listed once per set of
     clients like a pattern's levels (``expansion_requests`` counts them)."""
-    return _common_prefixes(control, _levels_of(control), bucket, prefix, delimiter)
+    return _common_prefixes(store, _levels_of(store), bucket, prefix, delimiter)
 
 
-def expansion_requests(control) -> int:
+def expansion_requests(store: Store) -> int:
     """The delimiter LISTs made so far with these clients (for the bench and the reports)."""
-    return _levels_of(control).requests
+    return _levels_of(store).requests
 
 
-def resolved(control, source: S3Url, max_prefixes: int = DEFAULT_MAX_PREFIXES) -> S3Url:
+def resolved(store: Store, source: S3Url, max_prefixes: int = DEFAULT_MAX_PREFIXES) -> S3Url:
     """``source`` itself if its key is a plain prefix, else the ``Source`` it expands to."""
     if not is_pattern(source.key) or isinstance(source, Source):
         return source
-    return Source(source.bucket, source.key, tuple(expand(control, source.bucket, source.key, max_prefixes)))
+    return Source(source.bucket, source.key, tuple(expand(store, source.bucket, source.key, max_prefixes)))
 
 
-def holds_objects(control, bucket: str, name: str, max_prefixes: int = DEFAULT_MAX_PREFIXES) -> tuple[bool, int]:
+def holds_objects(store: Store, bucket: str, name: str, max_prefixes: int = DEFAULT_MAX_PREFIXES) -> tuple[bool, int]:
     """(whether a source name, a prefix or a pattern, holds at least one object; the LISTs of
     one key it made to tell): one per prefix until one answers. A pattern's levels are listed
     once per set of clients (``expansion_requests`` counts those)."""
     try:
-        prefixes = expand(control, bucket, name, max_prefixes) if is_pattern(name) else [name]
+        prefixes = expand(store, bucket, name, max_prefixes) if is_pattern(name) else [name]
     except BadArgument:
         return False, 0  # matches no prefix
     for probes, prefix in enumerate(prefixes, 1):
-        try:
-            page = control.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
-        except IO_ERRORS as exc:
-            raise translate(exc, f"list s3://{bucket}/{prefix}") from exc
+        page = store.call("list_objects_v2", f"list s3://{bucket}/{prefix}", "bucket", Bucket=bucket, Prefix=prefix,
+                          MaxKeys=1)
         if page.get("KeyCount") or page.get("Contents"):
             return True, probes
     return False, len(prefixes)
 
 
-def source_pages(control, source: S3Url, start_after: str | None = None, last_key: str | None = None,
+def source_pages(store: Store, source: S3Url, start_after: str | None = None, last_key: str | None = None,
                  workers: int = 1, ordered: bool = True) -> Iterator[list[ListedObject]]:
     """``iter_pages`` over every prefix of ``source``, in key order (unless not ``ordered``),
     keys in (``start_after``, ``last_key``] only."""
     prefixes = _in_range(source.prefixes, start_after, last_key)
     if len(source.prefixes) == 1:
-        yield from iter_pages(control, source.bucket, source.prefixes[0], start_after, last_key,
+        yield from iter_pages(store, source.bucket, source.prefixes[0], start_after, last_key,
                               workers=workers, ordered=ordered)
         return
-    listing = PrefixesListing(control, source.bucket, prefixes, start_after, last_key,
+    listing = PrefixesListing(store, source.bucket, prefixes, start_after, last_key,
                               workers=max(workers, PREFIX_WORKERS), ordered=ordered)
     try:
         yield from listing
@@ -204,12 +200,15 @@ def source_pages(control, source: S3Url, start_after: str | None = None, last_ke
         listing.close()
 
 
-def source_listing(control, source: S3Url, workers: int = PREFIX_WORKERS):
+def source_listing(store: Store, source: S3Url, workers: int = PREFIX_WORKERS, start_after: str | None = None):
     """An unordered parallel listing of ``source`` with ``by_range()`` and ``close()``:
-    ``RangeListing`` for one prefix (key ranges in parallel), ``PrefixesListing`` for many."""
+    ``RangeListing`` for one prefix (key ranges in parallel), ``PrefixesListing`` for many;
+    keys after ``start_after`` only."""
     if len(source.prefixes) == 1:
-        return RangeListing(control, source.bucket, source.prefixes[0], workers=LISTING_WORKERS, ordered=False)
-    return PrefixesListing(control, source.bucket, list(source.prefixes), workers=workers, ordered=False)
+        return RangeListing(store, source.bucket, source.prefixes[0], start_after, workers=LISTING_WORKERS,
+                            ordered=False)
+    return PrefixesListing(store, source.bucket, _in_range(source.prefixes, start_after, None), start_after,
+                           workers=workers, ordered=False)
 
 
 def _in_range(prefixes: tuple[str, ...], start_after: str | None, last_key: str | None) -> list[str]:
@@ -239,10 +238,10 @@ class PrefixesListing(ParallelListing):
     (prefix, None) once a prefix is listed). At most ``pages_ahead`` pages wait per prefix in
     flight. A worker's failure stops the others and is raised to the consumer."""
 
-    def __init__(self, control, bucket: str, prefixes: list[str], start_after: str | None = None,
+    def __init__(self, store, bucket: str, prefixes: list[str], start_after: str | None = None,
                  last_key: str | None = None, workers: int = LISTING_WORKERS, pages_ahead: int = 4,
                  ordered: bool = True):
-        self._control, self._bucket = control, bucket
+        self._store, self._bucket = store, bucket
         self._start_after, self._last_key = start_after, last_key
         super().__init__(ordered, None, f"the listing of {len(prefixes):,} prefixes of s3://{bucket}/")
         self._todo = deque(_Prefix(p, deque()) for p in prefixes)
@@ -267,7 +266,7 @@ class PrefixesListing(ParallelListing):
                     if self._stopped or not self._todo:
                         return
                     item = self._todo.popleft()
-                for page in iter_pages(self._control, self._bucket, item.prefix, self._after(item.prefix),
+                for page in iter_pages(self._store, self._bucket, item.prefix, self._after(item.prefix),
                                        self._last_key):
                     with self._cond:
                         while self._full(item) and not self._stopped:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 
 from s3arch.core.backoff import Throttling
-from s3arch.core.errors import THROTTLE_CODES
+from s3arch.io.classify import THROTTLE_CODES
 from s3arch.core.config import resolve_throttle_budget
 
 __all__ = ["ControlThrottling", "install", "throttled"]

@@ -7,11 +7,9 @@ upload ends in AbortMultipartUpload: no orphaned parts are left to bill.
 
 from __future__ import annotations
 
-import base64
 import bisect
 import io
 import itertools
-import struct
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -21,8 +19,11 @@ from typing import Callable
 from awscrt import checksums
 
 from s3arch.core.coordinator import Stopped, StreamCoordinator
-from s3arch.core.errors import IO_ERRORS, ArchiverError, BadArgument, IntegrityError, translate
-from s3arch.io.own_writes import Written, write_conditionally
+from s3arch.core.errors import ArchiverError, BadArgument, IntegrityError
+from s3arch.io.multipart import (UploadedPart, UploadResult, abort_upload, as_args, b64_crc, complete_upload,
+                                 condition_args, create_upload, sse_customer_args)
+from s3arch.io.own_writes import Written
+from s3arch.io.store import Store
 
 MAX_PARTS = 10_000
 MIN_PART = 5 << 20
@@ -71,21 +72,16 @@ class PartSizer:
         return min(self.max_part, max(self.min_part, need))
 
 
-@dataclass(slots=True)
-class UploadedPart:
-    number: int
-    etag: str
-    crc32c: int
-    size: int
+@dataclass(frozen=True)
+class SharedUpload:
+    """A multipart upload that exists already, which a stream writes a range of part numbers of
+    (a segment's) or completes with parts uploaded elsewhere (an assembly's)."""
 
-
-@dataclass
-class UploadResult:
-    key: str
-    size: int
-    parts: int
-    checksum_crc32c: str  # as S3 reports it: base64 of the composite, "-N" suffix
-    etag: str
+    upload_id: str
+    first_part: int = 1
+    max_parts: int = MAX_PARTS
+    head_size: int = 0  # bytes at the start of the stream held back (``PartUploader.head``), not uploaded
+    owned: bool = True  # False: shared by segments, or kept for a retry of the assembly; never aborted here
 
 
 class PartUploader:
@@ -98,30 +94,28 @@ class PartUploader:
     ``upload_memory(memory, max_part)`` is the whole stage.
     """
 
-    def __init__(self, control, bucket: str, key: str, *, storage_class: str = "STANDARD",
+    def __init__(self, store: Store, bucket: str, key: str, *, storage_class: str = "STANDARD",
                  sizer: PartSizer | None = None, memory: int = 32 << 20, threads: int = 4,
                  extra_args: dict | None = None, coordinator: StreamCoordinator | None = None,
-                 upload_id: str | None = None, first_part: int = 1, max_parts: int = MAX_PARTS,
-                 head_size: int = 0, owns_upload: bool = True):
-        """``upload_id``, ``first_part`` and ``max_parts`` attach the stream to an upload that
-        already exists, using only its own range of part numbers (a segment's). ``head_size``
-        bytes at the start of the stream are held back (``head``), not uploaded. An uploader
-        that does not ``own_upload`` never aborts it: ``abort`` only stops its own parts (the
-        upload is shared by segments, or kept for a retry of the assembly).
+                 shared: SharedUpload | None = None):
+        """``shared`` attaches the stream to an upload that already exists, using only its own
+        range of part numbers; an uploader that does not own it never aborts it: ``abort`` only
+        stops its own parts. Without it the upload is created lazily, on the first full part.
 
         ``coordinator`` (the stream's) stops the uploader from above: the uploader registers its
         ``abort`` with it as a failure cleanup, reports a failed part, and lists its parts in
         flight."""
-        self.control = control
+        self.store = store
         self.bucket = bucket
         self.key = key
         self.storage_class = storage_class
         self.sizer = sizer or PartSizer(8 << 20)
         self.memory = memory
         self.extra_args = extra_args or {}
-        self.upload_id = upload_id
-        self.first_part = first_part
-        self.max_parts = max_parts
+        shared = shared or SharedUpload("", owned=True)
+        self.upload_id = shared.upload_id or None
+        self.first_part = shared.first_part
+        self.max_parts = shared.max_parts
         self.bytes_written = 0
         self._coordinator = coordinator
         self._aborted = threading.Event()  # this uploader's own abort
@@ -135,9 +129,9 @@ class PartUploader:
         self._done = False
         self._lifecycle = threading.Lock()  # creation against abort
         self._crc_full: int | None = 0  # of every byte written; None once parts come from elsewhere
-        self.owns_upload = owns_upload
+        self.owns_upload = shared.owned
         self.head = bytearray()
-        self._head_size = head_size
+        self._head_size = shared.head_size
         self.tail = b""
         if self._coordinator is not None:
             # Registered with the uploader, before its upload exists: once the cleanups ran, a
@@ -209,7 +203,7 @@ class PartUploader:
         with self._lifecycle:
             if self._done or self._stopping():
                 raise Stopped("upload stopped")
-            self.upload_id = create_upload(self.control, self.bucket, self.key, storage_class=self.storage_class,
+            self.upload_id = create_upload(self.store, self.bucket, self.key, storage_class=self.storage_class,
                                            extra_args=self.extra_args)
 
     def _upload_part(self, number: int, data: "PartBody") -> UploadedPart:
@@ -233,19 +227,15 @@ class PartUploader:
         """Upload one part with this number now, on the caller's thread (the assembler's
         boundary parts); S3 replaces a part uploaded before under the same number."""
         data = data if isinstance(data, PartBody) else PartBody([data])
-        try:
-            crc = data.crc32c()
-            b64 = _b64_crc(crc)
-            resp = self.control.upload_part(
-                Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number,
-                Body=data, ChecksumCRC32C=b64,
-                **dict(_sse_customer_args(self.extra_args)))
-            if resp.get("ChecksumCRC32C") not in (None, b64):
-                raise IntegrityError(f"part {number} of {self.url}: S3 stored CRC32C "
-                                     f"{resp['ChecksumCRC32C']}, sent {b64}")
-            return UploadedPart(number, resp["ETag"], crc, len(data))
-        except IO_ERRORS as exc:
-            raise translate(exc, f"upload part {number} of {self.url}", "upload") from exc
+        crc = data.crc32c()
+        b64 = b64_crc(crc)
+        resp = self.store.call("upload_part", f"upload part {number} of {self.url}", "upload",
+                               Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number,
+                               Body=data, ChecksumCRC32C=b64, **as_args(sse_customer_args(self.extra_args)))
+        if resp.get("ChecksumCRC32C") not in (None, b64):
+            raise IntegrityError(f"part {number} of {self.url}: S3 stored CRC32C "
+                                 f"{resp['ChecksumCRC32C']}, sent {b64}")
+        return UploadedPart(number, resp["ETag"], crc, len(data))
 
     @property
     def single_put(self) -> bool:
@@ -284,7 +274,7 @@ class PartUploader:
             return self._put_whole(if_none_match=if_none_match, if_match=if_match)
         parts = self.finish_parts()
         assert self.upload_id is not None  # finish_parts created it
-        result = complete_upload(self.control, self.bucket, self.key, self.upload_id, parts,
+        result = complete_upload(self.store, self.bucket, self.key, self.upload_id, parts,
                                  if_none_match=if_none_match, if_match=if_match, extra_args=self.extra_args,
                                  full_crc32c=self._crc_full)
         self._done = True
@@ -295,16 +285,13 @@ class PartUploader:
         """The buffered stream as one PutObject, conditional like a completion, carrying its
         CRC32C: S3 refuses bytes that do not match it, so no HEAD is needed to verify them."""
         body = self._cut(self._buffered)
-        crc = _b64_crc(self._crc_full or 0)
-        condition = {"IfNoneMatch": "*"} if if_none_match else {"IfMatch": if_match} if if_match else {}
-        written = Written(len(body), frozenset([crc]), sse_customer=_sse_customer_args(self.extra_args))
+        crc = b64_crc(self._crc_full or 0)
+        written = Written(len(body), frozenset([crc]), sse_customer=sse_customer_args(self.extra_args))
         try:
-            resp = write_conditionally(
-                lambda: self.control.put_object(Bucket=self.bucket, Key=self.key, Body=body, ChecksumCRC32C=crc,
-                                                StorageClass=self.storage_class, **self.extra_args, **condition),
-                self.control, self.bucket, self.key, written)
-        except IO_ERRORS as exc:
-            raise translate(exc, f"write {self.url}", "commit") from exc
+            resp = self.store.write("put_object", f"write {self.url}", "commit", written,
+                                   Bucket=self.bucket, Key=self.key, Body=body, ChecksumCRC32C=crc,
+                                   StorageClass=self.storage_class, **self.extra_args,
+                                   **condition_args(if_none_match, if_match))
         finally:
             self._done = True
             self._pool.shutdown()
@@ -331,10 +318,10 @@ class PartUploader:
         if not self.upload_id:
             return None
         try:
-            abort_upload(self.control, self.bucket, self.key, self.upload_id)
-        except IO_ERRORS as exc:
-            return translate(exc, f"abort the upload to {self.url} (left for the next run or a "
-                                  "lifecycle rule to remove)", "upload")
+            abort_upload(self.store, self.bucket, self.key, self.upload_id,
+                         f"abort the upload to {self.url} (left for the next run or a lifecycle rule to remove)")
+        except ArchiverError as error:
+            return error
         for part in self._parts:
             if not part.done():
                 part.add_done_callback(lambda _: self._abort_quietly())
@@ -343,57 +330,9 @@ class PartUploader:
     def _abort_quietly(self) -> None:
         assert self.upload_id is not None  # only called once the upload was aborted
         try:
-            abort_upload(self.control, self.bucket, self.key, self.upload_id)
+            abort_upload(self.store, self.bucket, self.key, self.upload_id)
         except Exception:  # noqa: BLE001 - best effort; the first abort's outcome was reported
             pass
-
-
-def create_upload(control, bucket: str, key: str, *, storage_class: str, extra_args: dict) -> str:
-    """CreateMultipartUpload with a CRC32C per part; the upload id."""
-    try:
-        return control.create_multipart_upload(Bucket=bucket, Key=key, StorageClass=storage_class,
-                                               ChecksumAlgorithm="CRC32C", **extra_args)["UploadId"]
-    except IO_ERRORS as exc:
-        raise translate(exc, f"start upload to s3://{bucket}/{key}", "upload") from exc
-
-
-def complete_upload(control, bucket: str, key: str, upload_id: str, parts: list[UploadedPart], *,
-                    if_none_match: bool = False, if_match: str | None = None, extra_args: dict | None = None,
-                    full_crc32c: int | None = None) -> UploadResult:
-    """CompleteMultipartUpload with exactly ``parts`` (in order; parts not listed are dropped
-    by S3), conditional as asked, then check S3's size and CRC32C against the parts. A
-    completion the store did but whose answer was lost is sent again by botocore, and the
-    store answers that resend as if another writer had been first (412 to the condition, or
-    NoSuchUpload): an object there with this upload's size and checksum is its own."""
-    condition = {"IfNoneMatch": "*"} if if_none_match else {"IfMatch": if_match} if if_match else {}
-    composite = _b64_crc(checksums.crc32c(b"".join(struct.pack(">I", p.crc32c) for p in parts)))
-    # S3 reports the composite ("-N" suffixed) of a multipart upload, some servers the whole object's: either proves it.
-    accepted = {f"{composite}-{len(parts)}", composite, *([_b64_crc(full_crc32c)] if full_crc32c is not None else [])}
-    written = Written(sum(p.size for p in parts), frozenset(accepted),
-                      sse_customer=_sse_customer_args(extra_args or {}))
-    try:
-        write_conditionally(lambda: control.complete_multipart_upload(
-            Bucket=bucket, Key=key, UploadId=upload_id,
-            MultipartUpload={"Parts": [{"PartNumber": p.number, "ETag": p.etag, "ChecksumCRC32C": _b64_crc(p.crc32c)}
-                                       for p in parts]}, **condition), control, bucket, key, written)
-    except IO_ERRORS as exc:
-        raise translate(exc, f"complete upload of s3://{bucket}/{key}", "commit") from exc
-    return _check_stored(control, bucket, key, len(parts), written)
-
-
-def _check_stored(control, bucket: str, key: str, parts: int, written: Written) -> UploadResult:
-    """HEAD the completed object: its size and CRC32C (where S3 reports one) must be ``written``'s."""
-    url = f"s3://{bucket}/{key}"
-    try:
-        head = control.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED", **dict(written.sse_customer))
-    except IO_ERRORS as exc:
-        raise translate(exc, f"check uploaded object {url}") from exc
-    if head["ContentLength"] != written.size:
-        raise IntegrityError(f"{url}: S3 holds {head['ContentLength']} bytes, {written.size} were written")
-    reported = head.get("ChecksumCRC32C")
-    if reported is not None and reported not in written.crc32c:
-        raise IntegrityError(f"{url}: S3 reports CRC32C {reported}, expected one of {sorted(written.crc32c)}")
-    return UploadResult(key, written.size, parts, reported or "", head["ETag"])
 
 
 def upload_memory(inflight: int, max_part: int) -> int:
@@ -451,40 +390,3 @@ class PartBody(io.RawIOBase):
             done += n
             self._pos += n
         return done
-
-
-def _b64_crc(crc: int) -> str:
-    return base64.b64encode(struct.pack(">I", crc)).decode()
-
-
-def _sse_customer_args(extra: dict) -> tuple[tuple[str, str], ...]:
-    return tuple((k, v) for k, v in extra.items() if k.startswith("SSECustomer"))
-
-
-def abort_upload(control, bucket: str, key: str, upload_id: str) -> None:
-    try:
-        control.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
-    except control.exceptions.NoSuchUpload:
-        pass  # gone already: what aborting wanted
-
-
-def open_uploads(control, bucket: str, key: str) -> list[str]:
-    """Upload ids of the multipart uploads open for exactly this key."""
-    ids = []
-    try:
-        paginator = control.get_paginator("list_multipart_uploads")
-        for page in paginator.paginate(Bucket=bucket, Prefix=key):
-            ids += [u["UploadId"] for u in page.get("Uploads", []) if u["Key"] == key]
-    except IO_ERRORS as exc:
-        raise translate(exc, f"list earlier uploads to s3://{bucket}/{key}", "bucket") from exc
-    return ids
-
-
-def abort_uploads(control, bucket: str, uploads: list[tuple[str, str]]) -> int:
-    """Abort these (key, upload id) uploads; how many."""
-    for key, upload_id in uploads:
-        try:
-            abort_upload(control, bucket, key, upload_id)
-        except IO_ERRORS as exc:
-            raise translate(exc, f"abort an earlier upload to s3://{bucket}/{key}", "upload") from exc
-    return len(uploads)

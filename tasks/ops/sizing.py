@@ -19,19 +19,21 @@ from datetime import date
 from s3arch.core.config import S3Url
 from s3arch.core.errors import BadArgument
 from s3arch.io.sources import expansion_requests, resolved, source_pages
-from s3arch.ops.inventory import DaySize
-from s3arch.ops.jobs import ArchiveJob, days_between, parse_date, plan
+from s3arch.io.store import Store
+from s3arch.ops.inventory.days import DaySize
+from s3arch.ops.archive_job import ArchiveJob
+from s3arch.ops.planning import days_between, parse_date, plan
 from s3arch.produce.segments import PrefixSize, size_prefixes
 from s3arch.produce.segments.plan import SIZING_THREADS
 
 
-def split_by_size(job: ArchiveJob, planned: list[list[str]], control) -> dict:
+def split_by_size(job: ArchiveJob, planned: list[list[str]], store: Store) -> dict:
     """The large prefixes, in plan order, what sizing found of each (``source``: inventory or
     listing) and, for a job with an inventory, which report sized them."""
     prefixes = [prefix for batch in planned for prefix in batch]
-    from_report, inventory = _sized_by_inventory(job, job.inventory, control, prefixes) if job.inventory else ({}, None)
+    from_report, inventory = _sized_by_inventory(job, job.inventory, store, prefixes) if job.inventory else ({}, None)
     unsized = [p for p in prefixes if p not in from_report]
-    listed = dict(zip(unsized, size_prefixes(control, job.source.bucket, unsized,
+    listed = dict(zip(unsized, size_prefixes(store, job.source.bucket, unsized,
                                              job.segment_min_objects, job.segment_min_bytes)))
     sizes = [from_report.get(p) or listed[p] for p in prefixes]
     split = {"large": [s.prefix for s in sizes if s.large(job.segment_min_objects, job.segment_min_bytes)],
@@ -41,15 +43,16 @@ def split_by_size(job: ArchiveJob, planned: list[list[str]], control) -> dict:
     return {**split, "inventory": inventory} if inventory else split
 
 
-def _sized_by_inventory(job: ArchiveJob, location: S3Url, control,
+def _sized_by_inventory(job: ArchiveJob, location: S3Url, store: Store,
                         prefixes: list[str]) -> tuple[dict[str, PrefixSize], dict]:
     """The sizes the job's newest inventory report under ``location`` gives: each day it covers
     whose name is the job's day prefix (no objects, if the report holds none of it), and which
     report that was. Its data files are read only when it covers one of them; a refused report
     (stale, damaged) fails the sizing, saying why."""
-    from s3arch.ops.inventory import inventory_days, latest_report
+    from s3arch.ops.inventory.days import inventory_days
+    from s3arch.ops.inventory.reports import latest_report
 
-    report = latest_report(control, location, job.source.bucket, job.inventory_max_age_days)
+    report = latest_report(store, location, job.source.bucket, job.inventory_max_age_days)
     covered = {}
     for prefix in prefixes:
         day = job.date_of(prefix)
@@ -58,7 +61,7 @@ def _sized_by_inventory(job: ArchiveJob, location: S3Url, control,
     if not covered:
         return {}, {"report": report.url, "created": report.created.isoformat(timespec="seconds"), "days": 0}
     started = time.monotonic()
-    days = inventory_days(job, control, report)
+    days = inventory_days(job, store, report)
     seconds = time.monotonic() - started
     sizes = {}
     for prefix, day in covered.items():
@@ -68,7 +71,7 @@ def _sized_by_inventory(job: ArchiveJob, location: S3Url, control,
     return sizes, {**days.summary(), "days": len(covered)}
 
 
-def plan_from_listing(job: ArchiveJob, control, *, date_from=None, date_to=None) -> dict:
+def plan_from_listing(job: ArchiveJob, store: Store, *, date_from=None, date_to=None) -> dict:
     """``plan_from_inventory``'s plan for a job without an inventory: each day of the range
     (default: the job's start_date to the newest it archives) listed whole, ``SIZING_THREADS``
     days at once, counted page by page (memory stays flat); a day with no objects is left out,
@@ -81,10 +84,10 @@ def plan_from_listing(job: ArchiveJob, control, *, date_from=None, date_to=None)
         plan(job, date_from=first, date_to=last)  # the range's own checks (age, order)
         days = days_between(first, last)
     started = time.monotonic()
-    expansions = expansion_requests(control)
+    expansions = expansion_requests(store)
     with ThreadPoolExecutor(min(SIZING_THREADS, max(1, len(days))), thread_name_prefix="s3arch-plan") as pool:
-        listed = list(pool.map(lambda day: _listed_day(job, control, day), days))
-    requests = sum(n for _, n in listed) + expansion_requests(control) - expansions
+        listed = list(pool.map(lambda day: _listed_day(job, store, day), days))
+    requests = sum(n for _, n in listed) + expansion_requests(store) - expansions
     planned = [size.to_dict() for size, _ in listed if size.objects]
     return {"job": job.name, "source": "listing",
             "listing": {"bucket": job.source.bucket, "days": len(days), "empty": len(days) - len(planned),
@@ -92,12 +95,12 @@ def plan_from_listing(job: ArchiveJob, control, *, date_from=None, date_to=None)
             "days": planned, "objects": sum(d["objects"] for d in planned), "bytes": sum(d["bytes"] for d in planned)}
 
 
-def _listed_day(job: ArchiveJob, control, day: date) -> tuple[DaySize, int]:
+def _listed_day(job: ArchiveJob, store: Store, day: date) -> tuple[DaySize, int]:
     """The day's objects and bytes, and the LISTs of its prefixes (one per page, one for a
     prefix that holds nothing); a pattern that matches no prefix holds nothing."""
     name = job.prefix_for(day)
     try:
-        source = resolved(control, S3Url(job.source.bucket, name), job.max_prefixes)
+        source = resolved(store, S3Url(job.source.bucket, name), job.max_prefixes)
     except BadArgument as exc:
         if "matches no prefix" not in exc.message:
             raise  # more prefixes than max_prefixes: its archive run would refuse the day too
@@ -105,7 +108,7 @@ def _listed_day(job: ArchiveJob, control, day: date) -> tuple[DaySize, int]:
     prefixes = source.prefixes
     objects = size = pages = 0
     holding: set[int] = set()  # which prefixes had a page
-    for page in source_pages(control, source):
+    for page in source_pages(store, source):
         pages += 1
         objects += len(page)
         size += sum(o.size for o in page)

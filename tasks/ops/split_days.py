@@ -16,35 +16,36 @@ from datetime import date
 
 from s3arch.core.errors import BadArgument
 from s3arch.io.sources import child_prefixes, expand, holds_objects, is_pattern
-from s3arch.ops.jobs import ArchiveJob
+from s3arch.io.store import Store
+from s3arch.ops.archive_job import ArchiveJob
 
 # The figures of an archive that a split day lists per archive (the rest is the day's).
 SPLIT_FIELDS = ("prefix", "state", "objects", "bytes_in", "bytes_out", "archive_url", "manifest_url",
                 "archived_at", "parts", "late", "problem")
 
 
-def unarchived_splits(job: ArchiveJob, control, day: date, archived: list[str], counter) -> list[str]:
+def unarchived_splits(job: ArchiveJob, store: Store, day: date, archived: list[str], counter) -> list[str]:
     """The day's split names that hold objects and have no archive (``archived``: those that
     have one); ``counter`` counts the LISTs it took to tell, the split wildcard's levels aside."""
     try:
-        names = job.split(control, [job.prefix_for(day)])
+        names = job.split(store, [job.prefix_for(day)])
     except BadArgument:
         return []  # the wildcards match nothing any more: no value left to archive
-    return [name for name in names if name not in archived and _holds_objects(job, control, name, counter)]
+    return [name for name in names if name not in archived and _holds_objects(job, store, name, counter)]
 
 
-def _holds_objects(job: ArchiveJob, control, name: str, counter) -> bool:
+def _holds_objects(job: ArchiveJob, store: Store, name: str, counter) -> bool:
     bucket = job.source.bucket
     if not name.endswith("/"):  # the date inside key names: no day folder to look for
-        holds, probes = holds_objects(control, bucket, name, job.max_prefixes)
+        holds, probes = holds_objects(store, bucket, name, job.max_prefixes)
         counter.add("LIST", probes)
         return holds
     try:
-        prefixes = expand(control, bucket, name, job.max_prefixes) if is_pattern(name) else [name]
+        prefixes = expand(store, bucket, name, job.max_prefixes) if is_pattern(name) else [name]
     except BadArgument:
         return False  # matches no prefix
     # A folder exists while a key is under it: its parent's listing shows it.
-    return any(p in child_prefixes(control, bucket, p[:p.rstrip("/").rfind("/") + 1]) for p in prefixes)
+    return any(p in child_prefixes(store, bucket, p[:p.rstrip("/").rfind("/") + 1]) for p in prefixes)
 
 
 def for_split(verdict: dict | None, name: str) -> dict | None:

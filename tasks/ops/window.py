@@ -14,7 +14,7 @@ from datetime import date, timedelta
 
 from s3arch.core.config import S3Url
 from s3arch.core.errors import BadArgument
-from s3arch.ops.jobs import format_day
+from s3arch.ops.archive_job import format_day
 
 # (regex of one spelling, its date spec): the padded spellings before AWS Config's unpadded one.
 _SPELLINGS = [(re.compile(r"year=(\d{4})/month=(\d{2})/day=(\d{2})"), "year=%Y/month=%m/day=%d"),

@@ -21,12 +21,15 @@ from s3arch.format.compression import CompressedBlock, ParallelCompressor, codec
 from s3arch.core.config import ArchiveSpec, MiB
 from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.core.errors import ArchiverError, EmptyPrefix, IntegrityError
-from s3arch.io.fetching import ByteBudget, Fetcher
+from s3arch.io.fetching import Fetcher
+from s3arch.io.flow import ByteBudget
 from s3arch.io.listing import ListingFeed
 from s3arch.io.sources import source_pages
-from s3arch.format.manifest import ArchiveLayout, ManifestWriter
+from s3arch.format.manifest import ArchiveLayout
+from s3arch.stored.manifests import ManifestWriter
 from s3arch.core.progress import Progress
 from s3arch.io.s3 import S3Clients
+from s3arch.io.store import Store
 from s3arch.produce.streamed import MemoryPlan, RecordWriter, StreamedArchive, StreamTarget, manifest_header, open_manifest
 from s3arch.format.tally import ListingTally
 from s3arch.format.tarwriter import BlockSink, TarStream, member_name
@@ -65,14 +68,14 @@ class WholeArchive:
         return PartSizer(self.spec.min_part_size, lambda: (feed.tally.tar_bytes + MiB) if feed.finished else None,
                          max_part=plan.max_part, growth_every=self.spec.part_growth_every)
 
-    def uploader(self, control, sizer: PartSizer, memory: int, coordinator: StreamCoordinator) -> PartUploader:
+    def uploader(self, store: Store, sizer: PartSizer, memory: int, coordinator: StreamCoordinator) -> PartUploader:
         options = self.spec.write_options
-        return PartUploader(control, self.layout.bucket, self.archive_key, storage_class=options.storage_class,
+        return PartUploader(store, self.layout.bucket, self.archive_key, storage_class=options.storage_class,
                             sizer=sizer, memory=memory, extra_args={**options.encryption_args, **options.lock_args()},
                             coordinator=coordinator)
 
-    def records(self, control, coordinator: StreamCoordinator) -> ManifestWriter:
-        return open_manifest(control, self.layout, manifest_header(self.spec, self.layout, self.archive_key),
+    def records(self, store: Store, coordinator: StreamCoordinator) -> ManifestWriter:
+        return open_manifest(store, self.layout, manifest_header(self.spec, self.layout, self.archive_key),
                              self.spec.write_options, coordinator)
 
     def check_produced(self, objects: int, tar_end: int) -> None:
@@ -107,8 +110,8 @@ class _Stream:
         self.coordinator = coordinator
         self.plan = MemoryPlan.for_spec(spec)
         if listed is None:
-            listed = source_pages(clients.control, spec.source, target.start_after, target.last_key)
-        self.feed = ListingFeed(clients.control, spec.source.bucket, spec.source.key, tally=ListingTally(), pages=listed,
+            listed = source_pages(clients.store, spec.source, target.start_after, target.last_key)
+        self.feed = ListingFeed(clients.store, spec.source.bucket, spec.source.key, tally=ListingTally(), pages=listed,
                                 coordinator=coordinator)
 
     def run(self) -> StreamedArchive:
@@ -145,7 +148,7 @@ class _Stream:
         return itertools.chain((first,), objects)
 
     def _open(self) -> None:
-        spec, plan, control, coordinator = self.spec, self.plan, self.clients.control, self.coordinator
+        spec, plan, store, coordinator = self.spec, self.plan, self.clients.store, self.coordinator
         self.progress.start(self.feed)
         self.budget = ByteBudget(plan.fetch)
         self.fetcher = Fetcher(self.clients.data_for(spec.source.bucket, plan.gets), spec.source.bucket,
@@ -153,8 +156,8 @@ class _Stream:
                                chunk=min(spec.large_object_chunk, plan.fetch // 8), coordinator=coordinator,
                                without_tags=spec.without_tags, throttle_seconds=spec.throttle_budget)
         self.sizer = self.target.sizer(plan, self.feed)
-        self.uploader = self.target.uploader(control, self.sizer, plan.upload_inflight, coordinator)
-        self.records = self.target.records(control, coordinator)
+        self.uploader = self.target.uploader(store, self.sizer, plan.upload_inflight, coordinator)
+        self.records = self.target.records(store, coordinator)
         self.codec = codec_for(spec.codec, spec.effective_level)
         self.out = _ArchiveOutput(self.uploader, self.records, self.codec, self.progress)
         self.compressor = ParallelCompressor(self.codec, plan.threads, plan.pending_blocks, self.out.deliver,

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from s3arch.core.config import ArchiveSpec
 from s3arch.core.coordinator import StreamCoordinator
+from s3arch.core.stops import Cancel
 from s3arch.core.errors import ObjectMissing
 from s3arch.format.manifest import ArchiveLayout
 from s3arch.produce.pipeline import WholeArchive, stream_archive
@@ -42,8 +43,9 @@ class Producer(Protocol):
         """Before the cleanup of dead runs: read what the producer needs that a cleanup
         would delete."""
 
-    def start(self) -> None:
-        """Beside the reads of the prefix's state: begin what can begin before them."""
+    def start(self, cancel: Cancel | None = None) -> None:
+        """Beside the reads of the prefix's state: begin what can begin before them, stopping
+        with ``cancel`` (the run's stop from above)."""
 
     def produce(self, coordinator: StreamCoordinator) -> StreamedArchive:
         """Both uploads, open; ``coordinator`` (the commit protocol's) stops it from above."""
@@ -66,11 +68,12 @@ class OnThisMachine:
     def claim(self) -> None:
         pass
 
-    def start(self) -> None:
-        # The source's size, in a thread of its own: a pipeline starts on its first page.
+    def start(self, cancel: Cancel | None = None) -> None:
+        # The source's size, in a thread of its own: a pipeline starts on its first page. Its
+        # store stops with the run: a stopped run lists no further page.
         spec = self.spec
         if not spec.segments and could_use_segments(spec):
-            self._sizing = SizingListing(self.clients.control, spec.source,
+            self._sizing = SizingListing(self.clients.store.bound(cancel), spec.source,
                                          spec.segment_min_objects, spec.segment_min_bytes)
 
     def produce(self, coordinator: StreamCoordinator) -> StreamedArchive:
@@ -86,7 +89,9 @@ class OnThisMachine:
             except PrefixIsLarge:
                 if self.progress:
                     self.progress.reset()
-        streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key, coordinator, self.progress)
+        # The pages the sizing listed are the plan's first: no key of them is listed twice.
+        streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key, coordinator, self.progress,
+                                    listed=self._sizing.listed() if self._sizing else None)
         self.segmented = True
         return streamed
 
@@ -102,13 +107,13 @@ class PlannedAssembly:
         self.keep: SegmentPlan | None = None
 
     def claim(self) -> None:
-        self.keep = read_plan(self.clients.control, self.layout)
+        self.keep = read_plan(self.clients.store, self.layout)
         if self.keep is None:
             raise ObjectMissing(f"no segment plan for {self.spec.source} to assemble: it was never made, or a "
                                 "run of the prefix since then cleaned it up",
                                 hint="run the prefix again from its prepare task (clear it with downstream)")
 
-    def start(self) -> None:
+    def start(self, cancel: Cancel | None = None) -> None:
         pass
 
     def produce(self, coordinator: StreamCoordinator) -> StreamedArchive:

@@ -16,8 +16,10 @@ from s3arch.core.config import ArchiveSpec, MiB, WriteOptions
 from s3arch.core.coordinator import StreamCoordinator
 from s3arch.core.errors import ArchiverError, BadArgument
 from s3arch.io.listing import ListingFeed
-from s3arch.format.manifest import MANIFEST_MEMORY, ArchiveLayout, ManifestWriter
+from s3arch.format.manifest import ArchiveLayout
+from s3arch.stored.manifests import MANIFEST_MEMORY, ManifestWriter
 from s3arch.format.tally import ListingTally
+from s3arch.io.store import Store
 from s3arch.io.upload import PartSizer, PartUploader, upload_memory
 from s3arch.core.version import __version__
 
@@ -120,9 +122,9 @@ class StreamTarget(Protocol):
 
     # ``coordinator``: the stream's, handed to each PartUploader (it registers its abort with
     # it, reports failed parts to it, and stops when it stops).
-    def uploader(self, control, sizer: PartSizer, memory: int, coordinator: StreamCoordinator) -> PartUploader: ...
+    def uploader(self, store: Store, sizer: PartSizer, memory: int, coordinator: StreamCoordinator) -> PartUploader: ...
 
-    def records(self, control, coordinator: StreamCoordinator) -> RecordWriter: ...
+    def records(self, store: Store, coordinator: StreamCoordinator) -> RecordWriter: ...
 
     def check_produced(self, objects: int, tar_end: int) -> None: ...
 
@@ -144,11 +146,11 @@ def manifest_header(spec: ArchiveSpec, layout: ArchiveLayout, archive_key: str) 
     }
 
 
-def open_manifest(control, layout: ArchiveLayout, header: dict, options: WriteOptions,
+def open_manifest(store: Store, layout: ArchiveLayout, header: dict, options: WriteOptions,
                   coordinator: StreamCoordinator | None = None) -> ManifestWriter:
     """The manifest's upload, ``header`` written; encrypted and locked like the archive, since
     it names every key."""
-    return ManifestWriter(control, layout, header, coordinator=coordinator,
+    return ManifestWriter(store, layout, header, coordinator=coordinator,
                           extra_args={**options.encryption_args, **options.lock_args()})
 
 

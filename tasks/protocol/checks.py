@@ -4,12 +4,13 @@ its manifest describes (``check_archive_intact``), and what a run cost (``cost_o
 from __future__ import annotations
 
 from s3arch.core.config import ArchiveSpec
-from s3arch.core.errors import IO_ERRORS, ArchiveDamaged, status_of, translate
+from s3arch.core.errors import ArchiveDamaged
 from s3arch.format.manifest import ArchiveLayout, Committed
 from s3arch.io.retention import retention_of
+from s3arch.io.store import Store
 
 
-def check_archive_intact(control, layout: ArchiveLayout, committed: Committed) -> dict:
+def check_archive_intact(store: Store, layout: ArchiveLayout, committed: Committed) -> dict:
     """One HEAD: the archive a manifest commits must still be the object it describes.
     Returns its Object Lock state (empty if it has none)."""
     key, summary = committed.archive_key, committed.summary
@@ -17,13 +18,9 @@ def check_archive_intact(control, layout: ArchiveLayout, committed: Committed) -
     fix = (f"if the source still holds the prefix, `s3arch archive ... --overwrite` rebuilds it; "
            f"otherwise recover {url} from a bucket version or replica. `s3arch verify {url}` "
            "shows the details")
-    try:
-        head = control.head_object(Bucket=layout.bucket, Key=key, ChecksumMode="ENABLED")
-    except IO_ERRORS as exc:
-        if status_of(exc) == 404:
-            raise ArchiveDamaged(f"{layout.manifest_url} commits {url}, but that object is missing",
-                                 hint=fix) from exc
-        raise translate(exc, f"check the archive {url}") from exc
+    head = store.maybe("head_object", f"check the archive {url}", Bucket=layout.bucket, Key=key, ChecksumMode="ENABLED")
+    if head is None:
+        raise ArchiveDamaged(f"{layout.manifest_url} commits {url}, but that object is missing", hint=fix)
     found = {"size": head["ContentLength"], "etag": head["ETag"], "crc32c": head.get("ChecksumCRC32C")}
     expected = {"size": summary["archive_size"], "etag": summary.get("archive_etag"),
                 "crc32c": summary.get("archive_crc32c") or None}

@@ -29,23 +29,23 @@ from s3arch.core.config import ArchiveSpec
 from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.core.stops import Cancel, cancelling, raise_if_cancelled
 from s3arch.protocol.deletion import DeletionResult, delete_archived_sources
-from s3arch.core.errors import (AccessDenied, ArchiverError, BadArgument,
-                     ConcurrentRun, DestinationConflict, IntegrityError, status_of, translate)
+from s3arch.core.errors import AccessDenied, BadArgument, ConcurrentRun, DestinationConflict, IntegrityError
 from s3arch.protocol.lease import Held, PrefixLease
 from s3arch.protocol.checks import check_archive_intact, cost_of
 from s3arch.protocol.parts import LateCheck, LatePart, check_late, record_parts
 from s3arch.protocol.result import ArchiveResult, State
-from s3arch.format.day import Part, committed_parts, day_objects, drop_later_parts, part_layout
+from s3arch.format.day import Part, part_layout
+from s3arch.stored.days import committed_parts, day_objects, drop_later_parts
 from s3arch.core.outcome import Outcome
-from s3arch.format.manifest import Committed, layout_for, read_committed
+from s3arch.format.manifest import Committed, layout_for
+from s3arch.stored.manifests import read_committed
 from s3arch.io.retention import check_applied, refuse_locked_overwrite
-from s3arch.io.reads import none_if_missing
 from s3arch.io.s3 import S3Clients
 from s3arch.produce.streamed import StreamedArchive
 from s3arch.produce.producers import Producer
 from s3arch.produce.segments import SegmentPlan, delete_temporaries, open_upload, plan_segments, write_plan
 from s3arch.io.throttling import throttled
-from s3arch.io.upload import abort_uploads, open_uploads
+from s3arch.io.multipart import abort_uploads, open_uploads
 
 
 class CommitProtocol:
@@ -54,13 +54,15 @@ class CommitProtocol:
         self.spec = spec
         self.cancel = cancel
         self.clients = clients
-        self.control = clients.control
+        # Not bound to ``cancel``: the protocol stops at its steps and through its coordinator,
+        # and its cleanups (aborts, the lease's release) must still be sent after a stop.
+        self.store = clients.store
         self.layout = layout_for(spec.source, spec.destination)
         self.archive_key = self.layout.archive_key(spec.extension)
         self.started = time.monotonic()
         self.later_parts: list[Part] = []  # of a day being overwritten: dropped before its new manifest
         self.replaced_objects = 0  # objects the day being overwritten holds (each key once)
-        self.control_throttled = throttled(self.control)  # the control plane's count when the run began
+        self.throttled_before = throttled(clients.control)  # the control plane's count when the run began
         self.result = ArchiveResult(Outcome.ARCHIVED, str(spec.source), self.archive_url, self.layout.manifest_url,
                                     storage_class=spec.storage_class, codec=spec.codec)
 
@@ -77,7 +79,7 @@ class CommitProtocol:
             lease = self._lease()
             # 1-2. A manifest present means COMMITTED: a plain re-run only checks the archive is
             #      intact. Everything that writes holds the prefix's lease, taken meanwhile.
-            first = reads.submit(read_committed, self.control, self.layout, spec.source)
+            first = reads.submit(read_committed, self.store, self.layout, spec.source)
             taking = reads.submit(lease.acquire)
             try:
                 committed = first.result()
@@ -115,11 +117,11 @@ class CommitProtocol:
         # our keys belongs to a run that is gone: abort and delete them).
         if not rechecking:
             producer.claim()
-        again = reads.submit(read_committed, self.control, self.layout, spec.source)
+        again = reads.submit(read_committed, self.store, self.layout, spec.source)
         cleaned = reads.submit(self._clean_stale, producer.keep)
         etag = reads.submit(self._current_etag, self.archive_key)
         held.after += [again, cleaned, etag]
-        producer.start()
+        producer.start(self.cancel)
         committed = again.result()
         if committed and not spec.overwrite:
             # Again under the lease: a run that held it before us may have archived
@@ -131,7 +133,7 @@ class CommitProtocol:
                 self._archive_late(late, producer, held, reads)
                 return None
             if late.index is not None:
-                record_parts(self.control, self.layout, late.index, spec)
+                record_parts(self.store, self.layout, late.index, spec)
             self._skipped(committed, late.parts)
             self._delete_sources(held, late.parts)
             return None
@@ -145,7 +147,7 @@ class CommitProtocol:
             self._check_overwrite(committed)
         index = self._produce_and_commit(producer, committed, etag.result(), held, reads)
         if producer.segmented:
-            delete_temporaries(self.control, self.layout)
+            delete_temporaries(self.store, self.layout)
         # 8. Only now, and only if asked, delete the archived sources.
         self._delete_sources(held)
         return index
@@ -173,8 +175,8 @@ class CommitProtocol:
         return index
 
     def _check_late(self, committed: Committed) -> LateCheck:
-        parts = committed_parts(self.control, self.layout, self.spec.source, first=committed)
-        return check_late(self.control, self.spec.source, parts)
+        parts = committed_parts(self.store, self.layout, self.spec.source, first=committed)
+        return check_late(self.store, self.spec.source, parts)
 
     def _archive_late(self, late: LateCheck, producer: Producer, held: Held, reads: ThreadPoolExecutor) -> None:
         """The late objects as the day's next part, committed by a run of its own on the part's
@@ -186,11 +188,11 @@ class CommitProtocol:
         self.result.archive, self.result.manifest = part_run.archive_url, part.layout.manifest_url
         part_run._clean_stale()  # the uploads of a run killed while it made this part
         part_run._produce_and_commit(part, None, part_run._current_etag(part.archive_key), held, reads).result()
-        committed = read_committed(self.control, part.layout, self.spec.source)
+        committed = read_committed(self.store, part.layout, self.spec.source)
         assert committed is not None  # this run committed it, under its lease
         new = Part(late.next_part, part.layout, committed)
         held.confirm()
-        record_parts(self.control, self.layout, late.index_after(new), self.spec)
+        record_parts(self.store, self.layout, late.index_after(new), self.spec)
         r = self.result
         r.part, r.late = new.number, (late.produced or late.found).late
         r.notes.append(late.note())
@@ -222,12 +224,12 @@ class CommitProtocol:
         cleanup aborts this upload), and this one's assembly then fails. A lost lease stops
         the plan, before it opens an upload or writes plan.json."""
         spec = self.spec
-        committed = read_committed(self.control, self.layout, spec.source)
+        committed = read_committed(self.store, self.layout, spec.source)
         if committed and not spec.overwrite:
             self._skipped(committed)
             return None
         with self._lease().held() as held:
-            committed = read_committed(self.control, self.layout, spec.source)
+            committed = read_committed(self.store, self.layout, spec.source)
             if committed and not spec.overwrite:
                 self._skipped(committed)
                 return None
@@ -238,16 +240,16 @@ class CommitProtocol:
             held.on_lost(planning.cancel)
             with cancelling(planning, self.cancel, f"planning the segments of {spec.source}",
                             "nothing was written"):
-                plan = plan_segments(spec, self.control, self.archive_key, count,
+                plan = plan_segments(spec, self.store, self.archive_key, count,
                                      stop=planning.raise_cause_if_stopped)
                 planning.raise_cause_if_stopped()
             held.confirm()
-            plan = open_upload(spec.write_options, self.control, self.layout, plan)
+            plan = open_upload(spec.write_options, self.store, self.layout, plan)
             try:
                 held.confirm()
-                write_plan(spec.write_options, self.control, self.layout, plan)
+                write_plan(spec.write_options, self.store, self.layout, plan)
             except BaseException:
-                abort_uploads(self.control, self.layout.bucket, [(plan.archive_key, plan.upload_id)])
+                abort_uploads(self.store, self.layout.bucket, [(plan.archive_key, plan.upload_id)])
                 raise
         r = self.result
         r.status, r.segments, r.objects, r.bytes_in = Outcome.PLANNED, plan.count, plan.objects, plan.bytes
@@ -283,7 +285,7 @@ class CommitProtocol:
         return self._done()
 
     def _check_without_lease(self) -> tuple[Committed, LateCheck] | None:
-        committed = None if self.spec.overwrite else read_committed(self.control, self.layout, self.spec.source)
+        committed = None if self.spec.overwrite else read_committed(self.store, self.layout, self.spec.source)
         return None if committed is None else (committed, self._check_late(committed))
 
     def _clean_stale(self, keep: SegmentPlan | None = None) -> None:
@@ -291,9 +293,9 @@ class CommitProtocol:
         (all but ``keep``'s, the plan this run assembles), a large segment's records upload
         still open included. The three listings go out at once."""
         with ThreadPoolExecutor(2, thread_name_prefix="s3arch-clean") as pool:
-            temporaries = pool.submit(delete_temporaries, self.control, self.layout, keep=keep)
+            temporaries = pool.submit(delete_temporaries, self.store, self.layout, keep=keep)
             uploads = self._open_uploads()
-            aborted = abort_uploads(self.control, self.layout.bucket, [
+            aborted = abort_uploads(self.store, self.layout.bucket, [
                 (key, upload_id) for key, upload_id in uploads if upload_id != (keep.upload_id if keep else None)])
             self.result.stale_uploads_aborted += aborted + temporaries.result().uploads
 
@@ -302,13 +304,13 @@ class CommitProtocol:
         per key, both at once: MinIO lists a key's uploads only for that exact key)."""
         keys = (self.archive_key, self.layout.manifest_key)
         with ThreadPoolExecutor(len(keys), thread_name_prefix="s3arch-uploads") as pool:
-            found = pool.map(lambda key: open_uploads(self.control, self.layout.bucket, key), keys)
+            found = pool.map(lambda key: open_uploads(self.store, self.layout.bucket, key), keys)
             return [(key, upload_id) for key, ids in zip(keys, found) for upload_id in ids]
 
     def delete_sources_only(self) -> ArchiveResult:
         """Finish (or repeat) the deletion of a committed prefix's sources, nothing else."""
         with self._lease().held() as held:
-            parts = committed_parts(self.control, self.layout, self.spec.source)
+            parts = committed_parts(self.store, self.layout, self.spec.source)
             if not parts:
                 raise BadArgument(f"{self.layout.manifest_url} does not exist: the prefix is not "
                                   "archived, so nothing may be deleted",
@@ -328,16 +330,16 @@ class CommitProtocol:
             with self._lease().held():
                 self._clean_stale()
                 if late.index is not None:
-                    record_parts(self.control, self.layout, late.index, self.spec)
+                    record_parts(self.store, self.layout, late.index, self.spec)
         except (AccessDenied, ConcurrentRun):
             pass  # a read-only caller may still be told the prefix is done; a live run owns them
 
     def _lease(self) -> PrefixLease:
-        return PrefixLease(self.control, self.layout.bucket, self.layout.lease_key,
+        return PrefixLease(self.store, self.layout.bucket, self.layout.lease_key,
                            purpose=f"archive of {self.spec.source}", ttl=self.spec.lease_ttl)
 
     def _skipped(self, committed: Committed, parts: list[Part] | None = None) -> ArchiveResult:
-        self.result.retention = check_archive_intact(self.control, self.layout, committed) or None
+        self.result.retention = check_archive_intact(self.store, self.layout, committed) or None
         summaries = [p.committed.summary for p in parts] if parts else [committed.summary]
         summary = committed.summary
         r = self.result
@@ -356,18 +358,18 @@ class CommitProtocol:
 
     def _check_overwrite(self, committed: Committed) -> None:
         """An --overwrite rebuilds the whole day as one part: its later parts go too."""
-        parts = committed_parts(self.control, self.layout, self.spec.source, first=committed)
+        parts = committed_parts(self.store, self.layout, self.spec.source, first=committed)
         self.later_parts = parts[1:]
-        refuse_locked_overwrite(self.control, self.layout.bucket, [
+        refuse_locked_overwrite(self.store, self.layout.bucket, [
             key for p in parts for key in (p.committed.archive_key, p.layout.manifest_key)])
-        self.replaced_objects = day_objects(self.control, parts)
+        self.replaced_objects = day_objects(self.store, parts)
         self._refuse_shrunken_source()
 
     def _refuse_shrunken_source(self) -> None:
         from s3arch.io.sources import source_pages
 
         archived = self.replaced_objects
-        now = sum(len(page) for page in source_pages(self.control, self.spec.source))
+        now = sum(len(page) for page in source_pages(self.store, self.spec.source))
         if now < archived:
             raise DestinationConflict(
                 f"{self.layout.manifest_url} holds {archived:,} objects, the source now only {now:,}: "
@@ -375,9 +377,7 @@ class CommitProtocol:
                 hint="restore the archive first, or delete the old archive and manifest by hand")
 
     def _current_etag(self, key: str) -> str | None:
-        head = none_if_missing(lambda: self.control.head_object(Bucket=self.layout.bucket, Key=key),
-                               f"check s3://{self.layout.bucket}/{key}", control=self.control,
-                               bucket=self.layout.bucket, key=key)
+        head = self.store.head(self.layout.bucket, key, f"check s3://{self.layout.bucket}/{key}")
         return head["ETag"] if head else None
 
     def _commit(self, streamed: StreamedArchive, previous: Committed | None, archive_etag: str | None,
@@ -407,13 +407,14 @@ class CommitProtocol:
                 # manifest over the new archive. Its index goes with it: the new one is
                 # written only after the new manifest. The later parts go first: a day read
                 # in between is part 1 and fewer parts, never new parts over an old part 1.
-                drop_later_parts(self.control, self.layout, self.later_parts)
+                drop_later_parts(self.store, self.layout, self.later_parts)
                 for key in (self.layout.manifest_key, self.layout.index_key):
-                    self.control.delete_object(Bucket=self.layout.bucket, Key=key)
+                    self.store.call("delete_object", f"delete s3://{self.layout.bucket}/{key} (the day is being "
+                                    "overwritten)", Bucket=self.layout.bucket, Key=key)
             if uploaded.size != streamed.bytes_out:
                 raise IntegrityError(f"archive holds {uploaded.size} bytes, {streamed.bytes_out} were produced")
             if spec.write_options.locks:
-                r.retention = check_applied(self.control, self.layout.bucket, self.archive_key,
+                r.retention = check_applied(self.store, self.layout.bucket, self.archive_key,
                                             spec.write_options.lock_args())
             r.state = State.PRODUCED.value
             lease.confirm()
@@ -428,13 +429,11 @@ class CommitProtocol:
         except BaseException as exc:
             for problem in streamed.abort():
                 exc.add_note(f"cleanup also failed: {problem}")
-            if isinstance(exc, ArchiverError) or not isinstance(exc, Exception):
-                raise
-            raise translate(exc, f"commit {self.archive_url}", "commit") from exc
+            raise
         r.state = State.COMMITTED.value
         r.objects, r.bytes_in, r.bytes_out = streamed.objects, streamed.bytes_in, streamed.bytes_out
         r.tar_bytes, r.gets, r.peak_buffered = streamed.tar_bytes, streamed.gets, streamed.peak_buffered
-        r.throttled = streamed.throttled + throttled(self.control) - self.control_throttled
+        r.throttled = streamed.throttled + throttled(self.clients.control) - self.throttled_before
         r.cost = cost_of(spec, r.objects, r.bytes_in, streamed.short_of_min_billable, r.bytes_out,
                          streamed.source_bytes_by_class)
         if streamed.tags_unread:
@@ -462,7 +461,7 @@ class CommitProtocol:
                 raise ConcurrentRun(f"this run lost its lease {held.lease.url} while it deleted the archived "
                                     f"sources: {how}") from held.lost
 
-        deletion: DeletionResult = delete_archived_sources(self.control, self.spec.source, self.layout,
+        deletion: DeletionResult = delete_archived_sources(self.store, self.spec.source, self.layout,
                                                            versions=self.spec.delete_versions, stop=stop,
                                                            parts=parts)
         self.result.deleted = deletion.deleted

@@ -32,9 +32,13 @@ from typing import Callable, Iterator
 
 from s3arch.io.attributes import lock_reason
 from s3arch.core.config import S3Url
-from s3arch.core.errors import IO_ERRORS, ArchiverError, error_for, SourceDeletionFailed, status_of, translate
-from s3arch.format.day import Part, day_records
-from s3arch.format.manifest import ArchiveLayout, iter_manifest
+from s3arch.core.errors import ArchiverError, SourceDeletionFailed
+from s3arch.io.classify import error_for
+from s3arch.format.day import Part
+from s3arch.stored.days import day_records
+from s3arch.format.manifest import ArchiveLayout
+from s3arch.stored.manifests import iter_manifest
+from s3arch.io.store import Store
 
 BATCH = 1000
 # Where each key is re-checked by HEAD, smaller batches shrink the window between a key's
@@ -71,23 +75,23 @@ class DeletionResult:
         return notes
 
 
-def delete_archived_sources(control, source: S3Url, layout: ArchiveLayout, *, versions: bool = False,
+def delete_archived_sources(store: Store, source: S3Url, layout: ArchiveLayout, *, versions: bool = False,
                             stop: Callable[[], None] = lambda: None, parts: list[Part] | None = None) -> DeletionResult:
     """``stop`` is called before each batch is sent and raises to end the deletion there (a
     run whose lease was lost must delete nothing more); what it raises is the cause of the
     ``SourceDeletionFailed``. ``parts``: the day's committed parts (tasks/format/day.py), whose
     records, each key's latest, are what may be deleted; by default ``layout``'s manifest."""
-    archived = (lambda: day_records(control, parts)) if parts else (lambda: _archived(control, layout))
+    archived = (lambda: day_records(store, parts)) if parts else (lambda: _archived(store, layout))
     # Each version a part holds may go: an object rewritten after it was archived has one in each.
-    every = (lambda: day_records(control, parts, every=True)) if parts else archived
-    result = DeletionResult(versioned=_is_versioned(control, source.bucket))
+    every = (lambda: day_records(store, parts, every=True)) if parts else archived
+    result = DeletionResult(versioned=_is_versioned(store, source.bucket))
     try:
         if versions and result.versioned:
             result.method = "versions"
-            _delete_versions(control, source, every(), result, stop)
+            _delete_versions(store, source, every(), result, stop)
         else:
-            result.method = "etag" if _endpoint_honours_etag(control, layout) else "recheck"
-            _delete_current(control, source, archived(), result, stop)
+            result.method = "etag" if endpoint_honours_etag(store, layout) else "recheck"
+            _delete_current(store, source, archived(), result, stop)
     except ArchiverError as exc:
         raise SourceDeletionFailed(
             f"deleted {result.deleted:,} archived source objects under {source}, then stopped",
@@ -97,18 +101,18 @@ def delete_archived_sources(control, source: S3Url, layout: ArchiveLayout, *, ve
     return result
 
 
-def _archived(control, layout: ArchiveLayout) -> Iterator[dict]:
-    return (r for r in iter_manifest(control, layout) if r["type"] == "object")
+def _archived(store: Store, layout: ArchiveLayout) -> Iterator[dict]:
+    return (r for r in iter_manifest(store, layout) if r["type"] == "object")
 
 
-def _delete_current(control, source: S3Url, archived: Iterator[dict], result: DeletionResult,
+def _delete_current(store: Store, source: S3Url, archived: Iterator[dict], result: DeletionResult,
                     stop: Callable[[], None]) -> None:
     from s3arch.io.sources import source_pages
 
     record = next(archived, None)
     batch: list[tuple[str, str]] = []
     limit = RECHECK_BATCH if result.method == "recheck" else BATCH
-    for page in source_pages(control, source):
+    for page in source_pages(store, source):
         for obj in page:
             while record is not None and record["key"] < obj.key:
                 record = next(archived, None)
@@ -122,43 +126,37 @@ def _delete_current(control, source: S3Url, archived: Iterator[dict], result: De
                     result.kept_changed += 1
             if len(batch) == limit:
                 stop()
-                _delete_batch(control, source.bucket, batch, result)
+                _delete_batch(store, source.bucket, batch, result)
                 batch = []
     if batch:
         stop()
-        _delete_batch(control, source.bucket, batch, result)
+        _delete_batch(store, source.bucket, batch, result)
 
 
-def _delete_batch(control, bucket: str, batch: list[tuple[str, str]], result: DeletionResult) -> None:
+def _delete_batch(store: Store, bucket: str, batch: list[tuple[str, str]], result: DeletionResult) -> None:
     if result.method == "recheck":
-        unchanged = _still_unchanged(control, bucket, batch)
+        unchanged = _still_unchanged(store, bucket, batch)
         result.kept_changed += len(batch) - len(unchanged)
         batch = unchanged
     if batch:
-        _send(control, bucket, [{"Key": k, "ETag": etag} for k, etag in batch], result)
+        _send(store, bucket, [{"Key": k, "ETag": etag} for k, etag in batch], result)
 
 
-def _still_unchanged(control, bucket: str, batch: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def _still_unchanged(store: Store, bucket: str, batch: list[tuple[str, str]]) -> list[tuple[str, str]]:
     def unchanged(item: tuple[str, str]) -> bool:
         key, etag = item
-        try:
-            control.head_object(Bucket=bucket, Key=key, IfMatch=etag)
-            return True
-        except IO_ERRORS as exc:
-            if status_of(exc) in (404, 412):
-                return False  # gone, or rewritten since it was archived: keep (or nothing to do)
-            raise translate(exc, f"re-check s3://{bucket}/{key} before deleting it", "source") from exc
+        # None: gone, or rewritten since it was archived: keep (or nothing to do)
+        return store.maybe("head_object", f"re-check s3://{bucket}/{key} before deleting it", "source",
+                           absent=(404, 412), Bucket=bucket, Key=key, IfMatch=etag) is not None
 
     with ThreadPoolExecutor(16, thread_name_prefix="s3arch-recheck") as pool:
         keep = list(pool.map(unchanged, batch))
     return [item for item, ok in zip(batch, keep) if ok]
 
 
-def _send(control, bucket: str, objects: list[dict], result: DeletionResult) -> None:
-    try:
-        response = control.delete_objects(Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
-    except IO_ERRORS as exc:
-        raise translate(exc, f"delete archived sources in s3://{bucket}", "bucket") from exc
+def _send(store: Store, bucket: str, objects: list[dict], result: DeletionResult) -> None:
+    response = store.call("delete_objects", f"delete archived sources in s3://{bucket}", "bucket",
+                          Bucket=bucket, Delete={"Objects": objects, "Quiet": True})
     failed = 0
     first: ArchiverError | None = None
     for error in response.get("Errors", []):
@@ -187,79 +185,65 @@ def _refused_by_lock(error: dict) -> bool:
         any(word in message for word in ("lock", "worm", "retention"))
 
 
-def _delete_versions(control, source: S3Url, records: Iterator[dict], result: DeletionResult,
+def _delete_versions(store: Store, source: S3Url, records: Iterator[dict], result: DeletionResult,
                      stop: Callable[[], None]) -> None:
     archived = ((key, {r["etag"]: r for r in group}) for key, group in groupby(records, key=lambda r: r["key"]))
     record = next(archived, None)
     batch: list[dict] = []
-    paginator = control.get_paginator("list_object_versions")
-    try:
-        pages = (page for prefix in source.prefixes  # a pattern's prefixes, in key order
-                 for page in paginator.paginate(Bucket=source.bucket, Prefix=prefix))
-        for page in pages:
-            for version in page.get("Versions", []):
-                while record is not None and record[0] < version["Key"]:
-                    record = next(archived, None)
-                if record is not None and record[0] == version["Key"] and version["ETag"] in record[1]:
-                    reason = lock_reason(record[1][version["ETag"]])
-                    if reason is not None:
-                        result.keep_locked(version["Key"], reason)
-                    else:
-                        batch.append({"Key": version["Key"], "VersionId": version["VersionId"]})
-                if len(batch) == BATCH:
-                    stop()
-                    _send(control, source.bucket, batch, result)
-                    batch = []
-    except ArchiverError:
-        raise
-    except IO_ERRORS as exc:
-        raise translate(exc, f"list versions under {source}", "bucket") from exc
+    pages = (page for prefix in source.prefixes  # a pattern's prefixes, in key order
+             for page in store.pages("list_object_versions", f"list versions under {source}",
+                                     Bucket=source.bucket, Prefix=prefix))
+    for page in pages:
+        for version in page.get("Versions", []):
+            while record is not None and record[0] < version["Key"]:
+                record = next(archived, None)
+            if record is not None and record[0] == version["Key"] and version["ETag"] in record[1]:
+                reason = lock_reason(record[1][version["ETag"]])
+                if reason is not None:
+                    result.keep_locked(version["Key"], reason)
+                else:
+                    batch.append({"Key": version["Key"], "VersionId": version["VersionId"]})
+            if len(batch) == BATCH:
+                stop()
+                _send(store, source.bucket, batch, result)
+                batch = []
     if batch:
         stop()
-        _send(control, source.bucket, batch, result)
+        _send(store, source.bucket, batch, result)
 
 
-def _is_versioned(control, bucket: str) -> bool:
-    try:
-        return control.get_bucket_versioning(Bucket=bucket).get("Status") in ("Enabled", "Suspended")
-    except IO_ERRORS as exc:
-        if status_of(exc) == 403:
-            return False  # may not ask; deletion still works, the note cannot be given
-        raise translate(exc, f"read the versioning state of s3://{bucket}", "bucket") from exc
+def _is_versioned(store: Store, bucket: str) -> bool:
+    # None on 403: may not ask; deletion still works, the note cannot be given
+    answer = store.maybe("get_bucket_versioning", f"read the versioning state of s3://{bucket}", "bucket",
+                         absent=(403,), Bucket=bucket)
+    return answer is not None and answer.get("Status") in ("Enabled", "Suspended")
 
 
-def _endpoint_honours_etag(control, layout: ArchiveLayout) -> bool:
+def endpoint_honours_etag(store: Store, layout: ArchiveLayout) -> bool:
     """Delete a scratch object with a wrong ETag: if it survives, the endpoint checks ETags.
     In a versioned bucket the probe's version (and a delete marker) is deleted by its id, so
     nothing is left, not even under a default retention (``retention.scratch_lock_args``)."""
     from s3arch.io.retention import delete_scratch_version, scratch_lock_args
 
     bucket, key = layout.bucket, layout.probe_key
-    try:
-        version = control.put_object(Bucket=bucket, Key=key, Body=b"probe: does this endpoint honour ETags in DeleteObjects?",
-                                     **scratch_lock_args(control, bucket)).get("VersionId")
-        answer = control.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": key, "ETag": _WRONG_ETAG}],
-                                                               "Quiet": False})
-        try:
-            control.head_object(Bucket=bucket, Key=key)
-            survived = True
-        except IO_ERRORS as exc:
-            if status_of(exc) != 404:
+    what = f"probe conditional deletes with s3://{bucket}/{key}"
+    version = store.call("put_object", what, "bucket", Bucket=bucket, Key=key,
+                         Body=b"probe: does this endpoint honour ETags in DeleteObjects?",
+                         **scratch_lock_args(store, bucket)).get("VersionId")
+    answer = store.call("delete_objects", what, "bucket", Bucket=bucket,
+                        Delete={"Objects": [{"Key": key, "ETag": _WRONG_ETAG}], "Quiet": False})
+    survived = store.maybe("head_object", what, "bucket", Bucket=bucket, Key=key) is not None
+    if version not in (None, "null"):
+        try:  # best effort: without s3:DeleteObjectVersion they stay, locked an hour at most
+            for marker in [d.get("DeleteMarkerVersionId") for d in answer.get("Deleted", [])]:
+                if marker:
+                    store.call("delete_object", what, "bucket", Bucket=bucket, Key=key, VersionId=marker)
+            delete_scratch_version(store, bucket, key, version)
+        except ArchiverError as error:
+            if error.status != 403:
                 raise
-            survived = False
-        if version not in (None, "null"):
-            try:  # best effort: without s3:DeleteObjectVersion they stay, locked an hour at most
-                for marker in [d.get("DeleteMarkerVersionId") for d in answer.get("Deleted", [])]:
-                    if marker:
-                        control.delete_object(Bucket=bucket, Key=key, VersionId=marker)
-                delete_scratch_version(control, bucket, key, version)
-            except IO_ERRORS as exc:
-                if status_of(exc) != 403:
-                    raise
-                if survived:
-                    control.delete_object(Bucket=bucket, Key=key)
-        elif survived:
-            control.delete_object(Bucket=bucket, Key=key)
-        return survived
-    except IO_ERRORS as exc:
-        raise translate(exc, f"probe conditional deletes with s3://{bucket}/{key}", "bucket") from exc
+            if survived:
+                store.call("delete_object", what, "bucket", Bucket=bucket, Key=key)
+    elif survived:
+        store.call("delete_object", what, "bucket", Bucket=bucket, Key=key)
+    return survived

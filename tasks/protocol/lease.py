@@ -30,9 +30,10 @@ from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Callable, Iterable, Iterator
 
-from s3arch.core.errors import IO_ERRORS, ArchiverError, ConcurrentRun, TransientError, status_of, translate
-from s3arch.io.own_writes import Written, write_conditionally
-from s3arch.io.reads import read_object
+from s3arch.core import backoff
+from s3arch.core.errors import ArchiverError, ConcurrentRun, TransientError
+from s3arch.io.own_writes import Written
+from s3arch.io.store import Store
 from s3arch.core.timestamps import parse_s3_time
 
 DEFAULT_TTL = 180.0
@@ -79,9 +80,9 @@ class Holder:
 
 
 class PrefixLease:
-    def __init__(self, control, bucket: str, key: str, *, purpose: str, ttl: float = DEFAULT_TTL,
+    def __init__(self, store: Store, bucket: str, key: str, *, purpose: str, ttl: float = DEFAULT_TTL,
                  extra_args: dict | None = None):
-        self.control = control
+        self.store = store
         self.bucket = bucket
         self.key = key
         self.ttl = ttl
@@ -103,19 +104,18 @@ class PrefixLease:
         return json.dumps({**self.me.__dict__, "renewed": datetime.now(timezone.utc).isoformat(),
                            "ttl_seconds": self.ttl}).encode()
 
-    def _put(self, **condition) -> str:
+    def _put(self, what: str, **condition) -> str:
         """Write the lease under ``condition``; its ETag. The body names this run's owner token
         and the time of this very write, so a write S3 applied whose answer was lost is
-        recognised as this run's own (``write_conditionally``), never as another run's."""
+        recognised as this run's own (``Store.write``), never as another run's."""
         from s3arch.io.retention import scratch_lock_args
 
         body = self._body()
-        response = write_conditionally(
-            lambda: self.control.put_object(Bucket=self.bucket, Key=self.key, Body=body,
-                                            ContentType="application/json", StorageClass="STANDARD",
-                                            **self.extra_args, **scratch_lock_args(self.control, self.bucket),
-                                            **condition),
-            self.control, self.bucket, self.key, Written(len(body), frozenset(), body=body))
+        written = Written(len(body), frozenset(), body=body)
+        response = self.store.write("put_object", f"{what} {self.url}", "object", written,
+                                    Bucket=self.bucket, Key=self.key, Body=body, ContentType="application/json",
+                                    StorageClass="STANDARD", **self.extra_args,
+                                    **scratch_lock_args(self.store, self.bucket), **condition)
         self._written = response.get("VersionId")
         return response["ETag"]
 
@@ -128,20 +128,22 @@ class PrefixLease:
         from s3arch.io.retention import delete_scratch_version
 
         try:
-            delete_scratch_version(self.control, self.bucket, self.key, version)
-        except IO_ERRORS:
+            delete_scratch_version(self.store, self.bucket, self.key, version)
+        except ArchiverError:
             pass
 
     def acquire(self) -> None:
-        for _ in range(5):
+        for race in range(backoff.LEASE_RACE.tries):
+            if race:
+                time.sleep(backoff.LEASE_RACE.pause(race))
             sent = time.monotonic()
             try:
-                self._etag = self._put(IfNoneMatch="*")
+                self._etag = self._put("take the lease", IfNoneMatch="*")
                 self._version, self._renewed = self._written, sent
                 return
-            except IO_ERRORS as exc:
-                if status_of(exc) not in (409, 412):
-                    raise translate(exc, f"take the lease {self.url}") from exc
+            except ArchiverError as error:
+                if error.status not in (409, 412):
+                    raise
             current = self._read()
             if current is None:
                 continue  # released in between: try to create it again
@@ -152,18 +154,18 @@ class PrefixLease:
                     f"{age:.0f}s ago)", hint=f"it is retried later; the lease expires {self.ttl:.0f}s "
                                              "after its holder's last renewal if that run died")
             try:
-                self._etag = self._put(IfMatch=etag)  # take over the dead lease, atomically
+                self._etag = self._put("take over the lease", IfMatch=etag)  # atomically
                 self._version, self._renewed = self._written, sent
                 self._forget(dead_version)  # else our release would make it current again
                 return
-            except IO_ERRORS as exc:
-                if status_of(exc) not in (404, 409, 412):
-                    raise translate(exc, f"take over the lease {self.url}") from exc
+            except ArchiverError as error:
+                if error.status not in (404, 409, 412):
+                    raise
         raise ConcurrentRun(f"the lease {self.url} changed hands repeatedly while this run tried to take it",
                             hint="another run of this prefix is starting; retry later")
 
     def _read(self) -> tuple[Holder | None, str, float, str | None] | None:
-        response = read_object(self.control, self.bucket, self.key, f"read the lease {self.url}", missing_ok=True)
+        response = self.store.read(self.bucket, self.key, f"read the lease {self.url}", missing_ok=True)
         if response is None:
             return None
         body = response["Body"]
@@ -183,14 +185,14 @@ class PrefixLease:
         with self._lock:
             sent = time.monotonic()
             try:
-                self._etag = self._put(IfMatch=self._etag)
+                self._etag = self._put("renew the lease", IfMatch=self._etag)
                 previous, self._version, self._renewed = self._version, self._written, sent
-            except IO_ERRORS as exc:
-                if status_of(exc) in (404, 409, 412):
+            except ArchiverError as error:
+                if error.status in (404, 409, 412):
                     raise ConcurrentRun(f"this run's lease {self.url} was taken over by another run; "
                                         "nothing was committed",
-                                        hint="the other run archives this prefix; re-run later to see it skipped") from exc
-                raise translate(exc, f"renew the lease {self.url}") from exc
+                                        hint="the other run archives this prefix; re-run later to see it skipped") from error
+                raise
             if previous != self._version:
                 self._forget(previous)
 
@@ -249,12 +251,13 @@ class PrefixLease:
                 wait(list(after))
                 return
             try:
-                head = self.control.head_object(Bucket=self.bucket, Key=self.key)
+                head = self.store.call("head_object", f"check the lease {self.url}", Bucket=self.bucket, Key=self.key)
                 wait(list(after))
                 if self._version not in (None, "null"):
                     self._forget(self._version)  # ours, current or not: no delete marker, no locked copy
                 elif head["ETag"] == self._etag:
-                    self.control.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self._etag)
+                    self.store.call("delete_object", f"release the lease {self.url}", Bucket=self.bucket,
+                                    Key=self.key, IfMatch=self._etag)
             except Exception:  # noqa: BLE001
                 pass
             self._etag = self._version = None

@@ -16,13 +16,16 @@ from typing import Iterator
 from s3arch.core.config import ArchiveSpec, S3Url
 from s3arch.core.errors import SourceChanged
 from s3arch.core.progress import Progress
-from s3arch.format.day import (DayIndex, Part, day_records, digest_of, index_for, part_layout, read_day_index,
-                               write_day_index)
-from s3arch.format.manifest import ArchiveLayout, ManifestWriter
+from s3arch.core.stops import Cancel
+from s3arch.format.day import DayIndex, Part, digest_of, index_for, part_layout
+from s3arch.stored.days import day_records, read_day_index, write_day_index
+from s3arch.format.manifest import ArchiveLayout
+from s3arch.stored.manifests import ManifestWriter
 from s3arch.io.listed import ListedObject
 from s3arch.io.keys import key_order
 from s3arch.io.sources import source_pages
 from s3arch.io.s3 import S3Clients
+from s3arch.io.store import Store
 from s3arch.produce.pipeline import WholeArchive, stream_archive
 from s3arch.produce.segments import SegmentPlan
 from s3arch.core.coordinator import StreamCoordinator
@@ -52,7 +55,7 @@ class LateCheck:
     listed again, streamed, when they are archived (``pages``): a day where a million objects
     arrived late holds a page of them at a time, never a list of all."""
 
-    control: object
+    store: Store
     source: S3Url
     parts: list[Part]
     listed: int = 0
@@ -78,7 +81,7 @@ class LateCheck:
         what this pass hands on is what ``index_after`` counts."""
         self.produced = _Tally()
         page: list[ListedObject] = []
-        for obj in _late_objects(self.control, self.source, self.parts, self.produced):
+        for obj in _late_objects(self.store, self.source, self.parts, self.produced):
             page.append(obj)
             if len(page) == _PAGE:
                 yield page
@@ -99,27 +102,27 @@ class LateCheck:
                          (t.archived_digest - t.superseded + t.late_digest) % (1 << 64))
 
 
-def check_late(control, source: S3Url, parts: list[Part]) -> LateCheck:
+def check_late(store: Store, source: S3Url, parts: list[Part]) -> LateCheck:
     """Compare the source with the committed ``parts`` of its day (reads only)."""
-    check = LateCheck(control, source, parts)
-    index = read_day_index(control, parts[0].layout)
-    listed = digest_of((o.key, o.etag) for page in source_pages(control, source) for o in page)
+    check = LateCheck(store, source, parts)
+    index = read_day_index(store, parts[0].layout)
+    listed = digest_of((o.key, o.etag) for page in source_pages(store, source) for o in page)
     check.listed = listed[0]
     fresh = index is not None and index.matches(parts)
     if check.listed == 0 or (fresh and index is not None and (index.objects, index.digest) == listed):
         return check
     check.manifests_read = True
-    for _ in _late_objects(control, source, parts, check.found):
+    for _ in _late_objects(store, source, parts, check.found):
         pass
     if not check.late and not fresh:
         check.index = index_for(parts, check.found.archived, check.found.archived_digest)
     return check
 
 
-def _late_objects(control, source: S3Url, parts: list[Part], tally: _Tally) -> Iterator[ListedObject]:
+def _late_objects(store: Store, source: S3Url, parts: list[Part], tally: _Tally) -> Iterator[ListedObject]:
     """One pass over the listing and the parts' records, both in key order (a merge of two
     sorted streams: nothing held but a page of each): the late objects, counted in ``tally``."""
-    records = day_records(control, parts)
+    records = day_records(store, parts)
 
     def advance() -> dict | None:
         record = next(records, None)
@@ -129,7 +132,7 @@ def _late_objects(control, source: S3Url, parts: list[Part], tally: _Tally) -> I
         return record
 
     record = advance()
-    for page in source_pages(control, source):
+    for page in source_pages(store, source):
         for obj in page:
             order = key_order(obj.key)
             while record is not None and key_order(record["key"]) < order:
@@ -165,10 +168,10 @@ class _PartTarget(WholeArchive):
         return SourceChanged(f"the objects newer than {self.day.manifest_url} are gone from the source since "
                              "they were found; nothing was written", hint="run it again: it re-checks the day")
 
-    def records(self, control, coordinator: StreamCoordinator) -> ManifestWriter:
+    def records(self, store: Store, coordinator: StreamCoordinator) -> ManifestWriter:
         header = {**manifest_header(self.spec, self.layout, self.archive_key),
                   "part": self.number, "day": self.day.manifest_key}
-        return open_manifest(control, self.layout, header, self.spec.write_options, coordinator)
+        return open_manifest(store, self.layout, header, self.spec.write_options, coordinator)
 
 
 class LatePart:
@@ -187,7 +190,7 @@ class LatePart:
     def claim(self) -> None:
         pass
 
-    def start(self) -> None:
+    def start(self, cancel: Cancel | None = None) -> None:
         pass
 
     def produce(self, coordinator: StreamCoordinator) -> StreamedArchive:
@@ -198,6 +201,6 @@ class LatePart:
                               coordinator=coordinator.attempt(f"part {self.check.next_part} of {self.day.manifest_key}"))
 
 
-def record_parts(control, day: ArchiveLayout, index: DayIndex, spec: ArchiveSpec) -> None:
+def record_parts(store: Store, day: ArchiveLayout, index: DayIndex, spec: ArchiveSpec) -> None:
     """Write the day index (under the day's lease, after the manifests it names)."""
-    write_day_index(control, day, index, spec.write_options.encryption_args)
+    write_day_index(store, day, index, spec.write_options.encryption_args)

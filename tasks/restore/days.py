@@ -16,24 +16,27 @@ from typing import Callable, Iterator
 from s3arch.core.config import S3Url
 from s3arch.core.errors import BadArgument
 from s3arch.core.stops import Cancel
-from s3arch.format.day import Part, committed_parts, day_records
-from s3arch.format.manifest import ArchiveLayout, find_records, iter_manifest
+from s3arch.format.day import Part
+from s3arch.stored.days import committed_parts, day_records
+from s3arch.format.manifest import ArchiveLayout
+from s3arch.stored.manifests import find_records, iter_manifest
+from s3arch.io.store import Store
 from s3arch.restore.extract import ExtractResult, Selection, conflict_error, extract_to_dir, extract_to_s3
 from s3arch.restore.reading import list_members
 
 
-def day_members(control, layout: ArchiveLayout) -> Iterator[dict]:
+def day_members(store: Store, layout: ArchiveLayout) -> Iterator[dict]:
     """The records ``s3arch ls`` prints: each key once, from its latest part."""
-    parts = committed_parts(control, layout)
-    return day_records(control, parts) if len(parts) > 1 else list_members(control, layout)
+    parts = committed_parts(store, layout)
+    return day_records(store, parts) if len(parts) > 1 else list_members(store, layout)
 
 
-def part_holding(control, layout: ArchiveLayout, key: str) -> ArchiveLayout:
+def part_holding(store: Store, layout: ArchiveLayout, key: str) -> ArchiveLayout:
     """The layout of the latest part that holds ``key`` (``layout`` itself for a one-part day,
     whose reader then says the key is not there)."""
-    parts = committed_parts(control, layout)
+    parts = committed_parts(store, layout)
     for part in reversed(parts[1:]):
-        if key in find_records(control, part.layout, [key])[1]:
+        if key in find_records(store, part.layout, [key])[1]:
             return part.layout
     return layout
 
@@ -58,14 +61,15 @@ def _extract_day(clients, layout: ArchiveLayout, selection: Selection,
                  extract: Callable[..., ExtractResult]) -> ExtractResult:
     """``extract`` (one part's extract, to its target) over every part of the day, each key from
     its latest part. Conflicts are gathered over all parts, then raised."""
-    parts = committed_parts(clients.control, layout)
+    store = clients.store
+    parts = committed_parts(store, layout)
     if len(parts) <= 1:
         return extract(clients, layout, selection=selection)
     later: set[str] = set()  # keys of the parts after the one being extracted: superseded there
     plans = []
     for part in reversed(parts):
-        plans.append((part, _selection_in(clients.control, part, selection, later), frozenset(later)))
-        later |= {r["key"] for r in iter_manifest(clients.control, part.layout) if r["type"] == "object"}
+        plans.append((part, _selection_in(store, part, selection, later), frozenset(later)))
+        later |= {r["key"] for r in iter_manifest(store, part.layout) if r["type"] == "object"}
     if selection.keys is not None:
         missing = [k for k in selection.keys if k not in later]
         if missing:
@@ -84,12 +88,12 @@ def _extract_day(clients, layout: ArchiveLayout, selection: Selection,
     return total
 
 
-def _selection_in(control, part: Part, selection: Selection, later: set[str]) -> Selection | None:
+def _selection_in(store: Store, part: Part, selection: Selection, later: set[str]) -> Selection | None:
     """What to extract from ``part``: None when it holds none of the keys asked for."""
     if selection.keys is None:
         return selection
     wanted = [k for k in selection.keys if k not in later]
-    held = find_records(control, part.layout, wanted)[1] if wanted else {}
+    held = find_records(store, part.layout, wanted)[1] if wanted else {}
     keys = [k for k in wanted if k in held]
     return Selection.of(keys) if keys else None
 

@@ -26,8 +26,9 @@ from s3arch.core.config import MiB, S3Url
 from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.core.errors import ArchiverError, BadArgument, DestinationConflict, IntegrityError
 from s3arch.core.stops import Cancel, cancelling
-from s3arch.format.manifest import ArchiveLayout, find_records, iter_manifest
-from s3arch.io.reads import stream_object
+from s3arch.format.manifest import ArchiveLayout
+from s3arch.stored.manifests import find_records, iter_manifest
+from s3arch.io.store import Store
 from s3arch.restore.glacier import require_readable
 from s3arch.restore.reading import DECODE_CHUNK, decompressor_for
 from s3arch.restore.sinks import ExtractResult, Sink, Writer
@@ -86,12 +87,12 @@ def _extract(clients, layout: ArchiveLayout, selection: Selection,
              raise_conflicts: bool, cancel: Cancel | None) -> ExtractResult:
     """The selection read in runs and handed to the target's writer, made by ``writer_for``
     from the archived prefix and the result it counts into; ``cancel`` stops the writer's stream."""
-    control = clients.control
-    header, records = _select(control, layout, selection)
+    store = clients.store
+    header, records = _select(store, layout, selection)
     if skip_keys:
         records = (r for r in records if r["key"] not in skip_keys)
     archive_key = header["archive"]["key"]
-    require_readable(control, layout.bucket, archive_key)
+    require_readable(store, layout.bucket, archive_key)
     result = ExtractResult(f"s3://{layout.bucket}/{archive_key}", "")
     writer = writer_for(header["source"]["prefix"], result)
     result.target = writer.target
@@ -100,7 +101,7 @@ def _extract(clients, layout: ArchiveLayout, selection: Selection,
     with cancelling(stream, cancel, f"extracting {result.archive} to {result.target}", "nothing partial was left"):
         try:
             for run in _runs(records, header["block_size"]):
-                cursor = _extract_run(control, layout.bucket, archive_key, header, run, writer, result, cursor)
+                cursor = _extract_run(store, layout.bucket, archive_key, header, run, writer, result, cursor)
         except BaseException as exc:
             error = _cause(stream, exc, result)  # recorded before the writer closes: its writes stop
             writer.close(failing=True)
@@ -135,9 +136,9 @@ def conflict_error(result: ExtractResult) -> DestinationConflict:
         hint="add --overwrite to replace them")
 
 
-def _select(control, layout: ArchiveLayout, selection: Selection) -> tuple[dict, Iterator[dict]]:
+def _select(store: Store, layout: ArchiveLayout, selection: Selection) -> tuple[dict, Iterator[dict]]:
     if selection.keys is not None:
-        header, found = find_records(control, layout, list(selection.keys))
+        header, found = find_records(store, layout, list(selection.keys))
         missing = [k for k in selection.keys if k not in found]
         if missing:
             raise BadArgument(f"{len(missing)} of the {len(selection.keys)} keys asked for are not in "
@@ -145,7 +146,7 @@ def _select(control, layout: ArchiveLayout, selection: Selection) -> tuple[dict,
                               + (" ..." if len(missing) > 5 else ""),
                               hint="s3arch ls lists the archived keys; nothing was extracted")
         return header, iter(sorted(found.values(), key=lambda r: r["header_offset"]))
-    records = iter_manifest(control, layout)
+    records = iter_manifest(store, layout)
     header = next(records)
     objects = (r for r in records if r["type"] == "object")
     if selection.glob is not None:
@@ -185,7 +186,7 @@ class _Cursor:
         self.fetched = compressed
 
 
-def _extract_run(control, bucket: str, key: str, header: dict, run: list[dict], writer: Writer,
+def _extract_run(store: Store, bucket: str, key: str, header: dict, run: list[dict], writer: Writer,
                  result: ExtractResult, cursor: _Cursor | None = None) -> _Cursor:
     start = run[0]["range"][0]
     end = max(r["range"][1] for r in run)
@@ -194,7 +195,7 @@ def _extract_run(control, bucket: str, key: str, header: dict, run: list[dict], 
     what = f"read s3://{bucket}/{key}"
     chunks: Iterator[bytes] = iter(())
     if end > cursor.fetched:
-        chunks = stream_object(control, bucket, key, what, start=cursor.fetched, end=end, chunk=DECODE_CHUNK)
+        chunks = store.stream(bucket, key, what, start=cursor.fetched, end=end, chunk=DECODE_CHUNK)
         result.gets += 1
         result.bytes_fetched += end - cursor.fetched
     try:

@@ -15,8 +15,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from s3arch.core.errors import (IO_ERRORS, ArchivedObjectNotReadable, BadArgument, RestoreNotFinished, TransientError, status_of,
-                     translate)
+from s3arch.core.errors import ArchivedObjectNotReadable, ArchiverError, BadArgument, RestoreNotFinished, TransientError
+from s3arch.io.store import Store
 
 NEEDS_RESTORE = ("GLACIER", "DEEP_ARCHIVE")
 TIERS = ("Expedited", "Standard", "Bulk")
@@ -50,12 +50,9 @@ class RestoreState:
         return {**asdict(self), "readable": self.readable}
 
 
-def archive_state(control, bucket: str, key: str) -> RestoreState:
+def archive_state(store: Store, bucket: str, key: str) -> RestoreState:
     url = f"s3://{bucket}/{key}"
-    try:
-        head = control.head_object(Bucket=bucket, Key=key)
-    except IO_ERRORS as exc:
-        raise translate(exc, f"check the archive {url}") from exc
+    head = store.call("head_object", f"check the archive {url}", Bucket=bucket, Key=key)
     storage_class = head.get("StorageClass") or "STANDARD"
     if storage_class not in NEEDS_RESTORE:
         return RestoreState(url, storage_class, "not-needed")
@@ -68,17 +65,17 @@ def archive_state(control, bucket: str, key: str) -> RestoreState:
     return RestoreState(url, storage_class, "restored", expiry=expiry.group(1) if expiry else None)
 
 
-def request_restore(control, bucket: str, key: str, *, tier: str = "Standard", days: int = 7,
-                    fallback_tier: str | None = None, restore_control=None) -> RestoreState:
+def request_restore(store: Store, bucket: str, key: str, *, tier: str = "Standard", days: int = 7,
+                    fallback_tier: str | None = None, restore_store: Store | None = None) -> RestoreState:
     """Ask S3 to restore the archive for ``days`` days at ``tier``; idempotent.
-    ``restore_control``: the client for RestoreObject itself (one without retries, so that an
+    ``restore_store``: the store for RestoreObject itself (one without retries, so that an
     Expedited refusal falls back at once)."""
     if tier not in TIERS or (fallback_tier and fallback_tier not in TIERS):
         raise BadArgument(f"unknown restore tier {tier if tier not in TIERS else fallback_tier!r}",
                           hint="--tier takes Expedited, Standard or Bulk")
     if not 1 <= days <= 36500:
         raise BadArgument(f"--days {days} is out of range", hint="keep the restored copy 1 to 36500 days")
-    state = archive_state(control, bucket, key)
+    state = archive_state(store, bucket, key)
     if state.state == "not-needed":
         return state
     if state.storage_class == "DEEP_ARCHIVE" and tier == "Expedited":
@@ -87,36 +84,36 @@ def request_restore(control, bucket: str, key: str, *, tier: str = "Standard", d
                               hint="use --tier Standard (within 12 h) or Bulk (within 48 h)")
         tier = fallback_tier
     try:
-        response = (restore_control or control).restore_object(Bucket=bucket, Key=key, RestoreRequest={
-            "Days": days, "GlacierJobParameters": {"Tier": tier}})
-    except IO_ERRORS as exc:
-        code = getattr(exc, "response", {}).get("Error", {}).get("Code")
-        if code == "RestoreAlreadyInProgress" or status_of(exc) == 409:
-            state = archive_state(control, bucket, key)
+        response = (restore_store or store).call(
+            "restore_object", f"restore {state.archive} (s3:RestoreObject)", Bucket=bucket, Key=key,
+            RestoreRequest={"Days": days, "GlacierJobParameters": {"Tier": tier}})
+    except ArchiverError as exc:
+        if exc.code == "RestoreAlreadyInProgress" or exc.status == 409:
+            state = archive_state(store, bucket, key)
             state.requested, state.tier = "already in progress", tier
             return state
-        if code == "GlacierExpeditedRetrievalNotAvailable":
+        if exc.code == "GlacierExpeditedRetrievalNotAvailable":
             if fallback_tier and fallback_tier != tier:
-                return request_restore(control, bucket, key, tier=fallback_tier, days=days,
-                                       restore_control=restore_control)
+                return request_restore(store, bucket, key, tier=fallback_tier, days=days,
+                                       restore_store=restore_store)
             raise TransientError(f"{state.archive}: Expedited retrievals are not available right now",
                                  hint="retry later, or pass --fallback-tier Standard") from exc
-        raise translate(exc, f"restore {state.archive} (s3:RestoreObject)") from exc
+        raise
     already = response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 200
-    state = archive_state(control, bucket, key)
+    state = archive_state(store, bucket, key)
     state.requested = "already restored; expiry extended" if already else "requested"
     state.tier = tier
     return state
 
 
-def wait_restored(control, bucket: str, key: str, *, timeout: float, interval: float,
+def wait_restored(store: Store, bucket: str, key: str, *, timeout: float, interval: float,
                   on_progress: Callable[[RestoreState, float], None] = lambda s, waited: None,
                   sleep: Callable[[float], None] = time.sleep) -> RestoreState:
     """Poll HeadObject until the archive is readable; RestoreNotFinished (retryable: the restore
     goes on in S3) at the deadline."""
     started = time.monotonic()
     while True:
-        state = archive_state(control, bucket, key)
+        state = archive_state(store, bucket, key)
         waited = time.monotonic() - started
         if state.readable:
             return state
@@ -132,9 +129,9 @@ def wait_restored(control, bucket: str, key: str, *, timeout: float, interval: f
         sleep(min(interval, max(0.0, timeout - waited)))
 
 
-def require_readable(control, bucket: str, key: str) -> RestoreState:
+def require_readable(store: Store, bucket: str, key: str) -> RestoreState:
     """Fail with the command that helps if the archive cannot be read yet."""
-    state = archive_state(control, bucket, key)
+    state = archive_state(store, bucket, key)
     if state.readable:
         return state
     url = state.archive

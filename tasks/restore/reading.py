@@ -15,14 +15,15 @@ from typing import BinaryIO, Iterable, Iterator
 from isal import isal_zlib
 
 from s3arch.core.errors import BadArgument, IntegrityError
-from s3arch.format.manifest import ArchiveLayout, find_records, iter_manifest
+from s3arch.format.manifest import ArchiveLayout
+from s3arch.stored.manifests import find_records, iter_manifest
 from s3arch.restore.glacier import require_readable
-from s3arch.io.reads import stream_object
+from s3arch.io.store import Store
 from s3arch.format.tarwriter import member_name
 
 
-def list_members(control, layout: ArchiveLayout) -> Iterator[dict]:
-    return (r for r in iter_manifest(control, layout) if r["type"] == "object")
+def list_members(store: Store, layout: ArchiveLayout) -> Iterator[dict]:
+    return (r for r in iter_manifest(store, layout) if r["type"] == "object")
 
 
 # Compressed bytes handed to a decompressor at a time. Tar of tiny objects is mostly zero
@@ -57,29 +58,29 @@ class _ZstdFrames:
         return b"".join(out)
 
 
-def cat_object(control, layout: ArchiveLayout, key: str, out: BinaryIO) -> dict:
+def cat_object(store: Store, layout: ArchiveLayout, key: str, out: BinaryIO) -> dict:
     """Write one archived object to ``out`` using one ranged GET of its blocks; the manifest
     record is found through the manifest's index (a few small GETs at any archive size)."""
-    header, found = find_records(control, layout, [key])
+    header, found = find_records(store, layout, [key])
     record = found.get(key)
     if record is None:
         raise BadArgument(f"{key!r} is not in {layout.manifest_url}",
                           hint="s3arch ls lists the archived keys")
-    require_readable(control, layout.bucket, header["archive"]["key"])
-    size, sha256 = read_member(control, layout.bucket, header, record, out)
+    require_readable(store, layout.bucket, header["archive"]["key"])
+    size, sha256 = read_member(store, layout.bucket, header, record, out)
     if size != record["size"] or sha256 != record["sha256"]:
         raise IntegrityError(f"{key!r} read back from the archive does not match its manifest "
                              f"entry (missing {record['size'] - size} bytes or SHA-256 differs)")
     return record
 
 
-def read_member(control, bucket: str, header: dict, record: dict, out: BinaryIO | None = None) -> tuple[int, str]:
+def read_member(store: Store, bucket: str, header: dict, record: dict, out: BinaryIO | None = None) -> tuple[int, str]:
     """One member read by one ranged GET of its blocks, written to ``out`` if given: the size
     and SHA-256 (hex) of what was read, for the caller to hold against ``record``'s."""
     start, end = record["range"]
     archive_key = header["archive"]["key"]
-    compressed = stream_object(control, bucket, archive_key, f"read s3://{bucket}/{archive_key}",
-                               start=start, end=end, chunk=DECODE_CHUNK)
+    compressed = store.stream(bucket, archive_key, f"read s3://{bucket}/{archive_key}",
+                              start=start, end=end, chunk=DECODE_CHUNK)
     digest, size = hashlib.sha256(), 0
     try:
         for data in member_data(compressed, record, header):
@@ -156,14 +157,14 @@ class VerifyReport:
     archive_size: int
 
 
-def verify_archive(control, layout: ArchiveLayout) -> VerifyReport:
+def verify_archive(store: Store, layout: ArchiveLayout) -> VerifyReport:
     """Read the whole archive and check it member by member against the manifest."""
-    records = iter_manifest(control, layout)
+    records = iter_manifest(store, layout)
     header = next(records)
-    require_readable(control, layout.bucket, header["archive"]["key"])
+    require_readable(store, layout.bucket, header["archive"]["key"])
     archive_key = header["archive"]["key"]
-    chunks = stream_object(control, layout.bucket, archive_key, f"verify s3://{layout.bucket}/{archive_key}",
-                           chunk=DECODE_CHUNK)
+    chunks = store.stream(layout.bucket, archive_key, f"verify s3://{layout.bucket}/{archive_key}",
+                          chunk=DECODE_CHUNK)
     reader = _DecompressingReader(chunks, header["codec"])
     objects = total = 0
     summary = None

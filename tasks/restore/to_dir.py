@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from s3arch.core.coordinator import StreamCoordinator
-from s3arch.core.errors import IO_ERRORS, DestinationConflict, LocalFileError
+from s3arch.core.errors import DestinationConflict, LocalFileError
 from s3arch.core.timestamps import parse_s3_time
 from s3arch.format.tarwriter import member_name
 from s3arch.io import attributes
@@ -37,11 +37,12 @@ def safe_component(name: str) -> str:
 @contextmanager
 def _local(path: str | Path, doing: str):
     """A local file system error while ``doing`` to ``path`` as the permanent error naming it
-    (a full disk, a read-only directory); S3's and the network's errors pass through."""
+    (a full disk, a read-only directory); S3's and the network's errors pass through: they arrive
+    typed (tasks/io/store.py), and an OSError without an errno is none of the file system's."""
     try:
         yield
     except OSError as exc:
-        if isinstance(exc, IO_ERRORS[:-1]) or exc.errno is None:
+        if exc.errno is None:
             raise
         reason = os.strerror(exc.errno)
         hint = {errno.ENOSPC: "free space there or extract elsewhere; objects written so far are complete "

@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from s3arch.core import backoff
 from s3arch.core.config import MiB, S3Url
 from s3arch.core.coordinator import StreamCoordinator
-from s3arch.core.errors import IO_ERRORS, ArchiverError, Throttled, TransientError, status_of, translate
+from s3arch.core.errors import ArchiverError, Throttled, TransientError
 from s3arch.io import attributes
-from s3arch.io.fetching import ByteBudget
-from s3arch.io.reads import none_if_missing
+from s3arch.io.flow import ByteBudget
+from s3arch.io.store import Store
 from s3arch.io.throttling import install
 from s3arch.io.upload import PartSizer, PartUploader
 from s3arch.restore.sinks import Discard, ExtractResult, relative_key
@@ -27,7 +27,7 @@ from s3arch.restore.sinks import Discard, ExtractResult, relative_key
 SMALL_OBJECT = 8 * MiB   # up to this size an object is PUT in one request
 _EMPTY_SHA256 = "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="  # base64 of SHA-256(b"")
 _PUTS_IN_FLIGHT = 64
-_PUT_STALL_SECONDS = 120.0  # a PUT with no answer this long is cancelled and sent again (botocore's read timeout)
+PUT_STALL_SECONDS = 120.0  # a PUT with no answer this long is cancelled and sent again (botocore's read timeout)
 SHA256_METADATA = "s3arch-sha256"
 
 
@@ -48,7 +48,7 @@ class S3Writer:
 
     def __init__(self, clients, target: S3Url, prefix: str, original_keys: bool, overwrite: bool,
                  memory_budget: int, result: ExtractResult):
-        self.control = clients.control
+        self.store: Store = clients.store
         self.bucket = target.bucket
         self.base = target.key if not target.key or target.key.endswith("/") else target.key + "/"
         self.prefix = prefix
@@ -63,14 +63,14 @@ class S3Writer:
         # 33 item 8, bench/README). The bodies stay within their byte budget whatever the count.
         inflight = _PUTS_IN_FLIGHT
         self._plane = clients.writes_for(self.bucket, self.base, inflight)
-        self._throttle_budget = install(self.control).budget  # the run's --throttle-budget
+        self._throttle_budget = install(self.store.client).budget  # the run's --throttle-budget
         self._settling = ThreadPoolExecutor(4, thread_name_prefix="s3arch-extract-put")
         # Queued beyond the connections: one more round, so a connection that finishes finds
         # its next body ready instead of waiting for the reader.
         self._slots = threading.Semaphore(2 * inflight)
         self._bodies = ByteBudget(max(SMALL_OBJECT, memory_budget // 4))
         # Its first exception stops the writes; its watchdog cancels a PUT with no answer.
-        self.stream = StreamCoordinator(f"the extract to {self.target}", stall_timeout=_PUT_STALL_SECONDS)
+        self.stream = StreamCoordinator(f"the extract to {self.target}", stall_timeout=PUT_STALL_SECONDS)
         self.stream.start_watchdog()
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
@@ -117,14 +117,13 @@ class S3Writer:
         return problems[0] if problems else None
 
     def _existing(self, key: str) -> dict | None:
-        return none_if_missing(lambda: self.control.head_object(Bucket=self.bucket, Key=key),
-                               f"check s3://{self.bucket}/{key}", control=self.control, bucket=self.bucket, key=key)
+        return self.store.head(self.bucket, key, f"check s3://{self.bucket}/{key}")
 
     def put_later(self, key: str, record: dict, body: bytes) -> None:
         """Write ``body`` (checked against the manifest) at ``key`` in the background; blocks
         while the queue or the byte budget is full."""
         if self._conditional is None:  # before the first write: none may replace what it must not
-            self._conditional = _honours_if_none_match(self.control, self.bucket, self.base)
+            self._conditional = _honours_if_none_match(self.store, self.bucket, self.base)
         self._slots.acquire()
         if self.stream.is_set() or not self._bodies.acquire(len(body), self.stream):
             self._slots.release()
@@ -278,7 +277,7 @@ class S3Writer:
             self.stream.exception.add_note(f"cleanup also failed: {problem}")
 
 
-def _honours_if_none_match(control, bucket: str, base: str) -> bool:
+def _honours_if_none_match(store: Store, bucket: str, base: str) -> bool:
     """PUT a scratch object twice with ``If-None-Match: *``: a target that honours the condition
     refuses the second (412). One that ignores it (or refuses the header: 501) would let a
     conditional PUT replace an object with other content without --overwrite, so the writer
@@ -296,24 +295,24 @@ def _honours_if_none_match(control, bucket: str, base: str) -> bool:
             try:
                 # With its checksum given, as every object's PUT is: botocore would otherwise send
                 # a trailing checksum in an aws-chunked body, which not every proxy forwards.
-                versions.append(control.put_object(Bucket=bucket, Key=key, Body=b"", IfNoneMatch="*",
-                                                   ChecksumSHA256=_EMPTY_SHA256,
-                                                   **scratch_lock_args(control, bucket)).get("VersionId"))
-            except IO_ERRORS as exc:
-                if status_of(exc) in (412, 501):
-                    return status_of(exc) == 412
-                raise translate(exc, what) from exc
+                versions.append(store.call("put_object", what, Bucket=bucket, Key=key, Body=b"", IfNoneMatch="*",
+                                           ChecksumSHA256=_EMPTY_SHA256,
+                                           **scratch_lock_args(store, bucket)).get("VersionId"))
+            except ArchiverError as exc:
+                if exc.status in (412, 501):
+                    return exc.status == 412
+                raise
         return False
     finally:
         try:
             for version in versions:
                 if version in (None, "null"):
-                    control.delete_object(Bucket=bucket, Key=key)
+                    store.call("delete_object", f"delete the probe s3://{bucket}/{key}", Bucket=bucket, Key=key)
                 else:
-                    delete_scratch_version(control, bucket, key, version)
-        except IO_ERRORS as exc:
-            if status_of(exc) != 403:  # without s3:DeleteObject(Version) the empty probe stays
-                raise translate(exc, f"delete the probe s3://{bucket}/{key}") from exc
+                    delete_scratch_version(store, bucket, key, version)
+        except ArchiverError as exc:
+            if exc.status != 403:  # without s3:DeleteObject(Version) the empty probe stays
+                raise
 
 
 def _same(head: dict, record: dict) -> bool:
@@ -358,7 +357,7 @@ class _S3Object:
 
     def __init__(self, writer: S3Writer, key: str, record: dict):
         self.w, self.record = writer, record
-        self.uploader = PartUploader(writer.control, writer.bucket, key, storage_class="STANDARD",
+        self.uploader = PartUploader(writer.store, writer.bucket, key, storage_class="STANDARD",
                                      sizer=PartSizer(8 * MiB, lambda: record["size"] + MiB,
                                                      max_part=max(8 * MiB, writer.part_memory // 2)),
                                      memory=writer.part_memory // 2, extra_args=object_args(record))

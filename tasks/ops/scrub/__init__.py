@@ -42,12 +42,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import date, datetime, timedelta, timezone
 
 from s3arch.core.config import S3Url
-from s3arch.core.errors import IO_ERRORS, translate
 from s3arch.format.day import PART_INFIX
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, MANIFEST_SUFFIX, ArchiveLayout, layout_for
 from s3arch.io.sources import expansion_requests
-from s3arch.ops.catalog import SCRUB_DIR, RequestCounter, archive_prefix, read_scrub_result, scrub_result_key, was_committed
-from s3arch.ops.jobs import ArchiveJob, days_between
+from s3arch.io.store import Store
+from s3arch.ops.catalog.counter import RequestCounter
+from s3arch.ops.catalog.prefixes import archive_prefix
+from s3arch.ops.catalog.scrub_result import SCRUB_DIR, read_scrub_result, scrub_result_key, was_committed
+from s3arch.ops.archive_job import ArchiveJob
+from s3arch.ops.planning import days_between
 from s3arch.ops.scrub.checks import check_day, late_drift, list_archives, unarchived_drift
 from s3arch.ops.scrub.one import archive_day, scrub_archive
 from s3arch.ops.scrub.result import ACTIONS, Drift, DriftFound, ScrubResult, scrub_cost
@@ -55,7 +58,7 @@ from s3arch.ops.scrub.result import ACTIONS, Drift, DriftFound, ScrubResult, scr
 __all__ = ["ACTIONS", "Drift", "DriftFound", "ScrubResult", "archive_day", "parse_range", "scrub", "scrub_archive"]
 
 
-def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3, seed: int | None = None,
+def scrub(job: ArchiveJob, store: Store, first: date, last: date, *, sample: int = 3, seed: int | None = None,
           write_result: bool = True, now: datetime | None = None, workers: int = 8) -> ScrubResult:
     started = time.monotonic()
     now = now or datetime.now(timezone.utc)
@@ -64,19 +67,19 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
     result = ScrubResult(job.name, first.isoformat(), last.isoformat(), now.isoformat(timespec="seconds"))
     rng = random.Random(seed)
     days = days_between(first, last)
-    listed = list_archives(control, job.destination.bucket, archive_prefix(job), counter)
+    listed = list_archives(store, job.destination.bucket, archive_prefix(job), counter)
     # The last scrub's verdicts: a day it saw archived of which nothing is left now is drift,
     # where the listing alone would take it for a day never archived.
     counter.add("GET")
-    previous = read_scrub_result(control, job) or {}
+    previous = read_scrub_result(store, job) or {}
     before = previous.get("days") or {}
     last_verified: dict[str, str] = {}
     verdicts: dict[str, dict] = {}
-    expansions = expansion_requests(control)
+    expansions = expansion_requests(store)
     with ThreadPoolExecutor(workers, thread_name_prefix="s3arch-scrub") as pool:
-        futures, late = _submit_days(pool, job, control, days, listed, before, sample, rng, now, counter, result,
+        futures, late = _submit_days(pool, job, store, days, listed, before, sample, rng, now, counter, result,
                                      last_verified)
-        unarchived = {day: pool.submit(unarchived_drift, job, control, day, listed, counter)
+        unarchived = {day: pool.submit(unarchived_drift, job, store, day, listed, counter)
                       for day in days if job.split_by}
         retrieval = 0.0
         for (day, source_prefix, _), future in futures.items():
@@ -92,7 +95,7 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
                 result.verified.append(day.isoformat())
         for future in unarchived.values():
             result.drift.extend(future.result())
-    counter.add("LIST", expansion_requests(control) - expansions)  # a pattern's levels, the split's days
+    counter.add("LIST", expansion_requests(store) - expansions)  # a pattern's levels, the split's days
     result.drift.sort(key=lambda d: d.day)
     result.verified = sorted(set(result.verified) - {d.day for d in result.drift})  # every part of the day
     for d in result.drift:
@@ -105,7 +108,7 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
         verdicts[iso] = {"scrubbed": result.started, "verified": result.started[:10], "sampled": sample}
     result.requests = dict(counter.counts)
     if write_result:
-        result.result_url = _write_result(job, control, result, verdicts, before, counter)
+        result.result_url = _write_result(job, store, result, verdicts, before, counter)
         result.requests = dict(counter.counts)
     result.cost_usd = scrub_cost(result, retrieval)
     result.ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -113,7 +116,7 @@ def scrub(job: ArchiveJob, control, first: date, last: date, *, sample: int = 3,
     return result
 
 
-def _submit_days(pool: ThreadPoolExecutor, job: ArchiveJob, control, days: list[date], listed: dict, before: dict,
+def _submit_days(pool: ThreadPoolExecutor, job: ArchiveJob, store: Store, days: list[date], listed: dict, before: dict,
                  sample: int, rng: random.Random, now: datetime, counter: RequestCounter, result: ScrubResult,
                  last_verified: dict[str, str]) -> tuple[dict, dict]:
     """The checks of the days' archives submitted to ``pool``: futures of each (day, part)'s
@@ -132,9 +135,9 @@ def _submit_days(pool: ThreadPoolExecutor, job: ArchiveJob, control, days: list[
             # The day's first archive and each late part's, each checked as an archive of its own.
             for checked in [layout, *late_parts_listed(layout, listed)]:
                 futures[(day, source_prefix, checked.stem)] = pool.submit(
-                    check_day, job, control, checked, day, source_prefix, listed, sample, random.Random(rng.random()),
+                    check_day, job, store, checked, day, source_prefix, listed, sample, random.Random(rng.random()),
                     now, counter)
-            late[(day, source_prefix)] = pool.submit(late_drift, job, control, layout, day, source_prefix, counter)
+            late[(day, source_prefix)] = pool.submit(late_drift, job, store, layout, day, source_prefix, counter)
         elif layout.lease_key in listed:
             continue  # a run is at work on it
         elif archive_key is not None:
@@ -165,7 +168,7 @@ _NO_LATE: Future = Future()
 _NO_LATE.set_result([])
 
 
-def _write_result(job: ArchiveJob, control, result: ScrubResult, verdicts: dict, before: dict,
+def _write_result(job: ArchiveJob, store: Store, result: ScrubResult, verdicts: dict, before: dict,
                   counter: RequestCounter) -> str:
     bucket = job.destination.bucket
     latest_key = scrub_result_key(job)
@@ -177,20 +180,18 @@ def _write_result(job: ArchiveJob, control, result: ScrubResult, verdicts: dict,
     days.update(verdicts)
     summary = {k: v for k, v in result.to_dict().items() if k not in ("verified",)}
     latest = {"job": job.name, "last_scrub": summary, "days": dict(sorted(days.items()))}
-    try:
-        counter.add("PUT", 2)
-        control.put_object(Bucket=bucket, Key=run_key, Body=json.dumps(summary, default=str).encode(),
-                           ContentType="application/json")
-        control.put_object(Bucket=bucket, Key=latest_key, Body=json.dumps(latest, default=str).encode(),
-                           ContentType="application/json")
-    except IO_ERRORS as exc:
-        raise translate(exc, f"write the scrub result s3://{bucket}/{latest_key}") from exc
+    counter.add("PUT", 2)
+    what = f"write the scrub result s3://{bucket}/{latest_key}"
+    store.call("put_object", what, Bucket=bucket, Key=run_key, Body=json.dumps(summary, default=str).encode(),
+               ContentType="application/json")
+    store.call("put_object", what, Bucket=bucket, Key=latest_key, Body=json.dumps(latest, default=str).encode(),
+               ContentType="application/json")
     return f"s3://{bucket}/{run_key}"
 
 
 def parse_range(job: ArchiveJob, date_from, date_to, today: date | None = None) -> tuple[date, date]:
     """A scrub's dates: both given, or by default the job's start to its newest allowed day."""
-    from s3arch.ops.jobs import parse_date
+    from s3arch.ops.planning import parse_date
 
     first = parse_date(date_from, "date_from") if date_from else job.start_date
     last = parse_date(date_to, "date_to") if date_to else (today or date.today()) - timedelta(days=job.min_age_days)

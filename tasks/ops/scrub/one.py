@@ -13,8 +13,10 @@ from s3arch.core.errors import BadArgument, ConcurrentRun
 from s3arch.format.day import PART_INFIX
 from s3arch.format.manifest import ARCHIVE_SUFFIXES, TRAILING_SEPARATORS, ArchiveLayout, layout_for
 from s3arch.io.sources import expansion_requests
-from s3arch.ops.catalog import RequestCounter, archive_prefix
-from s3arch.ops.jobs import ArchiveJob
+from s3arch.io.store import Store
+from s3arch.ops.catalog.counter import RequestCounter
+from s3arch.ops.catalog.prefixes import archive_prefix
+from s3arch.ops.archive_job import ArchiveJob
 from s3arch.ops.scrub.checks import check_day, late_drift, list_archives
 from s3arch.ops.scrub.result import Drift, ScrubResult, scrub_cost
 
@@ -40,7 +42,7 @@ def archive_day(job: ArchiveJob, layout: ArchiveLayout) -> tuple[date, str] | No
     return (day, name) if layout_for(S3Url(job.source.bucket, name), job.destination).stem == stem else None
 
 
-def scrub_archive(job: ArchiveJob, control, layout: ArchiveLayout, *, sample: int = 3, seed: int | None = None,
+def scrub_archive(job: ArchiveJob, store: Store, layout: ArchiveLayout, *, sample: int = 3, seed: int | None = None,
                   now: datetime | None = None) -> ScrubResult:
     """One archive of ``job`` (``layout``: a day's, a split value's or a late part's) checked as
     ``scrub`` checks each: its index, HEADs, lock and sample against its manifest, and its
@@ -56,15 +58,15 @@ def scrub_archive(job: ArchiveJob, control, layout: ArchiveLayout, *, sample: in
     counter.counts["PUT"] = 0
     iso = day.isoformat()
     result = ScrubResult(job.name, iso, iso, now.isoformat(timespec="seconds"))
-    listed = list_archives(control, layout.bucket, layout.stem, counter)
+    listed = list_archives(store, layout.bucket, layout.stem, counter)
     retrieval = 0.0
     if layout.manifest_key in listed:
-        expansions = expansion_requests(control)
+        expansions = expansion_requests(store)
         drift, result.sampled, result.sampled_bytes, retrieval = check_day(
-            job, control, layout, day, name, listed, sample, random.Random(seed), now, counter)
+            job, store, layout, day, name, listed, sample, random.Random(seed), now, counter)
         day_layout = layout_for(S3Url(job.source.bucket, name), job.destination)
-        result.drift = drift + late_drift(job, control, day_layout, day, name, counter)
-        counter.add("LIST", expansion_requests(control) - expansions)
+        result.drift = drift + late_drift(job, store, day_layout, day, name, counter)
+        counter.add("LIST", expansion_requests(store) - expansions)
     elif layout.lease_key in listed:
         raise ConcurrentRun(f"a run holds the lease {layout.lease_key} and has not committed {layout.manifest_url}",
                             hint="scrub the archive once that run is done")

@@ -8,6 +8,8 @@ the archive.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from typing import NamedTuple
 
@@ -17,13 +19,15 @@ from s3arch.format.compression import codec_for
 from s3arch.core.config import ArchiveSpec
 from s3arch.core.coordinator import StreamCoordinator
 from s3arch.core.errors import IntegrityError, SegmentMissing
-from s3arch.format.manifest import ArchiveLayout, ManifestWriter, iter_manifest
+from s3arch.format.manifest import ArchiveLayout, dump_record
+from s3arch.stored.manifests import ManifestWriter, iter_manifest_lines
 from s3arch.io.s3 import S3Clients
 from s3arch.produce.streamed import StreamedArchive, manifest_header, open_manifest
-from s3arch.io.upload import PartUploader, UploadedPart
+from s3arch.io.upload import PartUploader, SharedUpload, UploadedPart
 from s3arch.produce.segments.plan import SegmentPlan
 from s3arch.produce.segments.produce import segment_done
 from s3arch.produce.segments.temporaries import get_temporary
+from s3arch.io.store import Store
 
 
 def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
@@ -34,7 +38,7 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
     upload (every segment's work) for a retry of the assembly; the next run of the prefix
     aborts it if no retry comes."""
     started = time.monotonic()
-    results = _results(spec, clients.control, layout, plan)
+    results = _results(spec, clients.store, layout, plan)
     codec = codec_for(spec.codec, spec.effective_level)
     raw_crc = tar_total = 0
     for r in results:
@@ -42,16 +46,16 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
         tar_total += r["tar_bytes"]
     if tar_total != plan.tar_size:
         raise IntegrityError(f"segments hold {tar_total} tar bytes, the plan {plan.tar_size}")
-    uploader = PartUploader(clients.control, layout.bucket, plan.archive_key,
+    uploader = PartUploader(clients.store, layout.bucket, plan.archive_key,
                             extra_args=spec.write_options.encryption_args,
-                            upload_id=plan.upload_id, coordinator=coordinator, owns_upload=not keep_open)
-    joined = _join(clients.control, layout, plan, results, uploader, codec.header(),
+                            coordinator=coordinator, shared=SharedUpload(plan.upload_id, owned=not keep_open))
+    joined = _join(clients.store, layout, plan, results, uploader, codec.header(),
                    codec.trailer(raw_crc, tar_total))
     parts_done = time.monotonic()
-    manifest = open_manifest(clients.control, layout, manifest_header(spec, layout, plan.archive_key),
+    manifest = open_manifest(clients.store, layout, manifest_header(spec, layout, plan.archive_key),
                              spec.write_options, coordinator)
     try:
-        _merge_records(clients.control, layout, plan, results, joined.bases, manifest)
+        _merge_records(clients.store, layout, plan, results, joined.bases, manifest)
     except BaseException:
         manifest.abort()
         raise
@@ -70,11 +74,11 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
                                "assemble_manifest_s": time.monotonic() - parts_done})  # O(objects)
 
 
-def _results(spec: ArchiveSpec, control, layout: ArchiveLayout, plan: SegmentPlan) -> list[dict]:
+def _results(spec: ArchiveSpec, store: Store, layout: ArchiveLayout, plan: SegmentPlan) -> list[dict]:
     """Every segment's result; SegmentMissing names the first one not produced."""
     results = []
     for k in range(plan.count):
-        result = segment_done(control, layout, plan, k)
+        result = segment_done(store, layout, plan, k)
         if result is None:
             raise SegmentMissing(f"segment {k + 1}/{plan.count} of {spec.source} was not produced",
                                  hint=f"run it again (in Airflow: clear the task '{spec.source.key} "
@@ -89,7 +93,7 @@ class _Joined(NamedTuple):
     crc32: int
 
 
-def _join(control, layout: ArchiveLayout, plan: SegmentPlan, results: list[dict], uploader: PartUploader,
+def _join(store: Store, layout: ArchiveLayout, plan: SegmentPlan, results: list[dict], uploader: PartUploader,
           header: bytes, trailer: bytes) -> _Joined:
     """Upload the parts between the segments' interiors (header or previous tails, then this
     head), the final part (the last tails and the trailer), and hand the uploader every part
@@ -102,7 +106,7 @@ def _join(control, layout: ArchiveLayout, plan: SegmentPlan, results: list[dict]
         bases.append(base)
         base += r["size"]
         crc = isal_zlib.crc32_combine(crc, r["crc32"], r["size"])
-        kept = get_temporary(control, layout, plan.temp_key(layout, k, ".held")) or b""
+        kept = get_temporary(store, layout, plan.temp_key(layout, k, ".held")) or b""
         if len(kept) != r["head"] + r["tail"]:
             raise IntegrityError(f"segment {k + 1}: kept-back bytes are {len(kept)}, expected {r['head'] + r['tail']}")
         held += kept[:r["head"]]
@@ -118,7 +122,35 @@ def _join(control, layout: ArchiveLayout, plan: SegmentPlan, results: list[dict]
     return _Joined(bases, base + len(trailer), crc)
 
 
-def _merge_records(control, layout: ArchiveLayout, plan: SegmentPlan, results: list[dict], bases: list[int],
+_OBJECT = b'{"type":"object",'
+# The last two fields of an object record as the pipeline writes it (tasks/produce/pipeline.py,
+# where its compressed bytes lie, set once its blocks are out). Only a line's end is matched:
+# no string in it can end there.
+_WHERE = re.compile(rb',"block":(\d+),"range":\[(\d+),(\d+)\]\}$')
+
+
+def shifted_line(line: bytes, first_block: int, first_start: int, base: int) -> bytes:
+    """A segment's object record (one line, as written, without its newline) as the manifest's:
+    its ``range`` shifted by ``base``, where the segment's bytes start in the archive, and a
+    record in the segment's ``first_block`` (shared with the segment before) starting at that
+    block's first piece, ``first_start``."""
+    where = _WHERE.search(line)
+    if where is None:  # not as the pipeline writes records: by the record
+        record = json.loads(line.decode("utf-8", "surrogateescape"))
+        block, start, end = record.pop("block"), *record.pop("range")
+        line = dump_record(record)[:-2]  # without "}\n"
+    else:
+        block, start, end = map(int, where.groups())
+        line = line[:where.start()]
+    start = first_start if block == first_block else base + start
+    return b'%s,"block":%d,"range":[%d,%d]}\n' % (line, block, start, base + end)
+
+
+def _type_of(line: bytes) -> str | None:
+    return json.loads(line.decode("utf-8", "surrogateescape")).get("type")
+
+
+def _merge_records(store: Store, layout: ArchiveLayout, plan: SegmentPlan, results: list[dict], bases: list[int],
                    manifest: ManifestWriter) -> None:
     """Every segment's records into the manifest, their compressed ranges shifted to where
     the segment's bytes lie in the archive."""
@@ -128,12 +160,12 @@ def _merge_records(control, layout: ArchiveLayout, plan: SegmentPlan, results: l
         if r["last_block"] != r["first_block"]:
             block_start[r["last_block"]] = bases[k] + r["last_block_start"]
         count = 0
-        for record in iter_manifest(control, ArchiveLayout(layout.bucket, plan.temp_key(layout, k, ""))):
-            if record.get("type") != "object":
-                continue
-            start = first_start if record["block"] == r["first_block"] else bases[k] + record["range"][0]
-            record["range"] = [start, bases[k] + record["range"][1]]
-            manifest.add_object(record)
+        # Each line is passed on as written but for its range, patched in place: parsing and
+        # encoding every record again cost a segmented run more than its plan's listing.
+        for line in iter_manifest_lines(store, ArchiveLayout(layout.bucket, plan.temp_key(layout, k, ""))):
+            if not line.startswith(_OBJECT) and _type_of(line) != "object":
+                continue  # its summary
+            manifest.add_object_line(shifted_line(line, r["first_block"], first_start, bases[k]))
             count += 1
         if count != r["objects"]:
             raise IntegrityError(f"segment {k + 1} records {count} objects, its result {r['objects']}")

@@ -8,6 +8,7 @@ A plan made for segments produced elsewhere (Airflow tasks) is stored as ``plan.
 
 from __future__ import annotations
 
+import itertools
 import json
 import secrets
 import threading
@@ -22,10 +23,12 @@ from s3arch.io.sources import resolved, source_listing, source_pages
 from s3arch.format.manifest import ArchiveLayout, layout_for
 from s3arch.format.tally import ListingTally
 from s3arch.format.tarwriter import END_OF_ARCHIVE, member_size
-from s3arch.io.upload import MAX_PARTS, create_upload
+from s3arch.io.multipart import create_upload
+from s3arch.io.upload import MAX_PARTS
 from s3arch.produce.segments.keys import plan_key, segment_key
 from s3arch.produce.segments.recorded import ListingChunk, ListingRecorder, recorded_pages
 from s3arch.produce.segments.temporaries import get_temporary, put_temporary
+from s3arch.io.store import Store
 
 # What one object costs beyond its bytes, as bytes of the same cost: about 1,300 small
 # objects/s against 200 MB/s per process here (bench/README.md), so one object ~ 150 KB.
@@ -97,26 +100,26 @@ class PrefixSize:
         return self.objects >= min_objects or self.bytes >= min_bytes
 
 
-def size_prefix(control, bucket: str, prefix: str, min_objects: int, min_bytes: int) -> PrefixSize:
+def size_prefix(store: Store, bucket: str, prefix: str, min_objects: int, min_bytes: int) -> PrefixSize:
     """List ``prefix`` until it proves large or ends: at most ``min_objects / 1,000`` LISTs,
     so sizing a small prefix costs what listing it costs, and a large one no more."""
-    source = resolved(control, S3Url(bucket, prefix))  # a pattern: the prefixes it expands to
-    return SizingListing(control, source, min_objects, min_bytes).result()
+    source = resolved(store, S3Url(bucket, prefix))  # a pattern: the prefixes it expands to
+    return SizingListing(store, source, min_objects, min_bytes).result()
 
 
 SIZING_THREADS = 8  # prefixes sized at once (each is LISTs one after another, up to its threshold)
 
 
-def size_prefixes(control, bucket: str, prefixes: list[str], min_objects: int, min_bytes: int,
+def size_prefixes(store: Store, bucket: str, prefixes: list[str], min_objects: int, min_bytes: int,
                   threads: int = SIZING_THREADS) -> list[PrefixSize]:
     """``size_prefix`` of each prefix, in order, at most ``threads`` at once: a backfill's
     days are sized in the time of the slowest few, not of all of them one after another."""
     from concurrent.futures import ThreadPoolExecutor
 
     if len(prefixes) <= 1:
-        return [size_prefix(control, bucket, p, min_objects, min_bytes) for p in prefixes]
+        return [size_prefix(store, bucket, p, min_objects, min_bytes) for p in prefixes]
     with ThreadPoolExecutor(min(threads, len(prefixes)), thread_name_prefix="s3arch-sizing") as pool:
-        return list(pool.map(lambda p: size_prefix(control, bucket, p, min_objects, min_bytes), prefixes))
+        return list(pool.map(lambda p: size_prefix(store, bucket, p, min_objects, min_bytes), prefixes))
 
 
 def could_use_segments(spec: ArchiveSpec) -> bool:
@@ -152,8 +155,8 @@ class SizingListing:
     pipeline's listing raises ``PrefixIsLarge``; the pages listed are kept for ``result``
     (at most the threshold's worth)."""
 
-    def __init__(self, control, source: S3Url, min_objects: int, min_bytes: int):
-        self._control, self._source = control, source
+    def __init__(self, store: Store, source: S3Url, min_objects: int, min_bytes: int):
+        self._store, self._source = store, source
         self._min_objects, self._min_bytes = min_objects, min_bytes
         self._pages: list = []
         self._done = False
@@ -166,7 +169,7 @@ class SizingListing:
     def _list(self) -> None:
         objects = size = 0
         try:
-            for page in source_pages(self._control, self._source):
+            for page in source_pages(self._store, self._source):
                 objects += len(page)
                 size += sum(o.size for o in page)
                 with self._cond:
@@ -208,6 +211,14 @@ class SizingListing:
         return PrefixSize(self._source.key, sum(map(len, self._pages)), sum(o.size for p in self._pages for o in p),
                           not self._large, time.monotonic() - self._started, max(1, len(self._pages)))
 
+    def listed(self) -> list[list] | None:
+        """Once the sizing ended, the pages it listed: the prefix's first keys, in key order, for
+        the plan to go on from (None if it failed: the plan lists from the start)."""
+        with self._cond:
+            while not self._done:
+                self._cond.wait()
+        return None if self._error is not None else list(self._pages)
+
 
 MIN_SHARE = 48 << 20  # the smallest memory a pipeline holds (ArchiveSpec's floor)
 # A spawned worker's resident memory before its segment buffers a byte: the interpreter, the
@@ -230,6 +241,9 @@ def worker_share(budget: int, processes: int) -> int:
     return (budget - processes * WORKER_INTERPRETER) // (processes + 1)
 
 
+SIZED = "sized"  # the key range of the pages ``plan_segments`` is handed, recorded as any range
+
+
 @dataclass
 class _Page:
     first: str
@@ -239,24 +253,28 @@ class _Page:
     tar: int
 
 
-def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int,
-                  stop: Callable[[], None] | None = None) -> SegmentPlan:
+def plan_segments(spec: ArchiveSpec, store: Store, archive_key: str, count: int,
+                  stop: Callable[[], None] | None = None, listed: list[list] | None = None) -> SegmentPlan:
     """List the prefix and cut it into at most ``count`` segments of about equal weight
     (bytes plus ``OBJECT_WEIGHT`` per object). The prefix is listed in parallel key ranges,
     its pages taken as they come and recorded (the segments read that recording, never the
     source's listing); memory is one small record per page, put in key order once all are
     in. The pages a cut falls in are read back from the recording to find the exact key: the
     plan and its segments see one listing, whatever the source does meanwhile. ``stop`` is
-    called between pages and raises to stop the plan (its lease was lost)."""
+    called between pages and raises to stop the plan (its lease was lost). ``listed``: the
+    prefix's first pages, in key order, as its sizing listed them moments before in this run:
+    they are not listed again, the listing goes on after their last key."""
     started = time.monotonic()
     run = secrets.token_hex(8)
     pages: list[_Page] = []
     tally = ListingTally(member_size)  # exact: the segments' tar offsets follow from it
     layout = layout_for(spec.source, spec.destination)
-    listing = source_listing(control, spec.source)
-    recorder = ListingRecorder(spec.write_options, control, layout, run)
+    listed = [page for page in listed or () if page]
+    listing = source_listing(store, spec.source, start_after=listed[-1][-1].key if listed else None)
+    recorder = ListingRecorder(spec.write_options, store, layout, run)
+    sized = [*((SIZED, page) for page in listed), (SIZED, None)] if listed else []
     try:
-        for source, page in listing.by_range():
+        for source, page in itertools.chain(sized, listing.by_range()):
             if stop is not None:
                 stop()
             if page is None:
@@ -294,7 +312,7 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int,
             continue
         if stop is not None:
             stop()
-        for o in _recorded_objects(control, layout, recorded, pages[i - 1].last if i else None, p.last):
+        for o in _recorded_objects(store, layout, recorded, pages[i - 1].last if i else None, p.last):
             weight += member_size(o.key, o.size) + OBJECT_WEIGHT
             n, nbytes, tar = n + 1, nbytes + o.size, tar + member_size(o.key, o.size)
             if cuts and (weight >= cuts[0] or objects - n == len(cuts)) and n > (ends[-1][1] if ends else 0):
@@ -314,26 +332,26 @@ def plan_segments(spec: ArchiveSpec, control, archive_key: str, count: int,
                        planned_in_s=time.monotonic() - started, listing=recorded)
 
 
-def _recorded_objects(control, layout: ArchiveLayout, recorded: tuple[ListingChunk, ...], after: str | None,
+def _recorded_objects(store: Store, layout: ArchiveLayout, recorded: tuple[ListingChunk, ...], after: str | None,
                       last: str):
-    for listed in recorded_pages(control, layout, recorded, after, last):
+    for listed in recorded_pages(store, layout, recorded, after, last):
         yield from listed
 
 
-def open_upload(options: WriteOptions, control, layout: ArchiveLayout, plan: SegmentPlan) -> SegmentPlan:
+def open_upload(options: WriteOptions, store: Store, layout: ArchiveLayout, plan: SegmentPlan) -> SegmentPlan:
     """Create the archive's multipart upload the segments write into; the plan with its id."""
-    return replace(plan, upload_id=create_upload(control, layout.bucket, plan.archive_key,
+    return replace(plan, upload_id=create_upload(store, layout.bucket, plan.archive_key,
                                                  storage_class=options.storage_class,
                                                  extra_args={**options.encryption_args, **options.lock_args()}))
 
 
-def write_plan(options: WriteOptions, control, layout: ArchiveLayout, plan: SegmentPlan) -> None:
+def write_plan(options: WriteOptions, store: Store, layout: ArchiveLayout, plan: SegmentPlan) -> None:
     """Record ``plan`` as the plan in progress (``plan_key``) for the segment and assemble
     tasks that run elsewhere."""
-    put_temporary(control, layout, options, plan_key(layout), json.dumps(plan.to_dict()).encode())
+    put_temporary(store, layout, options, plan_key(layout), json.dumps(plan.to_dict()).encode())
 
 
-def read_plan(control, layout: ArchiveLayout) -> SegmentPlan | None:
+def read_plan(store: Store, layout: ArchiveLayout) -> SegmentPlan | None:
     """The plan in progress, or None if there is none."""
-    body = get_temporary(control, layout, plan_key(layout))
+    body = get_temporary(store, layout, plan_key(layout))
     return None if body is None else SegmentPlan.from_dict(json.loads(body))

@@ -13,28 +13,31 @@ from s3arch.core.errors import ObjectMissing, SourceChanged
 from s3arch.core.stops import Cancel, cancelling
 from s3arch.io.listing import ListingFeed
 from s3arch.core.outcome import Outcome
-from s3arch.format.manifest import MANIFEST_SUFFIX, ArchiveLayout, JsonLinesUpload, layout_for, read_committed
+from s3arch.format.manifest import MANIFEST_SUFFIX, ArchiveLayout, layout_for
+from s3arch.stored.manifests import JsonLinesUpload, read_committed
 from s3arch.format.tally import ListingTally
 from s3arch.produce.pipeline import stream_archive
 from s3arch.core.progress import Progress
 from s3arch.io.s3 import S3Clients
 from s3arch.produce.streamed import MemoryPlan
 from s3arch.format.tarwriter import END_OF_ARCHIVE
-from s3arch.io.upload import PartSizer, PartUploader
+from s3arch.io.upload import PartSizer, PartUploader, SharedUpload
 from s3arch.produce.segments.keys import plan_key
 from s3arch.produce.segments.plan import PlanOutdated, SegmentPlan, read_plan
 from s3arch.produce.segments.recorded import recorded_pages
 from s3arch.produce.segments.temporaries import get_temporary, put_temporary
+from s3arch.io.store import Store
 
 
 class SegmentRecords:
     """A segment's manifest records, gzip JSON Lines in a temporary object, overwritten by a
     re-run of the segment."""
 
-    def __init__(self, control, bucket: str, key: str, extra_args: dict, coordinator: StreamCoordinator):
-        self._lines = JsonLinesUpload(PartUploader(control, bucket, key, storage_class="STANDARD",
+    def __init__(self, store: Store, bucket: str, key: str, extra_args: dict, coordinator: StreamCoordinator):
+        self._lines = JsonLinesUpload(PartUploader(store, bucket, key, storage_class="STANDARD",
                                                    sizer=PartSizer(5 << 20), memory=5 << 20, threads=1,
-                                                   extra_args=extra_args, coordinator=coordinator))
+                                                   extra_args=extra_args, coordinator=coordinator),
+                                      level=1)  # read once, by the assembler: no need to squeeze
 
     def add_object(self, record: dict) -> None:
         self._lines.write(record)
@@ -78,17 +81,17 @@ class SegmentTarget:
         total = self.tar_end - self.tar_start + (1 << 20)
         return PartSizer(self.spec.min_part_size, lambda: total, max_part=plan.max_part, parts=self.range.parts)
 
-    def uploader(self, control, sizer: PartSizer, memory: int, coordinator: StreamCoordinator) -> PartUploader:
-        return PartUploader(control, self.layout.bucket, self.plan.archive_key, sizer=sizer, memory=memory,
+    def uploader(self, store: Store, sizer: PartSizer, memory: int, coordinator: StreamCoordinator) -> PartUploader:
+        return PartUploader(store, self.layout.bucket, self.plan.archive_key, sizer=sizer, memory=memory,
                             extra_args=self.spec.write_options.encryption_args, coordinator=coordinator,
-                            upload_id=self.plan.upload_id, first_part=self.range.first_part,
-                            max_parts=self.range.parts, head_size=sizer.min_part, owns_upload=False)
+                            shared=SharedUpload(self.plan.upload_id, self.range.first_part, self.range.parts,
+                                                head_size=sizer.min_part, owned=False))
 
-    def records(self, control, coordinator: StreamCoordinator) -> SegmentRecords:
+    def records(self, store: Store, coordinator: StreamCoordinator) -> SegmentRecords:
         from s3arch.io.retention import scratch_lock_args  # a temporary: no locked version left behind
 
-        extra_args = {**self.spec.write_options.encryption_args, **scratch_lock_args(control, self.layout.bucket)}
-        return SegmentRecords(control, self.layout.bucket,
+        extra_args = {**self.spec.write_options.encryption_args, **scratch_lock_args(store, self.layout.bucket)}
+        return SegmentRecords(store, self.layout.bucket,
                               self.plan.temp_key(self.layout, self.range.index, MANIFEST_SUFFIX), extra_args,
                               coordinator)
 
@@ -106,7 +109,7 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
     ``cancel`` stops it from above (tasks/core/stops.py)."""
     target = SegmentTarget(spec, layout, plan, k)
     started = time.monotonic()
-    listed = recorded_pages(clients.control, layout, plan.listing, target.start_after, target.range.last_key) \
+    listed = recorded_pages(clients.store, layout, plan.listing, target.start_after, target.range.last_key) \
         if plan.listing else None  # a plan made before plans recorded their listing: list the range
     coordinator = StreamCoordinator(f"the archive of {target}", stall_timeout=spec.stall_timeout)
     try:
@@ -128,7 +131,7 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
         "peak_buffered": streamed.peak_buffered, "seconds": round(time.monotonic() - started, 3),
     }
     try:
-        put_temporary(clients.control, layout, spec.write_options, plan.temp_key(layout, k, ".held"),
+        put_temporary(clients.store, layout, spec.write_options, plan.temp_key(layout, k, ".held"),
                       bytes(uploader.head) + uploader.tail)
         records: SegmentRecords = streamed.manifest
         records.close(result)
@@ -138,14 +141,14 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
             exc.add_note(f"cleanup also failed: {problem}")
         raise
     # Written last: a segment is done exactly when its result exists.
-    put_temporary(clients.control, layout, spec.write_options, plan.temp_key(layout, k, ".json"),
+    put_temporary(clients.store, layout, spec.write_options, plan.temp_key(layout, k, ".json"),
                   json.dumps(result).encode())
     return result
 
 
-def segment_done(control, layout: ArchiveLayout, plan: SegmentPlan, k: int) -> dict | None:
+def segment_done(store: Store, layout: ArchiveLayout, plan: SegmentPlan, k: int) -> dict | None:
     """The result of segment ``k`` if it was produced, else None."""
-    body = get_temporary(control, layout, plan.temp_key(layout, k, ".json"))
+    body = get_temporary(store, layout, plan.temp_key(layout, k, ".json"))
     return None if body is None else json.loads(body)
 
 
@@ -156,10 +159,10 @@ def produce_planned_segment(spec: ArchiveSpec, clients: S3Clients, k: int, progr
     committed and not to be overwritten (whatever plan a dead run left: the re-run of an
     archived day is a success that says so)."""
     layout = layout_for(spec.source, spec.destination)
-    if not spec.overwrite and read_committed(clients.control, layout, spec.source) is not None:
+    if not spec.overwrite and read_committed(clients.store, layout, spec.source) is not None:
         return {"segment": k, "objects": 0, "status": Outcome.SKIPPED.value,
                 "note": f"{spec.source} is already archived; nothing to produce"}
-    plan = read_plan(clients.control, layout)
+    plan = read_plan(clients.store, layout)
     if plan is None:
         raise ObjectMissing(
             f"no segmented run of {spec.source} is waiting for segments (s3://{layout.bucket}/{plan_key(layout)} "
@@ -168,6 +171,6 @@ def produce_planned_segment(spec: ArchiveSpec, clients: S3Clients, k: int, progr
     if k >= plan.count:
         return {"segment": k, "objects": 0, "status": Outcome.SKIPPED.value,
                 "note": f"the plan has {plan.count} segment(s); nothing to do"}
-    produced = segment_done(clients.control, layout, plan, k) or produce_segment(spec, clients, layout, plan, k,
+    produced = segment_done(clients.store, layout, plan, k) or produce_segment(spec, clients, layout, plan, k,
                                                                                  progress, cancel)
     return {**produced, "status": Outcome.PRODUCED.value}

@@ -25,6 +25,7 @@ from s3arch.io.keys import key_order
 from s3arch.format.manifest import ArchiveLayout
 from s3arch.produce.segments.keys import chunk_key
 from s3arch.produce.segments.temporaries import get_temporary, put_temporary
+from s3arch.io.store import Store
 
 CHUNK_PAGES = 20  # about 20,000 keys, 0.5-1 MB gzipped
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -50,8 +51,8 @@ class ListingRecorder:
     """Chunks of listing pages, one being filled per key range, written in the background
     (at most ``uploads`` at once) while the listing goes on."""
 
-    def __init__(self, options: WriteOptions, control, layout: ArchiveLayout, run: str, uploads: int = 4):
-        self._options, self._control, self._layout, self._run = options, control, layout, run
+    def __init__(self, options: WriteOptions, store: Store, layout: ArchiveLayout, run: str, uploads: int = 4):
+        self._options, self._store, self._layout, self._run = options, store, layout, run
         self._open: dict[object, _Open] = {}
         self._chunks: list[ListingChunk] = []
         self._pool = ThreadPoolExecutor(uploads, thread_name_prefix="s3arch-record")
@@ -84,7 +85,7 @@ class ListingRecorder:
 
         def write():
             try:
-                put_temporary(self._control, self._layout, self._options, record.key, body)
+                put_temporary(self._store, self._layout, self._options, record.key, body)
             finally:
                 self._slots.release()
 
@@ -106,7 +107,7 @@ class ListingRecorder:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def recorded_pages(control, layout: ArchiveLayout, chunks: tuple[ListingChunk, ...], start_after: str | None,
+def recorded_pages(store: Store, layout: ArchiveLayout, chunks: tuple[ListingChunk, ...], start_after: str | None,
                    last_key: str) -> Iterator[list[ListedObject]]:
     """The pages of keys (``start_after``, ``last_key``] as the plan listed them."""
     after = key_order(start_after) if start_after is not None else None
@@ -114,7 +115,7 @@ def recorded_pages(control, layout: ArchiveLayout, chunks: tuple[ListingChunk, .
     for chunk in chunks:
         if (after is not None and key_order(chunk.last) <= after) or key_order(chunk.first) > end:
             continue
-        body = get_temporary(control, layout, chunk.key)
+        body = get_temporary(store, layout, chunk.key)
         if body is None:
             from s3arch.core.errors import ObjectMissing
 

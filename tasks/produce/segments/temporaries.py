@@ -9,23 +9,19 @@ noncurrent version.
 from __future__ import annotations
 
 from s3arch.core.config import WriteOptions
-from s3arch.core.errors import IO_ERRORS, translate
 from s3arch.format.manifest import ArchiveLayout
 from s3arch.io.retention import scratch_lock_args
-from s3arch.io.reads import read_object
+from s3arch.io.store import Store
 
 
-def put_temporary(control, layout: ArchiveLayout, options: WriteOptions, key: str, body: bytes) -> None:
+def put_temporary(store: Store, layout: ArchiveLayout, options: WriteOptions, key: str, body: bytes) -> None:
     """Write a temporary: STANDARD whatever the archive's class, encrypted like the archive."""
-    try:
-        control.put_object(Bucket=layout.bucket, Key=key, Body=body, StorageClass="STANDARD", **options.encryption_args,
-                           **scratch_lock_args(control, layout.bucket))
-    except IO_ERRORS as exc:
-        raise translate(exc, f"write segment temporary s3://{layout.bucket}/{key}", "upload") from exc
+    store.call("put_object", f"write segment temporary s3://{layout.bucket}/{key}", "upload", Bucket=layout.bucket,
+               Key=key, Body=body, StorageClass="STANDARD", **options.encryption_args,
+               **scratch_lock_args(store, layout.bucket))
 
 
-def get_temporary(control, layout: ArchiveLayout, key: str) -> bytes | None:
+def get_temporary(store: Store, layout: ArchiveLayout, key: str) -> bytes | None:
     """A temporary's bytes, or None if it does not exist."""
-    response = read_object(control, layout.bucket, key, f"read segment temporary s3://{layout.bucket}/{key}",
-                           missing_ok=True)
+    response = store.read(layout.bucket, key, f"read segment temporary s3://{layout.bucket}/{key}", missing_ok=True)
     return None if response is None else response["Body"]

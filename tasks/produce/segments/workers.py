@@ -10,12 +10,12 @@ from dataclasses import replace
 from s3arch.core import backoff, errors
 from s3arch.core.config import ArchiveSpec
 from s3arch.core.coordinator import StreamCoordinator
-from s3arch.core.errors import IO_ERRORS, ArchiverError, BadArgument, CredentialsExpired, translate
+from s3arch.core.errors import ArchiverError, BadArgument, CredentialsExpired
 from s3arch.format.manifest import ArchiveLayout
 from s3arch.core.progress import Progress
 from s3arch.io.s3 import S3Clients
 from s3arch.produce.streamed import StreamedArchive
-from s3arch.io.upload import PartUploader
+from s3arch.io.upload import PartUploader, SharedUpload
 from s3arch.produce.segments.assemble import assemble
 from s3arch.produce.segments.cleanup import abort_records_uploads
 from s3arch.io.credentials import CredentialServer, worker_session
@@ -25,12 +25,14 @@ from s3arch.produce.segments.produce import produce_segment
 
 
 def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, archive_key: str,
-                     coordinator: StreamCoordinator, progress: Progress | None = None) -> StreamedArchive:
+                     coordinator: StreamCoordinator, progress: Progress | None = None,
+                     listed: list[list] | None = None) -> StreamedArchive:
     """The commit protocol's step 5 on worker processes: plan ``spec.segments`` segments (one
     per process by default), produce each in its own process, at most ``spec.processes`` at
     once (a segment whose process fails or dies is run again, alone), assemble. A cancel of
-    ``coordinator`` (a lost lease, a cancel from above) stops it with its reason."""
-    control = clients.control
+    ``coordinator`` (a lost lease, a cancel from above) stops it with its reason. ``listed``:
+    the prefix's first pages, as its sizing listed them (``plan_segments`` goes on after them)."""
+    store = clients.store
     if spec.memory_budget < LEAST_SEGMENTED_BUDGET:
         raise BadArgument(f"--memory-budget {spec.memory_budget >> 20}MiB cannot hold a segment's worker process "
                           f"and the assembler ({MIN_SHARE >> 20} MiB each, and {WORKER_INTERPRETER >> 20} MiB for "
@@ -38,7 +40,7 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
                           hint=f"raise --memory-budget to at least {LEAST_SEGMENTED_BUDGET >> 20}MiB, "
                                f"or archive the prefix as one pipeline (--segments 1)")
     processes = min(spec.processes, processes_within(spec.memory_budget))
-    plan = plan_segments(spec, control, archive_key, spec.segments or processes,
+    plan = plan_segments(spec, store, archive_key, spec.segments or processes, listed=listed,
                          stop=coordinator.raise_cause_if_stopped)
     notes = []
     if processes < min(spec.processes, plan.count):
@@ -48,14 +50,14 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
                      f"its interpreter) besides the assembler's {MIN_SHARE >> 20} MiB")
     processes = min(processes, plan.count)
     worker_spec = _worker_spec(spec, processes)
-    plan = open_upload(spec.write_options, control, layout, plan)
+    plan = open_upload(spec.write_options, store, layout, plan)
     try:
         try:
-            durations = _run_workers(worker_spec, clients, layout, plan, processes, coordinator)
+            durations = run_workers(worker_spec, clients, layout, plan, processes, coordinator)
         finally:
             # A worker killed (or stopped) mid-segment leaves its records upload open, and no
             # plan.json names it for the next run's cleanup: abort what is left, now.
-            abort_records_uploads(control, layout, plan)
+            abort_records_uploads(store, layout, plan)
         streamed = assemble(spec, clients, layout, plan, coordinator)
         streamed.timings["segments_s"] = sum(d["seconds"] for d in durations.values())  # with process start-up
         # What the worker processes cost in CPU, by phase (issue 33 item 4): the interpreter and
@@ -65,7 +67,7 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
                                                                    for d in durations.values()), 3)
         streamed.notes = notes
     except BaseException as exc:
-        problem = PartUploader(control, layout.bucket, archive_key, upload_id=plan.upload_id).abort()
+        problem = PartUploader(store, layout.bucket, archive_key, shared=SharedUpload(plan.upload_id)).abort()
         if problem is not None:
             exc.add_note(f"cleanup also failed: {problem}")
         raise
@@ -84,7 +86,7 @@ def _worker_spec(spec: ArchiveSpec, processes: int) -> ArchiveSpec:
 _EXPIRED_RESTARTS = 5  # of a segment whose credentials S3 called expired: not counted in its restarts
 
 
-def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
+def run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
                  processes: int, coordinator: StreamCoordinator) -> dict[int, dict]:
     """Run every segment in a fresh interpreter (spawn: the CRT client and threads do not
     survive fork), at most ``processes`` at once. A segment that fails retryably or whose
@@ -105,8 +107,8 @@ def _run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, p
                 k = todo.pop(0)
                 attempts[k] += 1
                 receive, send = context.Pipe(duplex=False)
-                connection = _connection_of(clients, server)
-                proc = context.Process(target=_segment_worker, name=f"s3arch-segment-{k + 1}",
+                connection = worker_connection(clients, server)
+                proc = context.Process(target=segment_worker, name=f"s3arch-segment-{k + 1}",
                                        args=(spec, connection, layout, plan.to_dict(), k, send), daemon=True)
                 proc.start()
                 send.close()
@@ -169,7 +171,7 @@ def _error_of(outcome: dict | None, k: int, plan: SegmentPlan, exitcode: int | N
     return error
 
 
-def _connection_of(clients: S3Clients, server: CredentialServer | None) -> dict:
+def worker_connection(clients: S3Clients, server: CredentialServer | None) -> dict:
     """What a worker process needs to reach S3 as the parent does: the credentials as they are
     now and a pipe to ask for them again when they refresh (a segment may outlive a session
     token: never a frozen copy), region, endpoint, TLS, and the caller's botocore Config
@@ -180,7 +182,11 @@ def _connection_of(clients: S3Clients, server: CredentialServer | None) -> dict:
             "botocore_config": clients.botocore_config, "expected_owner": clients.expected_owner}
 
 
-def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, plan: dict, k: int, send) -> None:
+def segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, plan: dict, k: int, send) -> None:
+    """The entry point of segment ``k``'s worker process (``run_workers`` starts it): its clients from
+    ``connection`` (``worker_connection``), the segment produced, and its outcome sent to the parent
+    through ``send``: the result and CPU by phase, the error as ``ArchiverError.to_dict``, or a bug's
+    traceback."""
     started = time.process_time()  # the interpreter and the imports its arguments needed
     try:
         session = worker_session(connection["credentials"], connection["credentials_pipe"], connection["region"])
@@ -195,8 +201,6 @@ def _segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, 
                                      "segment": round(time.process_time() - ready, 3)}})
     except ArchiverError as exc:
         send.send(exc.to_dict())
-    except IO_ERRORS as exc:
-        send.send(translate(exc, f"segment {k + 1}").to_dict())
     except Exception:  # noqa: BLE001 - a bug: its traceback goes to the parent, which stops
         import traceback
 
