@@ -191,7 +191,7 @@ def test_a_cut_falls_strictly_inside_its_range():
     import random
 
     from s3arch.io.keys import key_order
-    from s3arch.io.ranges import KeySpace
+    from s3arch.io.keyspace import KeySpace
 
     rng = random.Random(11)
     alphabet = "09az-./é日" + chr(0x1F600)
@@ -267,7 +267,7 @@ def test_every_cut_key_is_a_valid_object_name_over_many_dotted_key_sets():
     import random
 
     from s3arch.io.keys import key_order
-    from s3arch.io.ranges import KeySpace
+    from s3arch.io.keyspace import KeySpace
 
     rng = random.Random(30)
     asked = found = 0

@@ -1,9 +1,8 @@
-"""A whole prefix listed as contiguous key ranges in parallel (``RangeListing``), and the
-key-space arithmetic that cuts a range about in half (``KeySpace``)."""
+"""A whole prefix listed as contiguous key ranges in parallel (``RangeListing``), each cut where
+the key space (tasks/io/keyspace.py) says its remaining keys split about in half."""
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -11,78 +10,12 @@ from typing import Iterator
 
 from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.io.listed import LIST_RESTORE_STATUS, ListedObject, listed_objects
-from s3arch.io.keys import key_order, valid_names_near
+from s3arch.io.keys import key_order
+from s3arch.io.keyspace import KeySpace
 from s3arch.io.store import Store
 
 
 LISTING_WORKERS = 8  # key ranges listed at once where a whole prefix is listed (plan, dry run)
-AHEAD = 7  # the range open to the prefix's end is cut this many times as far on as it came (KeySpace.ahead)
-
-
-class KeySpace:
-    """The keys under a prefix as numbers, to cut a key range about in half.
-
-    The digits are the characters a sample of the keys uses (a first page), so that halving
-    lands among real keys after a few cuts instead of in the empty expanse of Unicode. A key
-    with other characters maps onto a neighbour: its cuts are less even, never wrong, since a
-    cut is only used when it falls strictly inside its range.
-    """
-
-    def __init__(self, prefix: str, sample: list[str]):
-        suffixes = [k[len(prefix):] for k in sample if k.startswith(prefix)]
-        self.prefix = prefix
-        # Never NUL or a lone surrogate (a key read with surrogateescape): no name holds them.
-        self.alphabet = sorted(c for c in set("".join(suffixes)) if c != "\0" and not "\ud800" <= c <= "\udfff") \
-            or [chr(c) for c in range(0x21, 0x7F)]
-        self.base = len(self.alphabet) + 1  # digit 0: the key has ended
-        self.digits = min(64, max(map(len, suffixes), default=16) + 4)
-        self.top = self.base ** self.digits  # above every key
-
-    def number(self, key: str) -> int:
-        suffix, n = key[len(self.prefix):], 0
-        for i in range(self.digits):
-            n = n * self.base + (bisect.bisect_right(self.alphabet, suffix[i]) if i < len(suffix) else 0)
-        return n
-
-    def key(self, number: int) -> str:
-        digits = []
-        for _ in range(self.digits):
-            number, d = divmod(number, self.base)
-            digits.append(d)
-        while digits and digits[0] == 0:  # trailing zeros: a shorter key
-            digits.pop(0)
-        return self.prefix + "".join(self.alphabet[max(d, 1) - 1] for d in reversed(digits))
-
-    def ahead(self, first: str, last: str) -> str | None:
-        """The key as far after ``last`` as ``last`` is after ``first`` (None: past every key):
-        where the range open to the prefix's end is cut, ``first`` being the listing's first
-        key, so that each such cut leaves below it about as many keys as were listed before it.
-        Halfway to the end of the key space is most often past the last key (a LIST for
-        nothing, and again for each cut after it)."""
-        top = self.number(last) + AHEAD * (self.number(last) - self.number(first))
-        return self.key(top) if top < self.top else None
-
-    def cut(self, after: str, upto: str | None) -> str | None:
-        """A key strictly between ``after`` and ``upto`` (None: the end of the prefix), about
-        halfway, or None where there is none to be found."""
-        if not after.startswith(self.prefix) or (upto is not None and not upto.startswith(self.prefix)):
-            return None
-        high = self.top if upto is None else self.number(upto)
-        middle = self.key((self.number(after) + high) // 2)
-        for candidate in valid_names_near(middle, self.prefix):
-            if key_order(after) < key_order(candidate) and (upto is None or key_order(candidate) < key_order(upto)):
-                return candidate
-        return None
-
-    def remaining(self, first: str, last: str, listed: int, upto: str | None) -> float:
-        """Keys still to come in a range that listed ``listed`` keys from ``first`` to ``last``,
-        if the rest of it is as dense; in a range open to the prefix's end, as many again."""
-        if upto is None:
-            return listed
-        if listed < 2:
-            return float("inf")
-        done = self.number(last) - self.number(first)
-        return (listed - 1) * (self.number(upto) - self.number(last)) / max(1, done)
 
 
 def _start_after(key: str, after: str | None) -> bool:
@@ -96,8 +29,21 @@ def _start_after(key: str, after: str | None) -> bool:
     return after is None or key_order(key) > key_order(after)
 
 
-# What MinIO trims from a path segment before it refuses "." and ".." (Go's unicode.IsSpace
-# applied to each byte), and what it splits a name at.
+def _within(listed: list[ListedObject], upto: str | None, after: str | None) -> tuple[list[ListedObject], bool]:
+    """A page's objects that lie in its range: none past ``upto`` (and whether the page went
+    past it), none up to ``after`` (a page asked for from that key)."""
+    trimmed = upto is not None and bool(listed) and key_order(listed[-1].key) > key_order(upto)
+    if upto is not None and trimmed:
+        end = key_order(upto)
+        listed = [o for o in listed if key_order(o.key) <= end]
+    if listed and after and key_order(listed[0].key) <= key_order(after):
+        # MinIO's order of such trees is not S3's: a StartAfter LIST can answer keys before
+        # it, which another range lists (and a probe would go back).
+        start = key_order(after)
+        listed = [o for o in listed if key_order(o.key) > start]
+    return listed, trimmed
+
+
 @dataclass(eq=False)
 class _Range:
     """Keys (``after``, ``upto``] of a prefix; ``upto`` None: to its end. ``upto`` shrinks when
@@ -274,27 +220,12 @@ class RangeListing(ParallelListing):
                 if self._halted():
                     return
                 args = {"ContinuationToken": token} if token else {"StartAfter": after} if after else {}
-            request = self._coordinator.track(f"LIST s3://{self._bucket}/{self._prefix} after {after or '(start)'}")
-            try:
-                page = self._store.call("list_objects_v2", f"list s3://{self._bucket}/{self._prefix}", "bucket",
-                                        Bucket=self._bucket, Prefix=self._prefix,
-                                        MaxKeys=1 if probe else self._page_size, **args, **LIST_RESTORE_STATUS)
-            finally:
-                self._coordinator.untrack(request)
-            listed = answered_page = listed_objects(page)
-            answered = listed[-1].key if listed else None  # the page's last key, before any trimming
+            page = self._send(args, after, probe)
+            answered_page = listed_objects(page)
+            answered = answered_page[-1].key if answered_page else None  # the page's last key, before any trimming
             with self._cond:
                 self.requests += 1
-                upto = r.upto
-                trimmed = upto is not None and bool(listed) and key_order(listed[-1].key) > key_order(upto)
-                if upto is not None and trimmed:
-                    end = key_order(upto)
-                    listed = [o for o in listed if key_order(o.key) <= end]
-                if listed and after and not token and key_order(listed[0].key) <= key_order(after):
-                    # MinIO's order of such trees is not S3's: a StartAfter LIST can answer
-                    # keys before it, which another range lists (and a probe would go back).
-                    start = key_order(after)
-                    listed = [o for o in listed if key_order(o.key) > start]
+                listed, trimmed = _within(answered_page, r.upto, None if token else after)
                 if listed:
                     if self._space is None:
                         self._space = KeySpace(self._prefix, [o.key for o in listed])
@@ -309,7 +240,7 @@ class RangeListing(ParallelListing):
                 # short too): every probe that finds a key lists it, so this ends.
                 asked_one, probe, by_key = probe, False, "StartAfter" in args
                 r.more = truncated and not trimmed
-                if not (truncated or trimmed or (asked_one and not listed)) and (upto is not None or bool(r.after)
+                if not (truncated or trimmed or (asked_one and not listed)) and (r.upto is not None or bool(r.after)
                                                                                  or by_key):
                     probe = not asked_one
                     r.more, after, token = True, r.last or after, None
@@ -327,6 +258,16 @@ class RangeListing(ParallelListing):
                 self._cond.notify_all()
                 if not r.more:
                     return
+
+    def _send(self, args: dict, after: str | None, probe: bool) -> dict:
+        """One LIST of the range (one key if ``probe``), in the stream's table of requests in flight."""
+        request = self._coordinator.track(f"LIST s3://{self._bucket}/{self._prefix} after {after or '(start)'}")
+        try:
+            return self._store.call("list_objects_v2", f"list s3://{self._bucket}/{self._prefix}", "bucket",
+                                    Bucket=self._bucket, Prefix=self._prefix,
+                                    MaxKeys=1 if probe else self._page_size, **args, **LIST_RESTORE_STATUS)
+        finally:
+            self._coordinator.untrack(request)
 
     def _add(self, r: _Range, listed: list[ListedObject]) -> None:
         if self._ordered:
