@@ -16,7 +16,7 @@ budget of seconds lasts, ``Throttling``).
 | ``CRT`` | 0.5 | 20 | 5 | full | CRT S3 client (``S3ARCH_GET_PATH=crt``) | awscrt's own retries: its defaults, a bucket never drained |
 | ``FETCH`` | 0.2 | 0.4 | 2 | none | fetcher | only what the connection could not resend (a body cut after bytes were handed on, a stalled request, a checksum mismatch); a fault the connection gave up on is not sent again (``ArchiverError.retries_spent``) |
 | ``BODY_READ`` | 0.3 | 5 | 4 | 40 % | boto3 body reads | a read cut short resumes from its last byte: about as long as botocore's retries |
-| ``EXTRACT_PUT`` | 0.5 | 8 | 4 | full | extract's PUTs, a body cut (400) | a loaded server refusing a few of many PUTs; the body is in memory |
+| ``EXTRACT_PUT`` | 0.5 | 8 | 4 | full | extract's PUTs, a body cut (400), a stalled PUT | a loaded server refusing a few of many PUTs; the body is in memory; not what the connection resent already |
 | ``SEGMENT_RESTART`` | 0 | 0 | 2 | none | segment worker processes | a new process is the pause; its own requests retried already |
 | ``LEASE_RACE`` | 0.1 | 1 | 4 | full | taking a lease | not a fault: the lease changed hands between its read and the conditional write; runs racing for it part at random |
 """

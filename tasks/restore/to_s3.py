@@ -196,7 +196,8 @@ class S3Writer:
             pause: float | None = None
             if isinstance(error, Throttled):
                 pause = throttling.next_pause(self._throttle_budget)
-            elif error.retryable and error.status in (None, 400) and backoff.EXTRACT_PUT.allows(resends + 1):
+            elif (error.retryable and not error.retries_spent and error.status in (None, 400)
+                  and backoff.EXTRACT_PUT.allows(resends + 1)):
                 resends += 1
                 pause = backoff.EXTRACT_PUT.pause(resends)
             if pause is None:
