@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LATEST = "bench/results/latest.json"
 SPLIT = "bench/results/20261126T050805Z.json"
 SCALE = "bench/results/scale-1000000.json"
+SEGMENTS = "bench/results/segments-cost-200000.json"
+SEGMENTS_20K = "bench/results/segments-cost-20000.json"
+SEGMENTS_1M = "bench/results/segments-cost-1000000.json"
 SCALE_CELERY = "bench/results/scale-celery-1000000.json"
 RATIO = "bench/results/ratio.json"
 INVENTORY = "bench/results/inventory-10000000.json"
@@ -31,7 +34,11 @@ FIGURES = [
     ("docs/DEPLOY.md", "it used\n4.9 s of CPU", LATEST, "results.small.ours.cpu_s", 1),
     ("bench/README.md", "| defaults | 753.0 s | 0.332 ms | 100 MiB", "bench/results/scale-200000.json", "archive_defaults.peak_rss_mib", 0),
     ("bench/README.md", "7.45 s, 0.403 ms | 0.75 [0.73-0.84]", LATEST, "results.small.ratio.median", 2),
-    ("bench/README.md", "1.62x (target 1.15: MISS)", SPLIT, "lines.segments.small.cpu_growth", 2),
+    ("bench/README.md", "1.01x (target 1.1: PASS)", SEGMENTS, "summary.after.cpu_ratio", 2),
+    ("bench/README.md", "before the line merge: 1.11x", SEGMENTS, "summary.before.cpu_ratio", 2),
+    ("bench/README.md", "1.26x at 20,000", SEGMENTS_20K, "summary.after.cpu_ratio", 2),
+    ("bench/README.md", "0.97x at 1,000,000 in 4 segments", SEGMENTS_1M, "summary.after.cpu_ratio", 2),
+    ("bench/README.md", "0.74x the wall", SEGMENTS_1M, "summary.after.wall_ratio", 2),
     ("docs/DEPLOY.md", "objects took 341 s in one process", SCALE, "archive_processes_1.wall_s", 0),
     ("docs/DEPLOY.md", "in one process, in 102 MiB", SCALE, "archive_processes_1.peak_rss_mib", 0),
     ("docs/DEPLOY.md", "peaked at 195 MiB (`plan`)", SCALE_CELERY, "dag.tasks.0.peak_rss_mib", 0),
@@ -44,11 +51,11 @@ FIGURES = [
     ("bench/README.md", "88 / 122 / 100 MiB", LATEST, "results.small.ours_64mib.peak_rss.max", 0),
     ("bench/README.md", "88 / 122 / 100 MiB", LATEST, "results.medium.ours_64mib.peak_rss.max", 0),
     ("bench/README.md", "88 / 122 / 100 MiB", LATEST, "results.large.ours_64mib.peak_rss.max", 0),
-    ("bench/README.md", "CPU 0.226 -> 0.366 ms/object", SPLIT, "lines.segments.small.cpu_ms_per_object.one", 3),
-    ("bench/README.md", "CPU 0.226 -> 0.366 ms/object", SPLIT, "lines.segments.small.cpu_ms_per_object.two", 3),
-    ("bench/README.md", "segments 5.64 s", SPLIT, "lines.segments.small.cpu_split_s.workers_segment", 2),
-    ("bench/README.md", "1.09 s, against 4.52 s", SPLIT, "lines.segments.small.cpu_split_s.parent", 2),
-    ("bench/README.md", "1.09 s, against 4.52 s", SPLIT, "lines.segments.small.cpu_split_s.one_process", 2),
+    ("bench/README.md", "CPU 0.262 -> 0.265 ms/object", SEGMENTS, "summary.after.cpu_ms_per_object.one", 3),
+    ("bench/README.md", "CPU 0.262 -> 0.265 ms/object", SEGMENTS, "summary.after.cpu_ms_per_object.segments", 3),
+    ("bench/README.md", "segments 46.8 s", SEGMENTS, "summary.after.segments_cpu_split_s.workers_segment_cpu_s", 1),
+    ("bench/README.md", "(plan, assembly) 5.2 s", SEGMENTS, "summary.after.segments_cpu_split_s.parent", 1),
+    ("bench/README.md", "6.3 s before the assembler", SEGMENTS, "summary.before.segments_cpu_split_s.parent", 1),
     ("bench/README.md", "8.13 [8.09-8.17] round trips", SPLIT, "lines.fixed.round_trips.median", 2),
     ("bench/README.md", "0.95 [0.94-0.96] (target 1.0", SPLIT, "lines.startup.vs_s5cmd.warm.median", 2),
     ("bench/README.md", "1.08 [1.07-1.12] and 1.01", LATEST, "lines.restore.0ms.ours_vs_s5cmd.median", 2),
@@ -90,6 +97,10 @@ FIGURES = [
     ("bench/README.md", "no HEAD) in 2.55 s", "bench/results/catalog.json", "first_read.seconds", 2),
     ("bench/README.md", "from the cache, with its 499 KiB of JSON, 59 ms", "bench/results/catalog.json", "cached_json_ms", 0),
     ("docs/JOBS.md", "took 51 LISTs (0.9 s)", "bench/results/expand-org-trail.json", "expand_seconds.median", 1),
+    ("bench/README.md", "18.3 us/key | 1.94 [1.76-2.15]", "bench/results/listing-s5cmd.json",
+     "dry_run.ours_vs_s5cmd_wall.median", 2),
+    ("bench/README.md", "16.82 us/key | 0.46 [0.43-0.51]", "bench/results/listing-s5cmd.json",
+     "synthetic.ours_vs_s5cmd_wall.median", 2),
     ("docs/JOBS.md", "850 prefixes 8.5 s", "bench/results/expand-org-trail.json", "listing_seconds.median", 1),
 ]
 

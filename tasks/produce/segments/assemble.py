@@ -137,7 +137,7 @@ def shifted_line(line: bytes, first_block: int, first_start: int, base: int) -> 
     where = _WHERE.search(line)
     if where is None:  # not as the pipeline writes records: by the record
         record = json.loads(line.decode("utf-8", "surrogateescape"))
-        block, start, end = record.pop("block"), *record.pop("range")
+        block, (start, end) = record.pop("block"), record.pop("range")
         line = dump_record(record)[:-2]  # without "}\n"
     else:
         block, start, end = map(int, where.groups())
