@@ -385,6 +385,18 @@ def test_an_archive_step_checks_its_options_by_name_and_templates_them():
     assert operator.options["codec"] == "zstd" and operator.storage_class == "DEEP_ARCHIVE"
 
 
+def test_an_archive_steps_account_rendered_as_a_number_reaches_the_hook_as_the_account():
+    """Native rendering reads a templated account's twelve digits as a number; the hook (and so
+    every request's ExpectedBucketOwner) gets the account's text, as the restore operator's."""
+    from s3arch_airflow.operators import S3ArchivePrefixOperator
+
+    operator = S3ArchivePrefixOperator(task_id="t", source_bucket="logs-bucket", prefix="p/",
+                                       destination="s3://vault-bucket/a/",
+                                       options={"expected_owner": "{{ params.owner }}"})
+    operator.render_template_fields({"params": {"owner": 123456789012}})
+    assert operator.hook.expected_owner == "123456789012"
+
+
 def test_the_old_keyword_options_still_work_for_a_release_and_warn_naming_options(recwarn):
     """Round 5's spelling, each option a keyword argument, builds the same operator (and the
     same mapped task) with a DeprecationWarning naming ``options={...}``; an option given both

@@ -11,7 +11,7 @@ from airflow.providers.amazon.aws.operators.base_aws import AwsBaseOperator
 from airflow.providers.amazon.aws.utils.mixins import aws_template_fields
 
 from s3arch_airflow.hooks import S3ArchHook
-from s3arch_airflow.operator_options import (checked_options, known_options, moved_into_options, option_value,
+from s3arch_airflow.operator_options import (ARCHIVE, checked_options, known_options, moved_into_options, option_value,
                                              rendered_options)
 from s3arch_airflow.task_metrics import emit_asset_event, emit_metrics
 from s3arch_airflow.task_rows import ROWS_XCOM_KEY, result_row
@@ -103,7 +103,11 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3ArchHook]):
     def _hook_parameters(self) -> dict[str, Any]:
         """The hook, and so the engine's clients of the try (the plan task sizes its day and
         archives it with the same ones), name the bucket owner and the throttle budget."""
-        return {**super()._hook_parameters, "expected_owner": option_value(self.options, "expected_owner"),
+        # Checked by the table, as the restore operator's options are: native rendering reads an
+        # account's twelve digits as a number, which ExpectedBucketOwner refuses.
+        owner = ARCHIVE.options()["expected_owner"].job_value(option_value(self.options, "expected_owner"),
+                                                              f"{self.task_id}: expected_owner")
+        return {**super()._hook_parameters, "expected_owner": owner,
                 "throttle_budget": option_value(self.options, "throttle_budget")}
 
     def _progress(self, label: str):
