@@ -29,23 +29,25 @@ from s3arch.core.config import ArchiveSpec
 from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.core.stops import Cancel, cancelling, raise_if_cancelled
 from s3arch.protocol.deletion import DeletionResult, delete_archived_sources
-from s3arch.core.errors import AccessDenied, BadArgument, ConcurrentRun, DestinationConflict, IntegrityError
+from s3arch.core.errors import AccessDenied, BadArgument, ConcurrentRun, IntegrityError
 from s3arch.protocol.lease import Held, PrefixLease
 from s3arch.protocol.checks import check_archive_intact, cost_of
 from s3arch.protocol.parts import LateCheck, LatePart, check_late, record_parts
 from s3arch.protocol.result import ArchiveResult, State
 from s3arch.format.day import Part, part_layout
-from s3arch.stored.days import committed_parts, day_objects, drop_later_parts
+from s3arch.stored.days import committed_parts, drop_later_parts
 from s3arch.core.outcome import Outcome
 from s3arch.format.manifest import Committed, layout_for
 from s3arch.stored.manifests import read_committed
-from s3arch.io.retention import check_applied, refuse_locked_overwrite
+from s3arch.io.retention import check_applied
 from s3arch.io.s3 import S3Clients
 from s3arch.produce.streamed import StreamedArchive
 from s3arch.produce.producers import Producer
 from s3arch.produce.segments import SegmentPlan, delete_temporaries, open_upload, plan_segments, write_plan
 from s3arch.io.throttling import throttled
-from s3arch.io.multipart import abort_uploads, open_uploads
+from s3arch.io.multipart import abort_uploads
+from s3arch.protocol.overwrite import check_overwrite, refuse_fewer_objects
+from s3arch.protocol.stale import clean_stale, uploads_left
 
 
 class CommitProtocol:
@@ -289,23 +291,8 @@ class CommitProtocol:
         return None if committed is None else (committed, self._check_late(committed))
 
     def _clean_stale(self, keep: SegmentPlan | None = None) -> None:
-        """Step 4: abort the uploads and delete the segment temporaries of runs that are gone
-        (all but ``keep``'s, the plan this run assembles), a large segment's records upload
-        still open included. The three listings go out at once."""
-        with ThreadPoolExecutor(2, thread_name_prefix="s3arch-clean") as pool:
-            temporaries = pool.submit(delete_temporaries, self.store, self.layout, keep=keep)
-            uploads = self._open_uploads()
-            aborted = abort_uploads(self.store, self.layout.bucket, [
-                (key, upload_id) for key, upload_id in uploads if upload_id != (keep.upload_id if keep else None)])
-            self.result.stale_uploads_aborted += aborted + temporaries.result().uploads
-
-    def _open_uploads(self) -> list[tuple[str, str]]:
-        """(key, upload id) of the uploads open for this prefix's archive and manifest (listed
-        per key, both at once: MinIO lists a key's uploads only for that exact key)."""
-        keys = (self.archive_key, self.layout.manifest_key)
-        with ThreadPoolExecutor(len(keys), thread_name_prefix="s3arch-uploads") as pool:
-            found = pool.map(lambda key: open_uploads(self.store, self.layout.bucket, key), keys)
-            return [(key, upload_id) for key, ids in zip(keys, found) for upload_id in ids]
+        """Step 4 (tasks/protocol/stale.py)."""
+        self.result.stale_uploads_aborted += clean_stale(self.store, self.layout, self.archive_key, keep)
 
     def delete_sources_only(self) -> ArchiveResult:
         """Finish (or repeat) the deletion of a committed prefix's sources, nothing else."""
@@ -325,7 +312,7 @@ class CommitProtocol:
         is free (no run is alive on this prefix), abort them and write it."""
         try:
             # A segmented run in progress has its archive upload open too, so this finds it.
-            if not self._open_uploads() and late.index is None:
+            if not uploads_left(self.store, self.layout, self.archive_key) and late.index is None:
                 return
             with self._lease().held():
                 self._clean_stale()
@@ -358,23 +345,8 @@ class CommitProtocol:
 
     def _check_overwrite(self, committed: Committed) -> None:
         """An --overwrite rebuilds the whole day as one part: its later parts go too."""
-        parts = committed_parts(self.store, self.layout, self.spec.source, first=committed)
-        self.later_parts = parts[1:]
-        refuse_locked_overwrite(self.store, self.layout.bucket, [
-            key for p in parts for key in (p.committed.archive_key, p.layout.manifest_key)])
-        self.replaced_objects = day_objects(self.store, parts)
-        self._refuse_shrunken_source()
-
-    def _refuse_shrunken_source(self) -> None:
-        from s3arch.io.sources import source_pages
-
-        archived = self.replaced_objects
-        now = sum(len(page) for page in source_pages(self.store, self.spec.source))
-        if now < archived:
-            raise DestinationConflict(
-                f"{self.layout.manifest_url} holds {archived:,} objects, the source now only {now:,}: "
-                "overwriting would lose archived data",
-                hint="restore the archive first, or delete the old archive and manifest by hand")
+        replaced = check_overwrite(self.store, self.layout, self.spec.source, committed)
+        self.later_parts, self.replaced_objects = replaced.later_parts, replaced.objects
 
     def _current_etag(self, key: str) -> str | None:
         head = self.store.head(self.layout.bucket, key, f"check s3://{self.layout.bucket}/{key}")
@@ -390,11 +362,8 @@ class CommitProtocol:
             # one stopped since the stream ended commits nothing.
             if not coordinator.announce_done():
                 raise coordinator.failure(Stopped("stopped before the commit"))
-            if previous and self.replaced_objects > streamed.objects:
-                raise DestinationConflict(
-                    f"{self.layout.manifest_url} holds {self.replaced_objects:,} objects, the source "
-                    f"now only {streamed.objects:,}: overwriting would lose archived data",
-                    hint="restore the archive first, or delete the old archive and manifest by hand")
+            if previous:
+                refuse_fewer_objects(self.layout, self.replaced_objects, streamed.objects)
             lease.confirm()  # still ours, right before anything becomes visible
             # Conditional on what this run saw under its lease: a run that lost its lease
             # while stalled cannot replace an archive another run has since written. An
@@ -402,15 +371,7 @@ class CommitProtocol:
             # its archive is complete leaves the old archive committed, guarded and readable.
             uploaded = streamed.uploader.complete(if_none_match=archive_etag is None, if_match=archive_etag)
             if previous:
-                # The old commit record goes now, before anything else can fail: from here
-                # until the new manifest exists the prefix reads as ABSENT, never as the old
-                # manifest over the new archive. Its index goes with it: the new one is
-                # written only after the new manifest. The later parts go first: a day read
-                # in between is part 1 and fewer parts, never new parts over an old part 1.
-                drop_later_parts(self.store, self.layout, self.later_parts)
-                for key in (self.layout.manifest_key, self.layout.index_key):
-                    self.store.call("delete_object", f"delete s3://{self.layout.bucket}/{key} (the day is being "
-                                    "overwritten)", Bucket=self.layout.bucket, Key=key)
+                self._drop_previous()
             if uploaded.size != streamed.bytes_out:
                 raise IntegrityError(f"archive holds {uploaded.size} bytes, {streamed.bytes_out} were produced")
             if spec.write_options.locks:
@@ -442,6 +403,17 @@ class CommitProtocol:
                            "(--without-tags; s3:GetObjectTagging was denied); their manifest records say "
                            "\"tags_unread\"")
         return pool.submit(streamed.manifest.write_index)
+
+    def _drop_previous(self) -> None:
+        """The old commit record goes as soon as the new archive is complete, before anything
+        else can fail: from here until the new manifest exists the prefix reads as ABSENT, never
+        as the old manifest over the new archive. Its index goes with it: the new one is written
+        only after the new manifest. The later parts go first: a day read in between is part 1
+        and fewer parts, never new parts over an old part 1."""
+        drop_later_parts(self.store, self.layout, self.later_parts)
+        for key in (self.layout.manifest_key, self.layout.index_key):
+            self.store.call("delete_object", f"delete s3://{self.layout.bucket}/{key} (the day is being overwritten)",
+                            Bucket=self.layout.bucket, Key=key)
 
     def _delete_sources(self, held: Held, parts: list[Part] | None = None) -> None:
         """``parts``: the day's committed parts, whose union is what may be deleted."""
