@@ -14,7 +14,7 @@ import secrets
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from s3arch.core.config import ArchiveSpec, S3Url, WriteOptions
 from s3arch.core.errors import ArchiverError, EmptyPrefix
@@ -266,9 +266,35 @@ def plan_segments(spec: ArchiveSpec, store: Store, archive_key: str, count: int,
     they are not listed again, the listing goes on after their last key."""
     started = time.monotonic()
     run = secrets.token_hex(8)
+    layout = layout_for(spec.source, spec.destination)
+    pages, tally, recorded = _list_and_record(spec, store, layout, run, stop, listed)
+    objects = tally.objects
+    if not objects:
+        raise EmptyPrefix(f"{spec.source} holds no objects; nothing was written",
+                          hint="check the prefix (it must match the keys exactly, trailing / included)")
+    ends = _segment_ends(pages, objects, max(1, min(count, objects)),
+                         lambda i: _recorded_objects(store, layout, recorded, pages[i - 1].last if i else None,
+                                                     pages[i].last), stop)
+    parts_each = (MAX_PARTS - 1) // len(ends)  # one number per segment for the part before it, one final
+    ranges: list[SegmentRange] = []
+    before: tuple[str | None, int, int, int] = (None, 0, 0, 0)
+    for k, end in enumerate(ends):
+        ranges.append(SegmentRange(k, before[0], end[0], end[1] - before[1], end[2] - before[2], before[3], end[3],
+                                   first_part=k * parts_each + 2, parts=parts_each - 1))
+        before = end
+    return SegmentPlan(run=run, upload_id="",
+                       archive_key=archive_key, objects=objects, bytes=ends[-1][2],
+                       tar_size=ends[-1][3] + END_OF_ARCHIVE, short_of_min_billable=tally.short_of_min_billable, ranges=tuple(ranges),
+                       planned_in_s=time.monotonic() - started, listing=recorded)
+
+
+def _list_and_record(spec: ArchiveSpec, store: Store, layout: ArchiveLayout, run: str,
+                     stop: Callable[[], None] | None, listed: list[list] | None
+                     ) -> tuple[list[_Page], ListingTally, tuple[ListingChunk, ...]]:
+    """The prefix listed (after the sizing's ``listed`` pages) and recorded for the segments:
+    one small record per page, in key order; its tally; the recording."""
     pages: list[_Page] = []
     tally = ListingTally(member_size)  # exact: the segments' tar offsets follow from it
-    layout = layout_for(spec.source, spec.destination)
     listed = [page for page in listed or () if page]
     listing = source_listing(store, spec.source, start_after=listed[-1][-1].key if listed else None)
     recorder = ListingRecorder(spec.write_options, store, layout, run)
@@ -292,15 +318,17 @@ def plan_segments(spec: ArchiveSpec, store: Store, archive_key: str, count: int,
     finally:
         listing.close()
     pages.sort(key=lambda p: key_order(p.first))
-    objects = tally.objects
-    if not objects:
-        raise EmptyPrefix(f"{spec.source} holds no objects; nothing was written",
-                          hint="check the prefix (it must match the keys exactly, trailing / included)")
-    count = max(1, min(count, objects))
+    return pages, tally, recorded
+
+
+def _segment_ends(pages: list[_Page], objects: int, count: int, objects_of: Callable[[int], Iterable],
+                  stop: Callable[[], None] | None) -> list[tuple[str, int, int, int]]:
+    """(last key, objects, bytes, tar end) of each of ``count`` segments of about equal weight:
+    pages are walked whole; where a cut falls inside page ``i``, its objects (``objects_of(i)``,
+    read back from the recording) are walked one by one."""
     total = sum(p.tar + OBJECT_WEIGHT * p.objects for p in pages)
     cuts = [total * k / count for k in range(1, count)]
-    # Walk pages; where a cut falls inside a page, read that page back object by object.
-    ends: list[tuple[str, int, int, int]] = []  # (last key, objects, bytes, tar end) per segment
+    ends: list[tuple[str, int, int, int]] = []
     weight = n = nbytes = tar = 0
     for i, p in enumerate(pages):
         # Every segment gets at least one object: a cut is forced where only as many objects
@@ -312,24 +340,14 @@ def plan_segments(spec: ArchiveSpec, store: Store, archive_key: str, count: int,
             continue
         if stop is not None:
             stop()
-        for o in _recorded_objects(store, layout, recorded, pages[i - 1].last if i else None, p.last):
+        for o in objects_of(i):
             weight += member_size(o.key, o.size) + OBJECT_WEIGHT
             n, nbytes, tar = n + 1, nbytes + o.size, tar + member_size(o.key, o.size)
             if cuts and (weight >= cuts[0] or objects - n == len(cuts)) and n > (ends[-1][1] if ends else 0):
                 ends.append((o.key, n, nbytes, tar))
                 cuts.pop(0)
     ends.append((pages[-1].last, n, nbytes, tar))
-    parts_each = (MAX_PARTS - 1) // len(ends)  # one number per segment for the part before it, one final
-    ranges: list[SegmentRange] = []
-    before: tuple[str | None, int, int, int] = (None, 0, 0, 0)
-    for k, end in enumerate(ends):
-        ranges.append(SegmentRange(k, before[0], end[0], end[1] - before[1], end[2] - before[2], before[3], end[3],
-                                   first_part=k * parts_each + 2, parts=parts_each - 1))
-        before = end
-    return SegmentPlan(run=run, upload_id="",
-                       archive_key=archive_key, objects=objects, bytes=ends[-1][2],
-                       tar_size=ends[-1][3] + END_OF_ARCHIVE, short_of_min_billable=tally.short_of_min_billable, ranges=tuple(ranges),
-                       planned_in_s=time.monotonic() - started, listing=recorded)
+    return ends
 
 
 def _recorded_objects(store: Store, layout: ArchiveLayout, recorded: tuple[ListingChunk, ...], after: str | None,
