@@ -6,8 +6,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from s3arch.core.outcome import Outcome
+
+if TYPE_CHECKING:
+    from s3arch.format.manifest import Committed
+    from s3arch.produce.streamed import StreamedArchive
 
 
 class State(str, Enum):
@@ -54,3 +59,25 @@ class ArchiveResult:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "status": self.status.value, "ratio": round(self.ratio, 3)}
+
+    def record_skip(self, archive: str, committed: "Committed", summaries: list[dict]) -> None:
+        """A committed day skipped: what its parts (``summaries``, part 1's first) hold."""
+        self.status, self.state = Outcome.SKIPPED, State.COMMITTED.value
+        self.archive, self.part = archive, len(summaries)
+        self.objects, self.bytes_in = sum(s["objects"] for s in summaries), sum(s["bytes"] for s in summaries)
+        self.bytes_out = sum(s["archive_size"] for s in summaries)
+        self.tar_bytes = sum(s["tar_size"] for s in summaries)
+        self.storage_class = committed.summary.get("storage_class", self.storage_class)
+        self.codec = committed.header.get("codec", self.codec)
+
+    def record_commit(self, streamed: "StreamedArchive", throttled: int, cost: dict) -> None:
+        """The archive ``streamed`` committed; ``throttled``: the control plane's throttled answers."""
+        self.state = State.COMMITTED.value
+        self.objects, self.bytes_in, self.bytes_out = streamed.objects, streamed.bytes_in, streamed.bytes_out
+        self.tar_bytes, self.gets, self.peak_buffered = streamed.tar_bytes, streamed.gets, streamed.peak_buffered
+        self.throttled, self.cost = streamed.throttled + throttled, cost
+        if streamed.tags_unread:
+            self.tags_unread = streamed.tags_unread
+            self.notes.append(f"{streamed.tags_unread:,} tagged objects were archived without their tags "
+                              "(--without-tags; s3:GetObjectTagging was denied); their manifest records say "
+                              "\"tags_unread\"")
