@@ -71,10 +71,12 @@ synthetic-s3: $(SYNTHETIC_S3)
 bench-synthetic-s3: venv $(SYNTHETIC_S3)
 	$(PY) -m bench.synthetic_s3_speed $(ARGS)
 
-# A 10,000,000-object day from the synthetic source archived into MinIO by the CLI and verified
-# (bench/scale_synthetic.py; ARGS: --objects N, --runs processes-1,defaults).
+# A 10,000,000-object day from the synthetic source archived into MinIO and verified: by the CLI's
+# one process (bench/scale_synthetic.py), then by the archive DAG's segment tasks on the Celery
+# stack beside it (bench/scale_celery.py --source synthetic). ARGS go to the first.
 bench-scale-10m: venv minio $(SYNTHETIC_S3)
-	$(PY) -m bench.scale_synthetic --objects 10000000 $(ARGS)
+	$(PY) -m bench.scale_synthetic --objects 10000000 --runs processes-1 $(ARGS)
+	$(PY) -m bench.scale_celery --source synthetic --objects 10000000 --cli recorded
 
 # The benchmark's reference pipeline uses s5cmd, built from the Go module proxy at a pinned version.
 $(S5CMD):

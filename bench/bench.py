@@ -54,6 +54,19 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def tree_cpu_seconds(root: int) -> float:
+    """CPU-seconds of a process tree so far: each live process's own and its reaped children's
+    (a child's CPU moves into its parent's count when reaped, so nothing is counted twice)."""
+    total = 0.0
+    for pid in _descendants(root):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15]) / CLK_TCK
+    return total
+
+
 def _descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
