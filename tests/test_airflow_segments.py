@@ -33,14 +33,15 @@ def af(minio, tmp_path_factory):
         yield airflow
 
 
-def run_dag(conf: dict):
+def run_dag(conf: dict, logical_date: date = date(2026, 10, 1)):
     from helpers import dag_bag
     from airflow.models import TaskInstance
     from airflow.utils.session import create_session
 
     bag = dag_bag(str(ROOT / "dags"))
     assert not bag.import_errors, bag.import_errors
-    run = bag.dags[DAG_ID].test(logical_date=datetime(2026, 10, 1, tzinfo=timezone.utc), run_conf=conf)
+    run = bag.dags[DAG_ID].test(logical_date=datetime.combine(logical_date, datetime.min.time(), tzinfo=timezone.utc),
+                                run_conf=conf)
     with create_session() as session:
         tis = session.query(TaskInstance).filter_by(dag_id=DAG_ID, run_id=run.run_id).all()
         session.expunge_all()
@@ -125,6 +126,30 @@ def test_large_day_fans_out_into_segment_tasks_one_fails_once_and_retries_alone(
     # Nothing rewritten: the re-check of each day for late objects adds only its day index.
     assert sorted(keys_in(af.s3, af.dst)) == sorted(
         {*before, *(f"archive/{af.src}/{d:logs/%Y/%m/%d}.parts.json" for d in (LARGE, SMALL))})
+
+
+def test_a_scheduled_runs_large_day_is_sized_once_and_archived_by_segment_tasks(af, monkeypatch):
+    """A scheduled run plans one day; its plan task lists the day up to the threshold to see it
+    is large. The size task takes that sizing instead of listing the day's first keys again."""
+    import s3arch.ops.sizing
+
+    day = date(2026, 8, 20)
+    seeded = seed_day(af.s3, af.src, TEMPLATE, day, files_per_hour=2, lines_per_file=20)  # 48 objects
+    split_by_size, sized = s3arch.ops.sizing.split_by_size, []
+
+    def counted(job, planned, store):
+        sized.append(planned)
+        return split_by_size(job, planned, store)
+
+    monkeypatch.setattr(s3arch.ops.sizing, "split_by_size", counted)
+    run, tis = run_dag({}, logical_date=date(2026, 8, 22))  # min_age_days 2: the 20th
+    assert run.state == "success"
+    prefix = f"{day:logs/%Y/%m/%d}/"
+    assert sized == [[[prefix]]]  # by the plan task alone
+    assert tis["size"].state == "success" and tis[("prepare", 0)].rendered_map_index == prefix
+    assert {tis[("segment", k)].state for k in range(3)} == {"success"}
+    assert report_rows(run)[prefix]["segments"] == 3
+    assert read_archive(af.s3, af.dst, f"archive/{af.src}/{day:logs/%Y/%m/%d}.tar.gz") == seeded
 
 
 def test_segmented_dry_run_writes_nothing_and_estimates_every_day(af):

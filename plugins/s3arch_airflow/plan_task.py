@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 # The trigger form's fields that make a run more than its logical date's day.
 RANGE_PARAMS = ("date_from", "date_to", "prefixes")
+# The plan task's sizing of a day it hands to segment tasks: the size task takes it instead of
+# listing the day's first keys again.
+SIZED_XCOM_KEY = "sized"
 
 
 class S3PlanArchiveOperator(S3ArchivePrefixOperator):
@@ -49,8 +52,11 @@ class S3PlanArchiveOperator(S3ArchivePrefixOperator):
         if any(params.get(name) for name in RANGE_PARAMS) or len(planned) != 1 or len(planned[0]) != 1:
             return planned
         self.prefix = planned[0][0]  # the label and lineage name the day archived here
-        if self.job.segment_tasks and self._large(self.prefix):
-            return planned
+        if self.job.segment_tasks:
+            split = self._sized(self.prefix)
+            if split["large"]:
+                context["ti"].xcom_push(key=SIZED_XCOM_KEY, value=split)
+                return planned
         # Pushed first: the report finds the plan even if the archive below fails.
         context["ti"].xcom_push(key="return_value", value=planned)
         rows = self._run_each(context, [self.prefix], lambda clients, prefix: self._archive(clients, prefix, context))
@@ -59,13 +65,14 @@ class S3PlanArchiveOperator(S3ArchivePrefixOperator):
         self.log.info("%s archived by the plan task: %s skipped", self.prefix, ", ".join(stood_in_for))
         raise DownstreamTasksSkipped(tasks=stood_in_for)
 
-    def _large(self, prefix: str) -> bool:
-        """Whether the day is for segment tasks: listed up to the job's threshold, as ``size`` does."""
+    def _sized(self, prefix: str) -> dict:
+        """The day sized as ``size`` sizes it (``split_by_size``: listed up to the job's
+        threshold): large, it is for segment tasks."""
         from s3arch.ops.sizing import split_by_size
         from s3arch_airflow.failures import fail_task
 
         try:
-            return prefix in split_by_size(self.job, [[prefix]], self.hook.engine_clients().store)["large"]
+            return split_by_size(self.job, [[prefix]], self.hook.engine_clients().store)
         except BaseException as exc:
             fail_task("sizing the day", exc)
 
