@@ -26,6 +26,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from bench.datasets import SETS, SOURCE_BUCKET, seed
 from bench.latency import LatencyProxy
@@ -113,18 +114,25 @@ class RssSampler(threading.Thread):
             self.peak_tree = max(self.peak_tree, total)
             self.done.wait(self.interval)
 
+    def exited(self) -> None:
+        """The process has exited and is not reaped yet: a last look at what only it holds."""
 
-def measure(argv: list[str], env: dict, minio_pid: int) -> dict:
-    """Run argv to completion; return wall, client CPU, peak RSS and MinIO CPU."""
+
+def measure(argv: list[str], env: dict, minio_pid: int, sampler_for: Callable[[int], RssSampler] = RssSampler) -> dict:
+    """Run argv to completion; return wall, client CPU, peak RSS and MinIO CPU. ``sampler_for``
+    makes the process's sampler from its PID; its ``exited`` is called once the process has
+    exited but is not yet reaped (its /proc entry is still there)."""
     minio_before = proc_cpu_seconds(minio_pid)
     start = time.monotonic()
     process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    sampler = RssSampler(process.pid)
+    sampler = sampler_for(process.pid)
     sampler.start()
     stdout_chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: stdout_chunks.append(process.stdout.read()), daemon=True)
     reader.start()
     stderr = process.stderr.read()
+    os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+    sampler.exited()
     _, status, rusage = os.wait4(process.pid, 0)
     wall = time.monotonic() - start
     sampler.done.set()
@@ -134,8 +142,8 @@ def measure(argv: list[str], env: dict, minio_pid: int) -> dict:
     if process.returncode:
         raise RuntimeError(f"{' '.join(map(str, argv))[:200]} exited {process.returncode}:\n"
                            f"{stderr.decode(errors='replace')[-2000:]}")
-    return {"wall_s": wall, "cpu_s": rusage.ru_utime + rusage.ru_stime,
-            "peak_rss_mib": max(sampler.peak_tree, sampler.hwm_root) / 2**20,
+    return {"wall_s": wall, "cpu_s": rusage.ru_utime + rusage.ru_stime, "user_s": rusage.ru_utime,
+            "sys_s": rusage.ru_stime, "peak_rss_mib": max(sampler.peak_tree, sampler.hwm_root) / 2**20,
             "minio_cpu_s": proc_cpu_seconds(minio_pid) - minio_before,
             "stdout": b"".join(stdout_chunks).decode(errors="replace")}
 

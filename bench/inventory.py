@@ -22,7 +22,6 @@ import io
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.bench import RESULTS, RssSampler, bench_env, ensure_buckets, proc_cpu_seconds
+from bench.bench import RESULTS, RssSampler, bench_env, ensure_buckets, measure
 from bench.scale_synthetic import commit
 from devtools.inventory_reports import write_report
 from devtools.servers import ROOT, start_minio
@@ -96,6 +95,8 @@ class _Sched(RssSampler):
         except (OSError, ValueError, IndexError):
             pass
 
+    exited = sample  # its threads' last figures, before the process is reaped
+
     def run(self):
         sched = threading.Thread(target=self._sched_loop, daemon=True)
         sched.start()
@@ -108,41 +109,30 @@ class _Sched(RssSampler):
 
 
 def run_measured(argv: list[str], env: dict, minio_pid: int) -> dict:
-    """Run argv to completion: wall, CPU (rusage), peak RSS, MinIO's CPU, the load around it and
-    the main thread's wall split into on a CPU, waiting for a CPU and blocked."""
-    before, minio_before = _machine(), proc_cpu_seconds(minio_pid)
-    start = time.monotonic()
-    process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    sampler = _Sched(process.pid)
-    sampler.start()
-    out: list[bytes] = []
-    reader = threading.Thread(target=lambda: out.append(process.stdout.read()), daemon=True)
-    reader.start()
-    stderr = process.stderr.read()
-    os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: its schedstat is there
-    sampler.sample()
-    _, status, rusage = os.wait4(process.pid, 0)
-    wall = time.monotonic() - start
-    sampler.done.set()
-    sampler.join()
-    reader.join()
+    """Run argv to completion (bench.measure): wall, CPU, peak RSS, MinIO's CPU, the load around
+    it and the main thread's wall split into on a CPU, waiting for a CPU and blocked."""
+    samplers: list[_Sched] = []
+
+    def sampler_for(pid: int) -> _Sched:
+        samplers.append(_Sched(pid))
+        return samplers[0]
+
+    before = _machine()
+    result = measure(argv, env, minio_pid, sampler_for)
     after = _machine()
-    if os.waitstatus_to_exitcode(status):
-        raise RuntimeError(f"{' '.join(map(str, argv))[:200]} failed:\n{stderr.decode(errors='replace')[-2000:]}")
-    on_cpu, waiting = (x / 1e9 for x in sampler.threads.get(str(process.pid), (0, 0)))
-    cpu = rusage.ru_utime + rusage.ru_stime
+    wall, cpu, pid = result["wall_s"], result["cpu_s"], str(samplers[0].pid)
+    on_cpu, waiting = (x / 1e9 for x in samplers[0].threads.get(pid, (0, 0)))
     pressure = (after["cpu_pressure_us"] - before["cpu_pressure_us"]) / 1e6 if before["cpu_pressure_us"] else None
-    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "user_s": round(rusage.ru_utime, 2),
-            "sys_s": round(rusage.ru_stime, 2), "cpu_per_wall": round(cpu / wall, 3),
-            "peak_rss_mib": round(max(sampler.peak_tree, sampler.hwm_root) / 2**20),
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "user_s": round(result["user_s"], 2),
+            "sys_s": round(result["sys_s"], 2), "cpu_per_wall": round(cpu / wall, 3),
+            "peak_rss_mib": round(result["peak_rss_mib"]),
             "main_thread": {"on_cpu_s": round(on_cpu, 2), "waiting_for_cpu_s": round(waiting, 2),
                             "blocked_s": round(wall - on_cpu - waiting, 2)},
-            "other_threads_on_cpu_s": round(sum(c for t, (c, _) in sampler.threads.items()
-                                                if t != str(process.pid)) / 1e9, 2),
-            "minio_cpu_s": round(proc_cpu_seconds(minio_pid) - minio_before, 2),
+            "other_threads_on_cpu_s": round(sum(c for t, (c, _) in samplers[0].threads.items() if t != pid) / 1e9, 2),
+            "minio_cpu_s": round(result["minio_cpu_s"], 2),
             "load_at_start": before["load"], "load_at_end": after["load"],
             "machine_cpu_pressure": round(pressure / wall, 3) if pressure is not None else None,
-            "stdout": b"".join(out).decode(errors="replace")}
+            "stdout": result["stdout"]}
 
 
 def plan_run(server, env, fmt: str, jobs_file: Path) -> dict:
