@@ -111,6 +111,49 @@ def test_parallel_ranges_list_every_odd_key_once_in_s3_order(minio, s3, buckets)
     assert ranged == sequential[101:1201]
 
 
+class _InFlight(Store):
+    """A store that notes each LIST's start and end, and which asked for folders."""
+
+    def __init__(self, client):
+        super().__init__(client)
+        import threading
+
+        self.lock, self.now, self.most, self.folder_lists = threading.Lock(), 0, 0, 0
+
+    def call(self, operation, what, subject, /, **params):
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            self.folder_lists += "Delimiter" in params
+        try:
+            return super().call(operation, what, subject, **params)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def test_a_day_of_hourly_folders_is_cut_at_its_folders_for_every_waiting_worker(minio, s3, buckets):
+    """A day of 24 hourly folders, pages of 50 keys: at the first cut, one LIST for the folders
+    after the keys listed so far gives every waiting worker a range at once (cut every two pages
+    instead, most of the listing ran two or three LISTs at a time); each key is listed once, in
+    order."""
+    from s3arch.io.ranges import RangeListing
+
+    src, _ = buckets
+    keys = [f"day/{h:02d}/app-{i:06d}.log" for h in range(24) for i in range(125)]
+    seed(s3, src, dict.fromkeys(keys, b"x"))
+    store = _InFlight(engine_clients(minio).control)
+    listing = RangeListing(store, src, "day/", workers=8, page_size=50)
+    try:
+        listed = [o.key for page in listing for o in page]
+    finally:
+        listing.close()
+    assert listed == keys
+    assert store.folder_lists == 1
+    assert store.most >= 6, f"at most {store.most} LISTs at once: the folders did not cut the listing"
+    assert listing.requests <= len(keys) // 50 + listing.ranges + 1  # a page each, a probe per range, the folders
+
+
 @pytest.mark.slow
 def test_keys_added_and_removed_while_listing_in_parallel_leave_the_others_listed_once(minio, s3, buckets):
     """While eight ranges are being listed, keys are deleted and added all over the prefix:

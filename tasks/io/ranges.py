@@ -145,6 +145,9 @@ class RangeListing(ParallelListing):
     One worker lists from the start. A worker with nothing to do cuts the range with the most
     keys still to come in two, at a key between the last one listed and the range's end, and
     lists the upper half from there (``StartAfter``); a half with no keys costs one LIST.
+    The first cut of a whole prefix asks S3 for the folders after the keys listed so far (one
+    LIST with ``Delimiter='/'``): a prefix of folders (a day of hourly ones) is cut at folder
+    boundaries, one range for each worker waiting, at once instead of a cut every two pages.
     At most ``workers`` x ``pages_ahead`` pages wait for the consumer, whatever the prefix's
     size. In order, each range holds up to ``pages_ahead`` of them; and since every range has
     its own worker, the consumer, taking ranges in order, never waits on one nobody lists.
@@ -169,6 +172,10 @@ class RangeListing(ParallelListing):
         self._first = _Range(start_after, last_key)
         self._ranges = [self._first]
         self._space: KeySpace | None = None
+        # Folder cuts: tried once, for a whole prefix; ranges made for the workers waiting.
+        self._folders = "untried" if start_after is None and last_key is None else "done"
+        self._unassigned: deque[_Range] = deque()
+        self._idle = 0  # workers waiting in ``_cut``
         self.requests = 0
         for i in range(workers):
             threading.Thread(target=self._work, args=(self._first if i == 0 else None,),
@@ -325,7 +332,14 @@ class RangeListing(ParallelListing):
             while True:
                 if self._stopped or not any(r.more for r in self._ranges):
                     return None
-                space = self._space
+                if self._unassigned:
+                    return self._unassigned.popleft()
+                if self._folders == "untried" and self._first.more and self._first.last \
+                        and self._first.since_cut >= self._min_cut:
+                    self._folders = "asking"  # no other cut meanwhile: the folders may place them
+                    after = self._first.last
+                    break
+                space = self._space if self._folders != "asking" else None
                 best: _Range | None = None
                 most: float = self._min_cut
                 for r in self._ranges:
@@ -351,4 +365,54 @@ class RangeListing(ParallelListing):
                     upper.waiting = True  # for the page of ``best`` under way or next
                     self._ranges.append(upper)
                     return upper
+                self._idle += 1
                 self._cond.wait()
+                self._idle -= 1
+        try:
+            folders = self._folders_after(after)
+        except BaseException:
+            with self._cond:
+                self._folders = "done"
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._folders = "done"
+            cut = self._cut_at_folders(folders)
+            self._cond.notify_all()
+        return cut if cut is not None else self._cut()
+
+    def _folders_after(self, after: str) -> list[str]:
+        """The folders (``CommonPrefixes`` of ``Delimiter='/'``) after key ``after``: one LIST."""
+        request = self._coordinator.track(f"LIST s3://{self._bucket}/{self._prefix} folders after {after}")
+        try:
+            page = self._store.call("list_objects_v2", f"list s3://{self._bucket}/{self._prefix}", "bucket",
+                                    Bucket=self._bucket, Prefix=self._prefix, Delimiter="/", StartAfter=after,
+                                    MaxKeys=self._page_size)
+        finally:
+            self._coordinator.untrack(request)
+        with self._cond:
+            self.requests += 1
+        return [p["Prefix"] for p in page.get("CommonPrefixes") or ()]
+
+    def _cut_at_folders(self, folders: list[str]) -> _Range | None:
+        """The open first range cut at ``folders`` boundaries (some of them, evenly), one range
+        for this worker and each one waiting; this worker's range, or None if the folders
+        cannot place two cuts (a flat prefix: the key space cuts it)."""
+        first = self._first
+        if first.upto is not None or not first.more or first.last is None:
+            return None
+        last = key_order(first.last)
+        folders = [f for f in folders if key_order(f) > last and _start_after(f, first.last)]
+        count = min(len(folders), self._idle + 1)
+        if count < 2:
+            return None
+        step = len(folders) / count
+        cuts = [folders[int(i * step)] for i in range(count)]
+        ranges = [_Range(at, upto) for at, upto in zip(cuts, [*cuts[1:], None])]
+        for r, following in zip(ranges, [*ranges[1:], first.next]):
+            r.next = following
+        first.upto, first.next, first.since_cut = cuts[0], ranges[0], 0
+        ranges[0].waiting = True  # the page of ``first`` under way may hold its first keys
+        self._ranges.extend(ranges)
+        self._unassigned.extend(ranges[1:])  # each taken by a worker waiting in ``_cut``
+        return ranges[0]
