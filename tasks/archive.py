@@ -3,7 +3,8 @@
 It validates the request, checks both buckets, answers a dry run, picks who makes the archive
 (tasks/produce/producers.py: a pipeline or segments on this machine, or the assembly of a plan's
 segments) and hands it to the commit protocol (tasks/protocol/commit.py), which decides skip,
-overwrite, commit and source deletion.
+overwrite, commit and source deletion. Each entry point records the run's bill on its result
+(tasks/protocol/bill.py: the S3 requests it asked for and the CPU-seconds it used).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from s3arch.protocol.bill import RunBill
 from s3arch.protocol.checks import cost_of
 from s3arch.protocol.commit import CommitProtocol
 from s3arch.protocol.result import ArchiveResult
@@ -41,6 +43,12 @@ def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
     day with nothing new costs no lease PUT and DELETE; a first run takes it alongside instead
     (one round trip less when the day is new)."""
     clients = clients or _clients_for(spec)
+    bill = RunBill(clients.store.sent)
+    return bill.close(_archive_prefix(spec, clients, progress, cancel, recheck))
+
+
+def _archive_prefix(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None, cancel: Cancel | None,
+                    recheck: bool) -> ArchiveResult:
     protocol = _checked(spec, clients, cancel)
     spec = protocol.spec  # a pattern's prefixes expanded
     if spec.dry_run:
@@ -56,8 +64,10 @@ def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = 
     """A segmented run spread over tasks, step one: plan ``count`` segments and open the
     archive's upload (``result.status`` "planned"), or skip a committed prefix. A dry run
     plans nothing and writes nothing: the assemble step's dry run lists and estimates.
-    Setting ``cancel`` stops the plan (``Cancelled``) before it opens an upload."""
+    Setting ``cancel`` stops the plan (``Cancelled``) before it opens an upload. The plan
+    records what the step spent until it was written, for the assemble step's bill."""
     clients = clients or _clients_for(spec)
+    bill = RunBill(clients.store.sent)
     protocol = _checked(spec, clients, cancel, "planning the segments of")
     if spec.dry_run:
         result = protocol.skipped_if_committed() or protocol.result
@@ -65,27 +75,30 @@ def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = 
             result.status, result.segments = Outcome.DRY_RUN, count
             result.notes.append(f"dry run: {count} segments would be planned and the archive's upload "
                                 "opened; nothing was written (the assemble task estimates the archive)")
-        return result
-    protocol.prepare_segments(count)
-    return protocol.result
+        return bill.close(result)
+    protocol.prepare_segments(count, billed=bill.so_far)
+    return bill.close(protocol.result)
 
 
 def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
                     progress: Progress | None = None, cancel: Cancel | None = None) -> dict:
     """Step two, one task per segment, anywhere: produce segment ``k`` of the plan in progress.
     The result's ``status`` is produced, skipped (the prefix is committed and not to be
-    overwritten: there is nothing to produce) or dry_run (nothing read or written)."""
+    overwritten: there is nothing to produce) or dry_run (nothing read or written); its
+    ``requests`` and ``cpu_s`` are what this step spent. The segment's record (what the
+    assembler reads) carries what it spent up to that record, for the assemble step's bill."""
     from s3arch.produce.segments import PlanOutdated, produce_planned_segment
 
     if spec.dry_run:
-        return {"segment": k, "objects": 0, "status": Outcome.DRY_RUN.value,
+        return {"segment": k, "objects": 0, "status": Outcome.DRY_RUN.value, "requests": {}, "cpu_s": 0.0,
                 "note": f"dry run: segment {k + 1} would be produced here; nothing was read or written"}
     clients = clients or _clients_for(spec)
+    bill = RunBill(clients.store.sent)
     raise_if_cancelled(cancel, f"producing segment {k + 1} of {spec.source}", "nothing was sent")
     _check_owner(spec, clients)
     clients.check_bucket(spec.source.bucket, "source", spec.source.key)
     try:
-        return produce_planned_segment(spec, clients, k, progress, cancel)
+        return bill.closed(produce_planned_segment(spec, clients, k, progress, cancel, billed=bill.so_far))
     except PlanOutdated as exc:
         # A retry of this task reads the same plan: only the prefix's prepare, run again, helps.
         raise PlanOutdated(exc.detail, hint="clear this prefix's prepare task "
@@ -95,21 +108,25 @@ def archive_segment(spec: ArchiveSpec, k: int, clients: S3Clients | None = None,
 def assemble_segments(spec: ArchiveSpec, clients: S3Clients | None = None, progress: Progress | None = None,
                       cancel: Cancel | None = None, segments: int = 1) -> ArchiveResult:
     """Step three: assemble the produced segments and commit, as ``archive_prefix`` commits.
-    A dry run estimates the prefix as ``archive_prefix`` does, for ``segments`` segments."""
+    A dry run estimates the prefix as ``archive_prefix`` does, for ``segments`` segments. The
+    bill is the whole segmented run's: this step's, and what the plan and every segment's
+    record say the prepare and segment steps spent."""
     clients = clients or _clients_for(spec)
     if spec.dry_run:
-        result = archive_prefix(spec, clients, progress, cancel)
+        result = archive_prefix(spec, clients, progress, cancel)  # billed there
         if result.status == Outcome.DRY_RUN:
             result.segments = segments
         return result
+    bill = RunBill(clients.store.sent)
     protocol = _checked(spec, clients, cancel)
-    return protocol.run(PlannedAssembly(protocol.spec, clients, protocol.layout))
+    return bill.close(protocol.run(PlannedAssembly(protocol.spec, clients, protocol.layout)))
 
 
 def delete_sources(spec: ArchiveSpec, clients: S3Clients | None = None) -> ArchiveResult:
     """Finish deleting the sources of a committed prefix (``s3arch delete-sources``)."""
     clients = clients or _clients_for(spec)
-    return _checked(spec, clients).delete_sources_only()
+    bill = RunBill(clients.store.sent)
+    return bill.close(_checked(spec, clients).delete_sources_only())
 
 
 def _clients_for(spec: ArchiveSpec) -> S3Clients:

@@ -167,7 +167,7 @@ class S3ArchiveBaseOperator(AwsBaseOperator[S3ArchHook]):
                          seconds=round(result.seconds, 2), archive=result.archive, manifest=result.manifest,
                          deleted=result.deleted, deletion="finished" if result.deletion else None, cost=result.cost,
                          segments=result.segments, timings=result.timings or None, retention=result.retention,
-                         throttled=getattr(result, "throttled", 0))
+                         throttled=getattr(result, "throttled", 0), requests=result.requests, cpu_s=result.cpu_s)
         row["ratio"] = round(row["bytes_in"] / row["bytes_out"], 2) if row["bytes_out"] else 0.0
         if context is not None and row["status"] == "archived":
             self._emit_asset_event(context, row)

@@ -6,8 +6,8 @@ from s3arch_airflow.task_rows import result_row
 from s3arch.core.cost import CostEstimate, usd
 from s3arch.core.progress import human_bytes
 
-COLUMNS = ("prefix", "status", "objects", "bytes_in", "bytes_out", "ratio", "seconds", "$/month archive",
-           "$/month separate", "archive")
+COLUMNS = ("prefix", "status", "objects", "bytes_in", "bytes_out", "ratio", "seconds", "requests", "CPU s",
+           "$/month archive", "$/month separate", "archive")
 # Shown when a prefix was archived as segments: how many, and where its time went.
 SEGMENT_COLUMNS = ("segments", "plan s", "slowest segment s", "assembly s")
 # The archive DAG's sizing task: its result is the prefixes that went to segment tasks
@@ -40,6 +40,11 @@ def format_table(rows: list[dict], columns: tuple[str, ...] = COLUMNS) -> str:
             return human_bytes(value or 0)
         if column == "objects":
             return f"{value or 0:,}"
+        if column == "requests":  # the run's S3 requests, all operations
+            return "" if value is None else f"{sum(value.values()):,}"
+        if column == "CPU s":
+            cpu = row.get("cpu_s")
+            return "" if cpu is None else f"{cpu:.1f}"
         if column.startswith("$/month"):
             cost = row.get("cost")
             return usd(cost[column.split()[-1] + "_monthly"]) if cost else ""

@@ -34,7 +34,7 @@ def archive(args, clients) -> int:
     # The window's days first, oldest first: each re-checked (never overwritten), then the day named.
     for day in [replace(spec, source=source, overwrite=False) for source in window] + [spec]:
         try:
-            result = archive_one(args, sized(day, clients.store), clients, recheck=day is not spec)
+            result = archive_sized(args, day, clients, recheck=day is not spec)
         except EmptyPrefix:
             if day is spec:
                 raise
@@ -67,7 +67,7 @@ def archive_job(args, clients) -> int:
     for name in names:
         spec = job.spec_for(name, overwrite=args.overwrite, dry_run=args.dry_run)
         try:
-            print_result(args, archive_one(args, sized(spec, clients.store), clients))
+            print_result(args, archive_sized(args, spec, clients))
         except EmptyPrefix as exc:
             if not job.allow_empty:
                 failed.append(exc)
@@ -79,6 +79,19 @@ def archive_job(args, clients) -> int:
         print(f"{len(failed)} of {len(names)} prefix(es) of job {job.name} failed", file=sys.stderr)
         raise next((e for e in failed if e.retryable), failed[0])
     return 0
+
+
+def archive_sized(args, spec: ArchiveSpec, clients, recheck: bool = False):
+    """``archive_one`` of ``spec`` as ``sized`` leaves it, the sizing's requests and CPU on the
+    result's bill."""
+    from s3arch.protocol.bill import RunBill
+
+    bill = RunBill(clients.store.sent)
+    spec = sized(spec, clients.store)
+    sizing = bill.so_far()
+    result = archive_one(args, spec, clients, recheck)
+    result.add_bill(sizing["requests"], sizing["cpu_s"])
+    return result
 
 
 def archive_one(args, spec: ArchiveSpec, clients, recheck: bool = False):
@@ -119,7 +132,8 @@ def print_result(args, result) -> None:
         rate = result.bytes_in / result.seconds if result.seconds else 0
         print(f"archived {result.objects:,} objects, {human_bytes(result.bytes_in)} -> "
               f"{human_bytes(result.bytes_out)} (ratio {result.ratio:.1f}) in {result.seconds:.1f}s "
-              f"({result.objects / max(result.seconds, 1e-9):,.0f} obj/s, {human_bytes(rate)}/s)\n"
+              f"({result.objects / max(result.seconds, 1e-9):,.0f} obj/s, {human_bytes(rate)}/s), "
+              f"{bill_text(result)}\n"
               f"  archive:  {result.archive} [{result.storage_class}]"
               + (f" {retention_text(result.retention)}" if result.retention else "") + "\n"
               f"  manifest: {result.manifest}"
@@ -129,6 +143,22 @@ def print_result(args, result) -> None:
                  "backoff and fewer requests in flight" if result.throttled else ""))
     for note in result.notes:
         print(f"note: {note}")
+
+
+# How the summary groups a run's requests (boto3's operation names), in this order; the rest: "other".
+REQUEST_VERBS = {"LIST": ("list_objects_v2",), "GET": ("get_object", "get_object_tagging"),
+                 "PUT": ("put_object", "upload_part", "create_multipart_upload", "complete_multipart_upload")}
+
+
+def bill_text(result) -> str:
+    """The run's bill as the summary shows it: "1,234 requests (12 LIST, 1,200 GET, 20 PUT, 2
+    other), 3.1 CPU-s"."""
+    requests = dict(result.requests or {})
+    groups = [(verb, sum(requests.pop(op, 0) for op in ops)) for verb, ops in REQUEST_VERBS.items()]
+    groups.append(("other", sum(requests.values())))
+    total = sum(n for _, n in groups)
+    shown = ", ".join(f"{n:,} {verb}" for verb, n in groups if n)
+    return f"{total:,} requests" + (f" ({shown})" if shown else "") + f", {result.cpu_s:.1f} CPU-s"
 
 
 def sized(spec: ArchiveSpec, store: Store) -> ArchiveSpec:

@@ -38,6 +38,7 @@ from s3arch.core.errors import ArchiverError
 from s3arch.io.classify import THROTTLE_CODES, Subject, error_for, tls_failure
 from s3arch.io.dataplane import BucketRoute, SourceRequests, parse_error_body
 from s3arch.io.proxies import Proxy
+from s3arch.io.store import Sent
 
 HOLD_LIMIT = 64 << 10  # bytes: at 64 in flight, 4 MiB held at most
 # Seconds a pooled connection may idle and still be reused: under the keep-alive after which
@@ -340,15 +341,18 @@ class Call:
 
 class PlainDataPlane(SourceRequests):
     """The data plane's requests of one bucket on a ``ConnectionPool``, signed by ``signer``:
-    the source GETs, HEADs and tag reads, and the PUTs of small objects an extract writes."""
+    the source GETs, HEADs and tag reads, and the PUTs of small objects an extract writes, each
+    counted once in ``sent`` (its clients' ``Sent``; a ``Call``'s resends are not counted again)."""
 
-    def __init__(self, pool: ConnectionPool, signer: Signer, route: BucketRoute, expected_owner: str | None = None):
+    def __init__(self, pool: ConnectionPool, signer: Signer, route: BucketRoute, expected_owner: str | None = None,
+                 *, sent: Sent):
         from awscrt import http
 
         self._http = http
         self.pool = pool
         self.signer = signer
         self.route = route
+        self.sent = sent
         self._owner = [("x-amz-expected-bucket-owner", expected_owner)] if expected_owner else []
 
     def put(self, key: str, body: bytes, headers: list[tuple[str, str]],
@@ -357,6 +361,7 @@ class PlainDataPlane(SourceRequests):
         checksum, a condition); ``on_done`` receives None or the typed error, whose ``status``
         says a 412. Connection faults and 5xx are sent again here, as for a GET; throttling and
         a 400 for a cut body are the caller's, which knows how long it may wait."""
+        self.sent.add("put_object")
         return self._send("PUT", "PutObject", key, "", headers, on_done, body=body, subject="object")
 
     def _send(self, method: str, operation: str, key: str, query: str, headers: list[tuple[str, str]],

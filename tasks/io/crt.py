@@ -18,6 +18,7 @@ from s3arch.io.classify import error_for, tls_failure
 from s3arch.io.connections import ConnectionPool, PlainDataPlane, Signer
 from s3arch.io.proxies import Proxy
 from s3arch.io.dataplane import BucketRoute, SourceRequests, parse_error_body
+from s3arch.io.store import Sent
 
 
 def _crt_client(session: boto3.Session, route: BucketRoute, verify: bool | str | None, concurrency: int):
@@ -88,15 +89,17 @@ def _connection_pool(bootstrap, route: BucketRoute, verify: bool | str | None, p
 
 
 class DataPlane(SourceRequests):
-    """GETs of one bucket through awscrt's S3 client (meta-requests): S3ARCH_GET_PATH=crt."""
+    """GETs of one bucket through awscrt's S3 client (meta-requests): S3ARCH_GET_PATH=crt. Each
+    is counted once in ``sent`` (its clients' ``Sent``), the client's own retries not again."""
 
-    def __init__(self, client, route: BucketRoute, expected_owner: str | None = None):
+    def __init__(self, client, route: BucketRoute, expected_owner: str | None = None, *, sent: Sent):
         from awscrt import http, s3
 
         self._s3 = s3
         self._http = http
         self._client = client
         self.route = route
+        self.sent = sent
         self._owner = [("x-amz-expected-bucket-owner", expected_owner)] if expected_owner else []
 
     def _send(self, method: str, operation: str, key: str, query: str, headers: list[tuple[str, str]],
@@ -159,11 +162,13 @@ def _crt_credentials_provider(auth, creds):
 class Planes:
     """The data planes' costly objects, made once per S3Clients and shared by its planes: one
     event loop for every plain connection pool, a pool per endpoint and concurrency, a signer
-    per region, and (S3ARCH_GET_PATH=crt) an awscrt S3 client per region and concurrency."""
+    per region, and (S3ARCH_GET_PATH=crt) an awscrt S3 client per region and concurrency. Its
+    planes count their requests in ``sent``, the control plane's (``S3Clients.store.sent``)."""
 
-    def __init__(self, session: boto3.Session, verify: bool | str | None):
+    def __init__(self, session: boto3.Session, verify: bool | str | None, sent: Sent):
         self._session = session
         self._verify = verify
+        self._sent = sent
         self._bootstrap = None
         self._pools: dict[tuple, ConnectionPool] = {}
         self._signers: dict[str, Signer] = {}
@@ -176,7 +181,7 @@ class Planes:
             client = self._crt_clients.get(key)
             if client is None:
                 client = self._crt_clients[key] = _crt_client(self._session, route, self._verify, concurrency)
-        return DataPlane(client, route, expected_owner)
+        return DataPlane(client, route, expected_owner, sent=self._sent)
 
     def plain(self, route: BucketRoute, proxy: Proxy | None, concurrency: int,
               expected_owner: str | None) -> PlainDataPlane:
@@ -189,7 +194,7 @@ class Planes:
             signer = self._signers.get(route.region)
             if signer is None:
                 signer = self._signers[route.region] = Signer(credentials_provider(self._session), route.region)
-        return PlainDataPlane(pool, signer, route, expected_owner)
+        return PlainDataPlane(pool, signer, route, expected_owner, sent=self._sent)
 
     def _plain_bootstrap(self):
         """The event loop every plain connection pool runs on (called locked)."""

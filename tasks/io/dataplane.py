@@ -1,7 +1,14 @@
 """What the two GET paths of the data plane share (``s3.DataPlane``, awscrt's S3 client;
 ``connections.PlainDataPlane``, plain connections): where a bucket's requests go
 (``BucketRoute``, found by ``S3Clients.check_bucket``), the requests a path makes
-(``SourceRequests``), keys in request paths, and S3's XML error bodies."""
+(``SourceRequests``), keys in request paths, and S3's XML error bodies.
+
+Each request a plane is asked for is counted once in its clients' ``Sent`` (the control
+plane's counter, ``S3Clients.store.sent``) under boto3's name for it (``get_object``,
+``head_object``, ``get_object_tagging``, ``put_object``), as ``Store.call`` counts a call once
+whatever botocore resends inside it: the resends of a request after a connection fault or a
+5xx (tasks/io/connections.py ``Call``; the CRT client's own retries) are not counted again. A
+request the fetcher asks for again (throttled, or cut after its body began) counts again."""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from s3arch.core.errors import ArchiverError
+from s3arch.io.store import Sent
 
 
 @dataclass(frozen=True)
@@ -44,9 +52,10 @@ class SourceRequests:
     read, each with ``on_done`` receiving None or the typed error (``error_for``); what each
     returns has a ``cancel()`` that ends it at once with a retryable error. ``_send`` is the
     GET path's (``DataPlane``: awscrt's S3 client; ``connections.PlainDataPlane``: plain
-    connections)."""
+    connections). Each request is counted in ``sent`` as it is asked for (the module says how)."""
 
     route: BucketRoute
+    sent: Sent
     _owner: list[tuple[str, str]]
 
     def get(self, key: str, *, etag: str | None, byte_range: tuple[int, int] | None,
@@ -62,18 +71,21 @@ class SourceRequests:
             headers.append(("If-Match", etag))
         if byte_range:
             headers.append(("Range", f"bytes={byte_range[0]}-{byte_range[1] - 1}"))
+        self.sent.add("get_object")
         return self._send("GET", "GetObject", key, "", headers, on_done, on_body=on_body, on_headers=on_headers)
 
     def head(self, key: str, *, etag: str | None, on_headers: Callable[[list[tuple[str, str]]], None],
              on_done: Callable[[ArchiverError | None], None]):
         """HEAD the object pinned to ``etag``, with its checksum (which a ranged GET lacks)."""
         headers = [("x-amz-checksum-mode", "ENABLED")] + ([("If-Match", etag)] if etag else [])
+        self.sent.add("head_object")
         return self._send("HEAD", "HeadObject", key, "", headers, on_done, on_headers=on_headers)
 
     def tagging(self, key: str, *, version_id: str | None, on_body: Callable[[bytes], None],
                 on_done: Callable[[ArchiverError | None], None]):
         """GetObjectTagging of the object (of ``version_id``, the version that was archived)."""
         query = "?tagging" + (f"&versionId={urllib.parse.quote(version_id, safe='')}" if version_id else "")
+        self.sent.add("get_object_tagging")
         return self._send("GET", "GetObjectTagging", key, query, [], on_done, on_body=on_body)
 
     @property

@@ -31,7 +31,7 @@ from s3arch.io.connections import PlainDataPlane
 from s3arch.io.proxies import get_path, proxy_for
 from s3arch.io.crt import Planes
 from s3arch.io.dataplane import BucketRoute, SourceRequests
-from s3arch.io.store import Store
+from s3arch.io.store import Sent, Store
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client  # typing only (requirements-test.txt)
@@ -52,7 +52,8 @@ def refuse_directory_bucket(bucket: str, role: str) -> None:
 
 @dataclass
 class S3Clients:
-    """The two planes over one session."""
+    """The two planes over one session; both count their requests in ``store.sent`` (the
+    planes of ``data_for`` and ``writes_for`` as well: tasks/io/dataplane.py)."""
 
     session: boto3.Session
     control: S3Client
@@ -155,9 +156,11 @@ class S3Clients:
         """HeadBucket ``bucket``: fail with a typed error naming it, else remember where
         botocore sent the request and which region answered, for the data plane. HeadBucket
         needs s3:ListBucket without an s3:prefix condition; where it is denied, a listing of
-        ``prefix`` (if given) that passes proves the bucket usable instead."""
+        ``prefix`` (if given) that passes proves the bucket usable instead. Its requests count
+        in ``store.sent``, as every other's."""
         what = f"{role} bucket s3://{bucket}"
         refuse_directory_bucket(bucket, role)
+        sent_count = self.store.sent
         sent: list[tuple[str, str]] = []
 
         def capture(request, **_):
@@ -169,7 +172,7 @@ class S3Clients:
         self.control.meta.events.register("before-send.s3.HeadBucket", capture)
         self.control.meta.events.register("before-send.s3.ListObjectsV2", capture)
         try:
-            response = self._head_or_list(bucket, prefix)
+            response = self._head_or_list(bucket, prefix, sent_count)
         except IO_ERRORS as exc:
             error = translate(exc, what, "bucket")
             if isinstance(error, AccessDenied) and self.expected_owner:
@@ -181,6 +184,7 @@ class S3Clients:
                 # A HEAD answer has no body, so a wrong secret looks like a missing permission;
                 # a GET on the bucket returns the real code (SignatureDoesNotMatch, ...).
                 try:
+                    sent_count.add("list_objects_v2")
                     self.control.list_objects_v2(Bucket=bucket, MaxKeys=0)
                 except IO_ERRORS as probe:
                     error = translate(probe, what, "bucket")
@@ -200,13 +204,15 @@ class S3Clients:
             self._routes[bucket] = route
         return route
 
-    def _head_or_list(self, bucket: str, prefix: str) -> Any:
+    def _head_or_list(self, bucket: str, prefix: str, sent: Sent) -> Any:
         try:
+            sent.add("head_bucket")
             return self.control.head_bucket(Bucket=bucket)
         except IO_ERRORS as exc:
             if not prefix or self.expected_owner or status_of(exc) != 403:
                 raise
             try:  # s3:ListBucket narrowed to the prefix: S3 denies HeadBucket, lists the prefix
+                sent.add("list_objects_v2")
                 return self.control.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=0)
             except IO_ERRORS as probe:
                 if status_of(probe) != 403:
@@ -260,7 +266,8 @@ class S3Clients:
         return self._planes_made().plain(route, proxy, concurrency, self.expected_owner)
 
     def _planes_made(self) -> Planes:
+        sent = self.store.sent  # before the lock, which ``store`` takes: the data plane counts with the control plane
         with self._lock:
             if self._planes is None:
-                self._planes = Planes(self.session, self.verify)
+                self._planes = Planes(self.session, self.verify, sent)
             return self._planes

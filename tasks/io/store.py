@@ -14,7 +14,8 @@ would be; ``write(..., Written(...))`` checks whether the object now at the key 
 own write and carries on with it (tasks/io/own_writes.py).
 
 The data plane (GETs of source objects, an extract's small PUTs) has its own boundary, the
-``Call`` of tasks/io/connections.py, since it speaks awscrt, not boto3.
+``Call`` of tasks/io/connections.py, since it speaks awscrt, not boto3; its requests count in
+the same ``Sent`` (``S3Clients.store.sent``) under boto3's names.
 """
 
 from __future__ import annotations
@@ -34,7 +35,15 @@ __all__ = ["Store", "Sent"]
 
 
 class Sent:
-    """Requests a store (and the stores bound from it) sent, by operation name."""
+    """Requests a store (and the stores bound from it) sent, by operation name (boto3's:
+    ``list_objects_v2``, ``get_object``), with the data plane's of the same clients
+    (tasks/io/dataplane.py: ``get_object``, ``head_object``, ``get_object_tagging``,
+    ``put_object``): what a run's bill counts (tasks/protocol/bill.py).
+
+    One request asked for counts once, however often it was sent: botocore's retries inside a
+    ``Store.call`` and the data plane's resends of a request after a connection fault or a 5xx
+    are not counted again. A caller that asks again (a throttled GET waited out, a read resumed
+    after a fault in its body) sends, and counts, a request of its own."""
 
     def __init__(self) -> None:
         self._counts: Counter[str] = Counter()
@@ -51,6 +60,12 @@ class Sent:
     def total(self) -> int:
         with self._lock:
             return sum(self._counts.values())
+
+    def since(self, before: dict[str, int]) -> dict[str, int]:
+        """The requests counted since ``before`` (an earlier ``counts()``), the operations with
+        none left out."""
+        now = self.counts()
+        return {op: n - before.get(op, 0) for op, n in sorted(now.items()) if n - before.get(op, 0)}
 
 
 class Store:

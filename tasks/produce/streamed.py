@@ -47,6 +47,8 @@ class StreamedArchive:
     tags_unread: int = 0  # tagged objects archived without their tags (--without-tags)
     throttled: int = 0  # throttled answers (503 SlowDown) the fetcher waited out
     timings: dict = field(default_factory=dict)  # seconds per phase of a segmented run
+    # What other processes spent on it, for the run's bill: {"requests": {op: n}, "cpu_s": s}
+    elsewhere: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
     def abort(self) -> list[ArchiverError]:

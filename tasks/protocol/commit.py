@@ -23,6 +23,7 @@ import copy
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import datetime, timezone
+from typing import Callable
 
 from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.core.errors import BadArgument, ConcurrentRun, IntegrityError
@@ -191,14 +192,15 @@ class CommitProtocol(PrefixRun):
             self.result.segments, self.result.timings = streamed.segments, streamed.timings
         return streamed
 
-    def prepare_segments(self, count: int) -> SegmentPlan | None:
+    def prepare_segments(self, count: int, billed: Callable[[], dict] | None = None) -> SegmentPlan | None:
         """Steps 1-4 of a segmented run whose segments are produced elsewhere (Airflow segment
         tasks), then, still under the lease: plan ``count`` segments, open the archive's upload
         and record the plan in S3 for them. None if the prefix is committed (``result`` says
         skipped). The lease is renewed while the plan is made (a large prefix's listing takes
         minutes) and released on return: a run that starts after supersedes this one (its
         cleanup aborts this upload), and this one's assembly then fails. A lost lease stops
-        the plan, before it opens an upload or writes plan.json."""
+        the plan, before it opens an upload or writes plan.json. ``billed``: what the step spent
+        so far, recorded in the plan (``write_plan``)."""
         spec = self.spec
         committed = read_committed(self.store, self.layout, spec.source)
         if committed and not spec.overwrite:
@@ -223,7 +225,7 @@ class CommitProtocol(PrefixRun):
             plan = open_upload(spec.write_options, self.store, self.layout, plan)
             try:
                 held.confirm()
-                write_plan(spec.write_options, self.store, self.layout, plan)
+                write_plan(spec.write_options, self.store, self.layout, plan, billed)
             except BaseException:
                 abort_uploads(self.store, self.layout.bucket, [(plan.archive_key, plan.upload_id)])
                 raise

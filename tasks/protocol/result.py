@@ -34,6 +34,10 @@ class ArchiveResult:
     bytes_out: int = 0
     tar_bytes: int = 0
     seconds: float = 0.0
+    # The run's bill (tasks/protocol/bill.py): S3 requests asked for, by boto3 operation name,
+    # and CPU-seconds, its own and its worker processes' (of a segmented run, every task's).
+    requests: dict = field(default_factory=dict)
+    cpu_s: float = 0.0
     storage_class: str = ""
     codec: str = ""
     deleted: int = 0
@@ -70,8 +74,18 @@ class ArchiveResult:
         self.storage_class = committed.summary.get("storage_class", self.storage_class)
         self.codec = committed.header.get("codec", self.codec)
 
+    def add_bill(self, requests: dict, cpu_s: float) -> None:
+        """``requests`` (operation -> count) and ``cpu_s`` added to the run's bill."""
+        for operation, n in requests.items():
+            if n:
+                self.requests[operation] = self.requests.get(operation, 0) + n
+        self.requests = dict(sorted(self.requests.items()))
+        self.cpu_s = round(self.cpu_s + cpu_s, 3)
+
     def record_commit(self, streamed: "StreamedArchive", throttled: int, cost: dict) -> None:
-        """The archive ``streamed`` committed; ``throttled``: the control plane's throttled answers."""
+        """The archive ``streamed`` committed; ``throttled``: the control plane's throttled answers.
+        What other processes spent on it (``streamed.elsewhere``) goes on the bill."""
+        self.add_bill(streamed.elsewhere.get("requests", {}), streamed.elsewhere.get("cpu_s", 0.0))
         self.state = State.COMMITTED.value
         self.objects, self.bytes_in, self.bytes_out = streamed.objects, streamed.bytes_in, streamed.bytes_out
         self.tar_bytes, self.gets, self.peak_buffered = streamed.tar_bytes, streamed.gets, streamed.peak_buffered

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import Counter
 from typing import NamedTuple
 
 from isal import isal_zlib
@@ -36,7 +37,8 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
     Both uploads stay open; the commit protocol completes them; ``coordinator`` (the commit
     protocol's) stops them from above. ``keep_open``: a failed commit leaves the archive's
     upload (every segment's work) for a retry of the assembly; the next run of the prefix
-    aborts it if no retry comes."""
+    aborts it if no retry comes. What the plan and the segments' results say their steps spent
+    is the archive's ``elsewhere`` (``recorded_bill``)."""
     started = time.monotonic()
     results = _results(spec, clients.store, layout, plan)
     codec = codec_for(spec.codec, spec.effective_level)
@@ -67,11 +69,24 @@ def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan:
                            throttled=sum(r.get("throttled", 0) for r in results),
                            peak_buffered=max(r["peak_buffered"] for r in results),
                            short_of_min_billable=plan.short_of_min_billable, raw_crc32=raw_crc,
-                           segments=plan.count, timings={
+                           segments=plan.count, elsewhere=recorded_bill(plan, results), timings={
                                "plan_s": plan.planned_in_s,
                                "slowest_segment_s": max(r.get("seconds", 0.0) for r in results),
                                "assemble_archive_s": parts_done - started,  # O(segments)
                                "assemble_manifest_s": time.monotonic() - parts_done})  # O(objects)
+
+
+def recorded_bill(plan: SegmentPlan, results: list[dict]) -> dict:
+    """What the step that wrote the plan and the steps that produced the segments spent, as
+    they recorded it (nothing for records written before they did): requests by operation,
+    CPU-seconds. The whole bill of a run whose steps are other processes (Airflow tasks); a
+    run on one machine counts its workers itself (``workers.stream_segmented``)."""
+    requests = Counter(plan.requests)
+    cpu = plan.cpu_s
+    for r in results:
+        requests.update(r.get("requests", {}))
+        cpu += r.get("cpu_s", 0.0)
+    return {"requests": dict(sorted(requests.items())), "cpu_s": round(cpu, 3)}
 
 
 def _results(spec: ArchiveSpec, store: Store, layout: ArchiveLayout, plan: SegmentPlan) -> list[dict]:

@@ -13,7 +13,7 @@ import json
 import secrets
 import threading
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Iterable, Iterator
 
 from s3arch.core.config import ArchiveSpec, S3Url, WriteOptions
@@ -63,6 +63,10 @@ class SegmentPlan:
     ranges: tuple[SegmentRange, ...]
     planned_in_s: float = 0.0
     listing: tuple[ListingChunk, ...] = ()  # the prefix as the plan listed it (older plans: none)
+    # What the step that made and wrote it spent (an Airflow prepare task; older plans: nothing),
+    # for the assembler's bill (tasks/protocol/bill.py): requests by operation, CPU-seconds.
+    requests: dict = field(default_factory=dict, hash=False)
+    cpu_s: float = 0.0
 
     @property
     def count(self) -> int:
@@ -363,10 +367,22 @@ def open_upload(options: WriteOptions, store: Store, layout: ArchiveLayout, plan
                                                  extra_args={**options.encryption_args, **options.lock_args()}))
 
 
-def write_plan(options: WriteOptions, store: Store, layout: ArchiveLayout, plan: SegmentPlan) -> None:
+def write_plan(options: WriteOptions, store: Store, layout: ArchiveLayout, plan: SegmentPlan,
+               billed: Callable[[], dict] | None = None) -> None:
     """Record ``plan`` as the plan in progress (``plan_key``) for the segment and assemble
-    tasks that run elsewhere."""
+    tasks that run elsewhere; with ``billed`` (what the step spent so far:
+    ``{"requests": ..., "cpu_s": ...}``), that bill and this write's own PUT in it."""
+    if billed is not None:
+        plan = replace(plan, **with_own_put(billed()))
     put_temporary(store, layout, options, plan_key(layout), json.dumps(plan.to_dict()).encode())
+
+
+def with_own_put(bill: dict) -> dict:
+    """``bill`` with one more ``put_object``: the PUT of the record that carries it, sent next
+    (counted once, as ``Store.call`` counts it, whatever botocore resends)."""
+    requests = dict(bill["requests"])
+    requests["put_object"] = requests.get("put_object", 0) + 1
+    return {"requests": dict(sorted(requests.items())), "cpu_s": bill["cpu_s"]}
 
 
 def read_plan(store: Store, layout: ArchiveLayout) -> SegmentPlan | None:

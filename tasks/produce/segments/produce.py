@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Callable
 
 from s3arch.core.config import ArchiveSpec
 from s3arch.core.coordinator import StreamCoordinator
@@ -23,7 +24,7 @@ from s3arch.produce.streamed import MemoryPlan
 from s3arch.format.tarwriter import END_OF_ARCHIVE
 from s3arch.io.upload import PartSizer, PartUploader, SharedUpload
 from s3arch.produce.segments.keys import plan_key
-from s3arch.produce.segments.plan import PlanOutdated, SegmentPlan, read_plan
+from s3arch.produce.segments.plan import PlanOutdated, SegmentPlan, read_plan, with_own_put
 from s3arch.produce.segments.recorded import recorded_pages
 from s3arch.produce.segments.temporaries import get_temporary, put_temporary
 from s3arch.io.store import Store
@@ -103,12 +104,16 @@ class SegmentTarget:
 
 
 def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan, k: int,
-                    progress: Progress | None = None, cancel: Cancel | None = None) -> dict:
+                    progress: Progress | None = None, cancel: Cancel | None = None,
+                    billed: Callable[[], dict] | None = None) -> dict:
     """Produce segment ``k``: its parts uploaded, its kept-back bytes, records and result in
     temporaries. Idempotent: a re-run overwrites the segment's parts and temporaries.
-    ``cancel`` stops it from above (tasks/core/stops.py)."""
+    ``cancel`` stops it from above (tasks/core/stops.py). The result carries what producing it
+    spent (``requests``, ``cpu_s``), for the assembler's bill: ``billed()``'s (the step's, from
+    its start), else what ``clients`` sent and this process used from this call on."""
     target = SegmentTarget(spec, layout, plan, k)
     started = time.monotonic()
+    billed = billed or _bill_from_now(clients)
     listed = recorded_pages(clients.store, layout, plan.listing, target.start_after, target.range.last_key) \
         if plan.listing else None  # a plan made before plans recorded their listing: list the range
     coordinator = StreamCoordinator(f"the archive of {target}", stall_timeout=spec.stall_timeout)
@@ -140,10 +145,17 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
         if problem is not None:
             exc.add_note(f"cleanup also failed: {problem}")
         raise
+    result.update(with_own_put(billed()))
     # Written last: a segment is done exactly when its result exists.
     put_temporary(clients.store, layout, spec.write_options, plan.temp_key(layout, k, ".json"),
                   json.dumps(result).encode())
     return result
+
+
+def _bill_from_now(clients: S3Clients) -> Callable[[], dict]:
+    """What ``clients`` sent and this process used (CPU-seconds, its threads) from now on."""
+    sent, before, cpu = clients.store.sent, clients.store.sent.counts(), time.process_time()
+    return lambda: {"requests": sent.since(before), "cpu_s": round(time.process_time() - cpu, 3)}
 
 
 def segment_done(store: Store, layout: ArchiveLayout, plan: SegmentPlan, k: int) -> dict | None:
@@ -153,11 +165,12 @@ def segment_done(store: Store, layout: ArchiveLayout, plan: SegmentPlan, k: int)
 
 
 def produce_planned_segment(spec: ArchiveSpec, clients: S3Clients, k: int, progress: Progress | None = None,
-                            cancel: Cancel | None = None) -> dict:
+                            cancel: Cancel | None = None, billed: Callable[[], dict] | None = None) -> dict:
     """Segment ``k`` of the plan in progress for ``spec``'s prefix (an Airflow segment task):
     nothing to do if it was produced already, the plan has fewer segments, or the prefix is
     committed and not to be overwritten (whatever plan a dead run left: the re-run of an
-    archived day is a success that says so)."""
+    archived day is a success that says so). ``billed``: what the task spent so far, for the
+    segment's record (``produce_segment``)."""
     layout = layout_for(spec.source, spec.destination)
     if not spec.overwrite and read_committed(clients.store, layout, spec.source) is not None:
         return {"segment": k, "objects": 0, "status": Outcome.SKIPPED.value,
@@ -172,5 +185,5 @@ def produce_planned_segment(spec: ArchiveSpec, clients: S3Clients, k: int, progr
         return {"segment": k, "objects": 0, "status": Outcome.SKIPPED.value,
                 "note": f"the plan has {plan.count} segment(s); nothing to do"}
     produced = segment_done(clients.store, layout, plan, k) or produce_segment(spec, clients, layout, plan, k,
-                                                                                 progress, cancel)
+                                                                                 progress, cancel, billed)
     return {**produced, "status": Outcome.PRODUCED.value}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from collections import Counter
 from dataclasses import replace
 
 from s3arch.core import backoff, errors
@@ -66,6 +67,13 @@ def stream_segmented(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayou
             streamed.timings[f"workers_{phase}_cpu_s"] = round(sum(d["cpu"].get(phase, 0.0)
                                                                    for d in durations.values()), 3)
         streamed.notes = notes
+        # The bill: what the workers sent (every attempt that said so). Not the segments' records'
+        # (``assemble``'s, the same requests once more), and no CPU: the workers are joined, so
+        # their CPU is this process's children's, which the run's bill reads.
+        workers_sent: Counter = Counter()
+        for d in durations.values():
+            workers_sent.update(d.get("requests", {}))
+        streamed.elsewhere = {"requests": dict(sorted(workers_sent.items()))}
     except BaseException as exc:
         problem = PartUploader(store, layout.bucket, archive_key, shared=SharedUpload(plan.upload_id)).abort()
         if problem is not None:
@@ -93,7 +101,9 @@ def run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, pl
     process dies is run again, alone, up to three times; the others are not repeated. Workers
     sign with the parent's credentials as they refresh (``credentials.CredentialServer``); a
     segment that still ends in ExpiredToken is run again without counting as a failure.
-    Returns each segment's seconds and its process's CPU by phase (its successful attempt)."""
+    Returns each segment's seconds and its process's CPU by phase (its successful attempt), and
+    the requests its attempts sent (each attempt's process counts its own: those of a process
+    that died without an answer are not known)."""
     context = multiprocessing.get_context("spawn")
     todo = list(range(plan.count))
     attempts = dict.fromkeys(todo, 0)
@@ -101,6 +111,7 @@ def run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, pl
     server = CredentialServer(clients.session, context) if clients is not None else None
     running: dict[int, tuple] = {}
     durations: dict[int, dict] = {}
+    sent: dict[int, Counter] = {k: Counter() for k in todo}  # by every attempt of each segment
     try:
         while todo or running:
             while todo and len(running) < processes:
@@ -120,13 +131,16 @@ def run_workers(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, pl
                 if not receive.poll(0.05) and proc.is_alive():
                     continue
                 outcome = _outcome(receive)
-                proc.join()
+                proc.join()  # reaped: its CPU is this process's children's from now on
                 del running[k]
+                if outcome is not None:
+                    sent[k].update(outcome.pop("requests", None) or {})
                 if outcome is not None and "bug" in outcome:
                     raise RuntimeError(f"segment {k + 1}/{plan.count} failed with a bug in its worker process "
                                        f"(not retried):\n{outcome['bug']}")
                 if outcome is not None and "error" not in outcome:
-                    durations[k] = {"seconds": time.monotonic() - began, "cpu": outcome.get("cpu", {})}
+                    durations[k] = {"seconds": time.monotonic() - began, "cpu": outcome.get("cpu", {}),
+                                    "requests": dict(sent[k])}
                     continue
                 error = _error_of(outcome, k, plan, proc.exitcode)
                 if isinstance(error, CredentialsExpired) and expired[k] < _EXPIRED_RESTARTS:
@@ -186,8 +200,9 @@ def segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, p
     """The entry point of segment ``k``'s worker process (``run_workers`` starts it): its clients from
     ``connection`` (``worker_connection``), the segment produced, and its outcome sent to the parent
     through ``send``: the result and CPU by phase, the error as ``ArchiverError.to_dict``, or a bug's
-    traceback."""
+    traceback; with the result or the error, the requests the process sent (``Sent.counts``)."""
     started = time.process_time()  # the interpreter and the imports its arguments needed
+    clients: S3Clients | None = None
     try:
         session = worker_session(connection["credentials"], connection["credentials_pipe"], connection["region"])
         clients = S3Clients.from_session(session, endpoint_url=connection["endpoint_url"],
@@ -197,10 +212,11 @@ def segment_worker(spec: ArchiveSpec, connection: dict, layout: ArchiveLayout, p
         clients.check_bucket(spec.source.bucket, "source", spec.source.key)
         ready = time.process_time()
         result = produce_segment(spec, clients, layout, SegmentPlan.from_dict(plan), k)
-        send.send({**result, "cpu": {"startup": round(started, 3), "clients": round(ready - started, 3),
-                                     "segment": round(time.process_time() - ready, 3)}})
+        send.send({**result, "requests": clients.store.sent.counts(),
+                   "cpu": {"startup": round(started, 3), "clients": round(ready - started, 3),
+                           "segment": round(time.process_time() - ready, 3)}})
     except ArchiverError as exc:
-        send.send(exc.to_dict())
+        send.send({**exc.to_dict(), "requests": clients.store.sent.counts() if clients is not None else {}})
     except Exception:  # noqa: BLE001 - a bug: its traceback goes to the parent, which stops
         import traceback
 
