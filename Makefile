@@ -106,9 +106,10 @@ bench: venv minio bench-tools
 bench-scale: venv minio
 	$(PY) -m bench.scale
 
-# The same 1M-object day as segment tasks of the archive DAG on the Celery stack (two workers),
-# against `s3arch archive --processes 1` (bench/scale_celery.py). ARGS: --objects N, --segments K.
-bench-scale-celery: venv minio
+# A 1M-object day as segment tasks of the archive DAG on the Celery stack (two workers), against
+# `s3arch archive --processes 1` on the same day (bench/scale_celery.py): the synthetic endpoint's
+# day, or with ARGS=--source seeded bench/scale.py's. ARGS: --objects N, --segments K, --source.
+bench-scale-celery: venv minio $(SYNTHETIC_S3)
 	$(PY) -m bench.scale_celery $(ARGS)
 
 # A year of days of 500 small logs on the Celery stack: a date-range run and Airflow's Backfill

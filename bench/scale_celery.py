@@ -2,13 +2,15 @@
 against the CLI's one process on the same machine in the same invocation.
 
     make bench-scale-celery   # or: .venv/bin/python -m bench.scale_celery [--objects N] [--segments K]
-    .venv/bin/python -m bench.scale_celery --source synthetic --objects 10000000 [--cli recorded]
+    .venv/bin/python -m bench.scale_celery --objects 10000000 --cli recorded
+    .venv/bin/python -m bench.scale_celery --source seeded
 
-Reuses bench/scale.py's seeded day (seeded once behind its marker, ~15 min the first time), or
-with ``--source synthetic`` the synthetic endpoint's virtual day (bench/scale_synthetic.py: no
-seeding; the stack's connection is the endpoint, which passes the archive's writes to MinIO;
-verified as there: the manifest against the listing record for record, a sample fetched again,
-``s3arch verify``). ``--cli recorded`` takes the CLI's ``--processes 1`` on the same virtual day
+Archives the synthetic endpoint's virtual day (``--source synthetic``, the default), or with
+``--source seeded`` bench/scale.py's day seeded into MinIO (once behind its marker, ~15 min the
+first time). The synthetic day needs no seeding (bench/scale_synthetic.py): the stack's
+connection is the endpoint, which passes the archive's writes to MinIO, and it is verified as
+there (the manifest against the listing record for record, a sample fetched again, ``s3arch
+verify``). ``--cli recorded`` takes the CLI's ``--processes 1`` on the same virtual day
 from its committed bench/results/scale-synthetic-N.json instead of running it (10M: 52 min).
 Then, each into its own destination:
 - the archive DAG of a job with ``segments: K`` on ``devtools.airflow_celery``'s stack
@@ -330,7 +332,7 @@ def main(argv=None) -> int:
     parser.add_argument("--objects", type=int, default=1_000_000)
     parser.add_argument("--segments", type=int, default=4,
                         help="segment tasks (two workers of concurrency 2 run four at once)")
-    parser.add_argument("--source", choices=("seeded", "synthetic"), default="seeded",
+    parser.add_argument("--source", choices=("seeded", "synthetic"), default="synthetic",
                         help="the day seeded into MinIO (bench/scale.py) or the synthetic endpoint's")
     parser.add_argument("--cli", choices=("run", "recorded"), default="run",
                         help="run the CLI on the same day, or (synthetic) take its committed scale-synthetic-N.json")
