@@ -10,7 +10,7 @@ from typing import Iterator
 
 from s3arch.core.coordinator import Stopped, StreamCoordinator
 from s3arch.io.listed import LIST_RESTORE_STATUS, ListedObject, listed_objects
-from s3arch.io.keys import key_order
+from s3arch.io.keys import key_order, valid_names_near
 from s3arch.io.keyspace import KeySpace
 from s3arch.io.store import Store
 
@@ -402,7 +402,10 @@ class RangeListing(ParallelListing):
         if first.upto is not None or not first.more or first.last is None:
             return None
         last = key_order(first.last)
-        folders = [f for f in folders if key_order(f) > last and _start_after(f, first.last)]
+        # A folder's name ends in '/', an empty segment MinIO refuses as a StartAfter: the
+        # valid name just below it (or above) cuts there as well, ranges being contiguous.
+        named = {near[-1] for near in (valid_names_near(f, self._prefix) for f in folders) if near}
+        folders = sorted((f for f in named if key_order(f) > last and _start_after(f, first.last)), key=key_order)
         count = min(len(folders), self._idle + 1)
         if count < 2:
             return None
