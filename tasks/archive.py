@@ -17,16 +17,15 @@ from s3arch.protocol.bill import RunBill
 from s3arch.protocol.checks import cost_of
 from s3arch.protocol.commit import CommitProtocol
 from s3arch.protocol.result import ArchiveResult
-from s3arch.format.compression import codec_for
-from s3arch.core.config import ArchiveSpec, MiB
+from s3arch.core.config import ArchiveSpec
 from s3arch.core.errors import BadArgument, EmptyPrefix
 from s3arch.core.stops import Cancel, raise_if_cancelled
-from s3arch.io.listing import NEEDS_RESTORE
 from s3arch.io.ranges import LISTING_WORKERS
 from s3arch.io.sources import resolved, source_pages
 from s3arch.format.manifest import layout_for
 from s3arch.core.outcome import Outcome
 from s3arch.produce.producers import OnThisMachine, PlannedAssembly
+from s3arch.produce.sample import Sample
 from s3arch.core.progress import Progress
 from s3arch.io.retention import has_default_retention, require_object_lock
 from s3arch.io.s3 import S3Clients, refuse_directory_bucket
@@ -172,35 +171,24 @@ def _checked(spec: ArchiveSpec, clients: S3Clients, cancel: Cancel | None = None
     return CommitProtocol(replace(spec, source=source), clients, cancel)
 
 
-# A dry run estimates the ratio from a sample: at most this many bytes, from at most this many
-# objects of at most 4 MiB each, fetched in parallel while the listing goes on.
-_SAMPLE_BYTES, _SAMPLE_OBJECTS, _SAMPLE_THREADS = 8 * MiB, 256, 16
-
-
 def _dry_run(spec, clients, result, started) -> ArchiveResult:
     """Count what would be archived (one listing) and estimate the archive from a compressed
     sample fetched in parallel beside the listing: the cost is the listing plus a bounded
     number of GETs, whatever the prefix's size."""
     result.status = Outcome.DRY_RUN
-    sample: list = []
-    sample_bytes = 0
     tally = ListingTally()
-    # The sample's GETs start as the listing picks them (from its first page), not after it.
-    pool = ThreadPoolExecutor(_SAMPLE_THREADS, thread_name_prefix="s3arch-sample")
+    sample = Sample(spec, clients)  # its GETs start as the listing offers objects (from its first page)
     try:
         for page in source_pages(clients.store, spec.source, workers=LISTING_WORKERS, ordered=False):
             tally.add(page)
             for o in page:
-                if sample_bytes < _SAMPLE_BYTES and len(sample) < _SAMPLE_OBJECTS and 0 < o.size <= 4 * MiB \
-                        and o.storage_class not in NEEDS_RESTORE:
-                    sample.append((o, pool.submit(_sample_body, spec, clients, o)))
-                    sample_bytes += o.size
+                sample.offer(o)
         result.objects, result.bytes_in = tally.objects, tally.bytes
         if result.objects == 0:
             raise EmptyPrefix(f"{spec.source} holds no objects; nothing would be archived")
-        sample_in, sample_tallied, sample_out = _compressed_sample(spec, sample)
+        sample_in, sample_tallied, sample_out = sample.compressed()
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        sample.close()
     ratio = sample_out / sample_tallied if sample_tallied else 1.0
     result.tar_bytes = tally.tar_bytes
     result.estimated_bytes_out = int(tally.tar_bytes * ratio)
@@ -214,34 +202,3 @@ def _dry_run(spec, clients, result, started) -> ArchiveResult:
                         f"compressed {spec.codec} level {spec.effective_level}")
     result.seconds = time.monotonic() - started
     return result
-
-
-def _sample_body(spec: ArchiveSpec, clients: S3Clients, o) -> bytes:
-    response = clients.store.read(spec.source.bucket, o.key, f"sample s3://{spec.source.bucket}/{o.key}",
-                                  subject="source", IfMatch=o.etag)
-    assert response is not None  # not missing_ok: a 404 raises
-    return response["Body"]
-
-
-def _compressed_sample(spec: ArchiveSpec, sample: list) -> tuple[int, int, int]:
-    """(bytes in; their tar members' bytes as the listing's tally counts them; those members
-    compressed): the sample ((object, its GET's future) pairs) compressed as the archive holds
-    it, headers, data and padding in the archive's blocks. Headers and padding so count at their
-    own ratio, not at the data's: on gzipped logs of a few KiB with long keys (CloudTrail's) the
-    data's ratio applied to the whole tar stream put the archive at twice its size."""
-    from s3arch.format.tarwriter import member_header, member_name, member_size_bound
-
-    codec = codec_for(spec.codec, spec.effective_level)
-    bytes_in = compressed = 0
-    pending = bytearray()
-    for o, fetched in sample:
-        body = fetched.result()
-        name, is_dir = member_name(o.key, len(body))
-        pending += member_header(name, len(body), 0, is_dir) + body + bytes(-len(body) % 512)
-        bytes_in += len(body)
-        while len(pending) >= spec.block_size:  # a block at a time: the sample is held once
-            compressed += len(codec.compress(bytes(pending[:spec.block_size]), False)[0])
-            del pending[:spec.block_size]
-    if pending or not compressed:
-        compressed += len(codec.compress(bytes(pending), True)[0])
-    return bytes_in, sum(member_size_bound(o.key, o.size) for o, _ in sample), compressed

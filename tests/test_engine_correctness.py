@@ -55,6 +55,27 @@ def test_a_dry_run_sample_of_an_object_changed_since_listing_is_a_typed_error(s3
         archive_prefix(_spec(src, dst, dry_run=True), clients)
 
 
+def test_a_dry_run_sample_get_cut_or_stalled_is_asked_again_and_estimates_the_same(s3, buckets, minio, proxy):
+    """The sample's GETs go through the data plane; one cut mid-body or stalled past the stall
+    timeout is fetched again through the control plane, so the estimate is the fault-free one."""
+    from faultproxy import Fault, is_get
+    from helpers import engine_clients
+
+    src, dst = buckets
+    seed(s3, src, {f"day/{i:03d}.log": (f"GET /app/{i} 200 " * 60).encode() for i in range(40)})
+    spec = _spec(src, dst, dry_run=True, stall_timeout=2.0)
+    clean = archive_prefix(spec, engine_clients(minio, proxy.endpoint_url))
+    cut = proxy.add(Fault("reset", count=3, match=is_get))
+    stalled = proxy.add(Fault("stall", seconds=30, count=1, match=is_get))
+    started = time.monotonic()
+    faulted = archive_prefix(spec, engine_clients(minio, proxy.endpoint_url))
+    assert (cut.injected, stalled.injected) == (3, 1)
+    assert time.monotonic() - started < 20  # the stalled GET was not waited out
+    assert faulted.status == clean.status == "dry_run" and faulted.objects == 40
+    assert 0 < faulted.estimated_bytes_out == clean.estimated_bytes_out < faulted.tar_bytes
+    assert keys_in(s3, dst) == []
+
+
 def test_an_upload_cannot_be_created_after_it_was_aborted(s3, buckets, clients):
     """The collector may still be inside write -> submit when the pipeline aborts: the
     upload it would create lazily must be refused, not created unseen and left to bill."""
