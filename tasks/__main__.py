@@ -1,5 +1,5 @@
 import sys
 
-from s3arch.cli import main
+from s3arch.cli import command
 
-sys.exit(main())
+sys.exit(command())

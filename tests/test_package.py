@@ -145,7 +145,7 @@ def test_wheel_ships_every_module_its_dependencies_and_entry_points(wheel):
 
     entry_points = zipfile.ZipFile(wheel).read(info.replace("METADATA", "entry_points.txt")).decode()
     assert "[airflow.plugins]\ns3arch = s3arch_airflow.plugin:S3ArchPlugin" in entry_points
-    assert "[console_scripts]\ns3arch = s3arch.cli:main" in entry_points
+    assert "[console_scripts]\ns3arch = s3arch.cli:command" in entry_points
     assert "[apache_airflow_provider]\nprovider_info = s3arch_airflow.provider:get_provider_info" in entry_points
 
 

@@ -12,6 +12,7 @@ aborted, nothing committed).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from pathlib import Path
@@ -137,6 +138,15 @@ def _option_flags(parser: argparse.ArgumentParser, command: str) -> None:
             groups[option.one_of] = parser.add_mutually_exclusive_group(required=option.required)
         into = groups[option.one_of] if option.one_of else parser
         into.add_argument(option.flag, dest=option.name, help=option.help_on.get(command, option.help), **settings)
+
+
+def command() -> int:
+    """The ``s3arch`` process (its console script and ``python -m s3arch``): ``main``, then an
+    exit without the interpreter's last collection, which walks every object left (botocore's
+    service models among them): 0.1 s of a 1.6 s dry run, for a process that ends here."""
+    code = main()
+    gc.freeze()
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
