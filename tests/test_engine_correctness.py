@@ -244,13 +244,13 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
     sizing shows it is large, the pipeline stops and the run goes on as segments. Stopping the
     pipeline must not abort the segments: the run commits, byte for byte."""
     import s3arch.produce.producers
-    import s3arch.produce.segments.plan
+    import s3arch.produce.segments.sizing
     from s3arch.format.tarwriter import TarStream
 
     src, dst = buckets
     objects = {f"day/{i:05d}.log": f"line {i}\n".encode() * (i % 7 + 1) for i in range(1_500)}  # two pages
     seed(s3, src, objects)
-    real_pages = s3arch.produce.segments.plan.source_pages
+    real_pages = s3arch.produce.segments.sizing.source_pages
     streaming = threading.Event()  # the pipeline streams the first page's members
     real_begin = TarStream.begin
 
@@ -265,7 +265,7 @@ def test_a_prefix_that_proves_large_after_the_pipeline_started_is_archived_as_se
             yield page
 
     monkeypatch.setattr(TarStream, "begin", signalling_begin)
-    monkeypatch.setattr(s3arch.produce.segments.plan, "source_pages", sizing_waits_after_the_first_page)
+    monkeypatch.setattr(s3arch.produce.segments.sizing, "source_pages", sizing_waits_after_the_first_page)
     stopped = []  # what the pipeline raised when it stopped
     real_stream = s3arch.produce.producers.stream_archive
 

@@ -24,7 +24,7 @@ from s3arch.ops.inventory.days import DaySize
 from s3arch.ops.archive_job import ArchiveJob
 from s3arch.ops.planning import days_between, parse_date, plan
 from s3arch.produce.segments import PrefixSize, size_prefixes
-from s3arch.produce.segments.plan import SIZING_THREADS
+from s3arch.produce.segments.sizing import SIZING_THREADS
 
 
 def split_by_size(job: ArchiveJob, planned: list[list[str]], store: Store) -> dict:

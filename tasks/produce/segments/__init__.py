@@ -56,7 +56,7 @@ protocol's, docs/FORMAT.md):
   piece. Then it commits (steps 6-7) and deletes ``STEM.segments/``
   (an uncommitted run's are removed by the next, step 4).
 
-The package, one module per job: ``plan`` (is a prefix large, and where its segments start),
+The package, one module per job: ``sizing`` (is a prefix large), ``plan`` (where its segments start),
 ``produce`` (one segment, anywhere), ``assemble`` (the segments into the archive),
 ``keys`` and ``temporaries`` (what segments leave for the assembler: where, and written and
 read), ``recorded`` (the plan's listing, kept for the segments), ``cleanup`` (what runs leave,
@@ -66,9 +66,9 @@ deleted) and ``workers`` (all of it on one machine, one process per segment).
 from s3arch.produce.segments.assemble import assemble
 from s3arch.produce.segments.cleanup import delete_temporaries
 from s3arch.produce.segments.keys import plan_key, segments_prefix
-from s3arch.produce.segments.plan import (OBJECT_WEIGHT, PlanOutdated, PrefixIsLarge, PrefixSize, SegmentPlan, SegmentRange, SizingListing,
-                   could_use_segments, open_upload, plan_segments, processes_within, read_plan, size_prefix,
-                   size_prefixes, write_plan)
+from s3arch.produce.segments.plan import (OBJECT_WEIGHT, PlanOutdated, SegmentPlan, SegmentRange, could_use_segments,
+                                          open_upload, plan_segments, processes_within, read_plan, write_plan)
+from s3arch.produce.segments.sizing import PrefixIsLarge, PrefixSize, SizingListing, size_prefix, size_prefixes
 from s3arch.produce.segments.produce import SegmentTarget, produce_planned_segment, produce_segment, segment_done
 from s3arch.produce.segments.workers import stream_segmented
 
