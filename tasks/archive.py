@@ -26,6 +26,7 @@ from s3arch.format.manifest import layout_for
 from s3arch.core.outcome import Outcome
 from s3arch.produce.producers import OnThisMachine, PlannedAssembly
 from s3arch.produce.sample import Sample
+from s3arch.produce.segments.sized import taken_over
 from s3arch.core.progress import Progress
 from s3arch.io.retention import has_default_retention, require_object_lock
 from s3arch.io.s3 import S3Clients, refuse_directory_bucket
@@ -59,12 +60,14 @@ def _archive_prefix(spec: ArchiveSpec, clients: S3Clients, progress: Progress | 
 
 
 def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = None,
-                     cancel: Cancel | None = None) -> ArchiveResult:
+                     cancel: Cancel | None = None, sized: dict | None = None) -> ArchiveResult:
     """A segmented run spread over tasks, step one: plan ``count`` segments and open the
     archive's upload (``result.status`` "planned"), or skip a committed prefix. A dry run
     plans nothing and writes nothing: the assemble step's dry run lists and estimates.
     Setting ``cancel`` stops the plan (``Cancelled``) before it opens an upload. The plan
-    records what the step spent until it was written, for the assemble step's bill."""
+    records what the step spent until it was written, for the assemble step's bill.
+    ``sized``: the hand-off of the prefix's first pages from the task that sized it
+    (tasks/produce/segments/sized.py): they are not listed again."""
     clients = clients or _clients_for(spec)
     bill = RunBill(clients.store.sent)
     protocol = _checked(spec, clients, cancel, "planning the segments of")
@@ -75,7 +78,10 @@ def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = 
             result.notes.append(f"dry run: {count} segments would be planned and the archive's upload "
                                 "opened; nothing was written (the assemble task estimates the archive)")
         return bill.close(result)
-    protocol.prepare_segments(count, billed=bill.so_far)
+    # Read before the plan's lease, whose cleanup of stale runs deletes every temporary of the prefix.
+    listed, note = taken_over(clients.store, protocol.layout, sized)
+    if protocol.prepare_segments(count, billed=bill.so_far, listed=listed) is not None and note:
+        protocol.result.notes.append(note)
     return bill.close(protocol.result)
 
 

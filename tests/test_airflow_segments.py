@@ -130,22 +130,32 @@ def test_large_day_fans_out_into_segment_tasks_one_fails_once_and_retries_alone(
 
 def test_a_scheduled_runs_large_day_is_sized_once_and_archived_by_segment_tasks(af, monkeypatch):
     """A scheduled run plans one day; its plan task lists the day up to the threshold to see it
-    is large. The size task takes that sizing instead of listing the day's first keys again."""
+    is large. The size task takes that sizing instead of listing the day's first keys again,
+    and the prepare task the keys it listed: the plan lists only what comes after them."""
     import s3arch.ops.sizing
+    import s3arch.produce.segments.plan
 
     day = date(2026, 8, 20)
     seeded = seed_day(af.s3, af.src, TEMPLATE, day, files_per_hour=2, lines_per_file=20)  # 48 objects
     split_by_size, sized = s3arch.ops.sizing.split_by_size, []
+    source_listing, started_after = s3arch.produce.segments.plan.source_listing, []
 
-    def counted(job, planned, store):
+    def counted(job, planned, store, hand_off=None):
         sized.append(planned)
-        return split_by_size(job, planned, store)
+        return split_by_size(job, planned, store, hand_off)
+
+    def recorded_listing(*args, **kwargs):
+        started_after.append(kwargs.get("start_after"))
+        return source_listing(*args, **kwargs)
 
     monkeypatch.setattr(s3arch.ops.sizing, "split_by_size", counted)
+    monkeypatch.setattr(s3arch.produce.segments.plan, "source_listing", recorded_listing)
     run, tis = run_dag({}, logical_date=date(2026, 8, 22))  # min_age_days 2: the 20th
     assert run.state == "success"
     prefix = f"{day:logs/%Y/%m/%d}/"
     assert sized == [[[prefix]]]  # by the plan task alone
+    assert started_after == [max(seeded)]  # one page held the whole day: the plan listed after it
+    assert not [k for k in keys_in(af.s3, af.dst) if "/sized-" in k]  # taken over and cleaned up
     assert tis["size"].state == "success" and tis[("prepare", 0)].rendered_map_index == prefix
     assert {tis[("segment", k)].state for k in range(3)} == {"success"}
     assert report_rows(run)[prefix]["segments"] == 3
@@ -210,10 +220,10 @@ def test_one_large_days_failed_prepare_leaves_the_other_large_day_green(af, monk
     bad_day = f"{bad:logs/%Y/%m/%d}/"
     prepare = s3arch.archive.prepare_segments
 
-    def prepare_fails_for_one_day(spec, count, clients=None, cancel=None):
+    def prepare_fails_for_one_day(spec, count, clients=None, cancel=None, sized=None):
         if spec.source.key == bad_day:
             raise AccessDenied(f"injected: listing {bad_day} was denied")
-        return prepare(spec, count, clients, cancel)
+        return prepare(spec, count, clients, cancel, sized)
 
     monkeypatch.setattr(s3arch.archive, "prepare_segments", prepare_fails_for_one_day)
     run, tis = run_dag({"date_from": str(good), "date_to": str(bad)})

@@ -4,7 +4,7 @@ the plan lists only what comes after them, so no key of a segmented run is liste
 from __future__ import annotations
 
 import pytest
-from helpers import open_uploads, read_archive, seed
+from helpers import keys_in, open_uploads, read_archive, seed
 
 import s3arch.produce.segments.plan
 from s3arch.archive import archive_prefix
@@ -35,3 +35,76 @@ def test_the_plan_goes_on_after_the_pages_the_sizing_listed(s3, buckets, clients
     archive = next(k["Key"] for k in s3.list_objects_v2(Bucket=dst)["Contents"] if k["Key"].endswith(".tar.gz"))
     assert read_archive(s3, dst, archive) == objects
     assert open_uploads(s3, dst) == []
+
+
+def _handed_off_day(s3, src, clients, spec) -> tuple[dict, dict]:
+    """1,500 keys of ``day/``, sized by a task as the archive DAG's plan task sizes a day: the
+    1,000 keys it listed (one page) are written for the prepare step (its hand-off)."""
+    from s3arch.produce.segments import size_prefix
+    from s3arch.produce.segments.sized import hand_off_for
+
+    objects = {f"day/{h:02d}/{i:05d}.log": f"line {h} {i}\n".encode() * (i % 5 + 1)
+               for h in range(3) for i in range(500)}
+    seed(s3, src, objects)
+    size = size_prefix(clients.store, src, "day/", 1_000, 1 << 40, hand_off_for(spec, clients.store))
+    assert size.large(1_000, 1 << 40) and size.handoff["objects"] == 1_000
+    return objects, size.handoff
+
+
+def _planned_listing_starts(monkeypatch) -> list:
+    real_listing = s3arch.produce.segments.plan.source_listing
+    started_after: list = []
+
+    def recording_listing(*args, **kwargs):
+        started_after.append(kwargs.get("start_after"))
+        return real_listing(*args, **kwargs)
+
+    monkeypatch.setattr(s3arch.produce.segments.plan, "source_listing", recording_listing)
+    return started_after
+
+
+def _tasks_spec(src, dst):
+    return ArchiveSpec(S3Url(src, "day/"), S3Url(dst, "a/"), storage_class="STANDARD", segments=2,
+                       segment_min_objects=1_000)
+
+
+def test_a_prepare_step_goes_on_after_the_pages_its_sizing_task_handed_off(s3, buckets, clients, monkeypatch):
+    from s3arch.archive import archive_segment, assemble_segments, prepare_segments
+
+    src, dst = buckets
+    spec = _tasks_spec(src, dst)
+    objects, handoff = _handed_off_day(s3, src, clients, spec)
+    assert [k for k in keys_in(s3, dst) if "/sized-" in k] == [handoff["key"]]
+    started_after = _planned_listing_starts(monkeypatch)
+
+    planned = prepare_segments(spec, 2, clients, sized=handoff)
+    assert (planned.status, planned.objects) == ("planned", len(objects))
+    assert started_after == [sorted(objects)[999]]  # the sized keys are not listed again
+    assert any("the first 1,000 objects as the sizing listed them" in note for note in planned.notes)
+    assert not [k for k in keys_in(s3, dst) if "/sized-" in k]  # taken over: the plan's cleanup removed it
+    assert [archive_segment(spec, k, clients)["status"] for k in range(2)] == ["produced", "produced"]
+    assert assemble_segments(spec, clients, segments=2).status == "archived"
+    archive = next(k for k in keys_in(s3, dst) if k.endswith(".tar.gz"))
+    assert read_archive(s3, dst, archive) == objects
+    assert not [k for k in keys_in(s3, dst) if ".segments/" in k] and open_uploads(s3, dst) == []
+
+
+@pytest.mark.parametrize("why", ["too old", "cleaned up"])
+def test_a_hand_off_too_old_or_cleaned_up_is_not_used_the_prefix_is_listed_from_its_start(
+        s3, buckets, clients, monkeypatch, why):
+    from s3arch.archive import prepare_segments
+    from s3arch.produce.segments.sized import HANDOFF_MAX_AGE
+
+    src, dst = buckets
+    spec = _tasks_spec(src, dst)
+    objects, handoff = _handed_off_day(s3, src, clients, spec)
+    if why == "too old":  # a prepare task cleared and run again the next day
+        handoff = {**handoff, "listed_at": handoff["listed_at"] - HANDOFF_MAX_AGE - 60}
+    else:  # another run of the prefix planned meanwhile
+        s3.delete_object(Bucket=dst, Key=handoff["key"])
+    started_after = _planned_listing_starts(monkeypatch)
+
+    planned = prepare_segments(spec, 2, clients, sized=handoff)
+    assert (planned.status, planned.objects) == ("planned", len(objects))
+    assert started_after == [None]
+    assert any("listed from its first key" in note for note in planned.notes)

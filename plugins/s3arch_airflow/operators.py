@@ -120,7 +120,8 @@ class S3ArchivePrefixOperator(S3ArchiveBaseOperator):
 class S3PrepareSegmentsOperator(S3ArchiveBaseOperator):
     """A large prefix's first step (the archive DAG's ``prepare`` task): under the prefix's
     lease, plan ``segments`` segments, open the archive's upload and record the plan in S3.
-    A committed prefix is skipped; a dry run writes nothing. Its row's status is ``planned``."""
+    A committed prefix is skipped; a dry run writes nothing. Its row's status is ``planned``.
+    The day's first keys, listed by the plan task to size it, are not listed again."""
 
     template_fields: Sequence[str] = (*S3ArchiveBaseOperator.template_fields, "prefix")
     action = "planning segments"
@@ -136,9 +137,11 @@ class S3PrepareSegmentsOperator(S3ArchiveBaseOperator):
 
     def execute(self, context: Context) -> list[dict]:
         from s3arch.archive import prepare_segments
+        from s3arch_airflow.plan_task import sizing_handoff
 
         return self._run_each(context, [self.prefix], lambda clients, prefix: self._row(
-            prefix, prepare_segments(self._spec(prefix), self.segments, clients, cancel=self._cancel)))
+            prefix, prepare_segments(self._spec(prefix), self.segments, clients, cancel=self._cancel,
+                                     sized=sizing_handoff(context, prefix))))
 
 
 class S3ArchiveSegmentOperator(S3ArchiveBaseOperator):

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # The trigger form's fields that make a run more than its logical date's day.
 RANGE_PARAMS = ("date_from", "date_to", "prefixes")
 # The plan task's sizing of a day it hands to segment tasks: the size task takes it instead of
-# listing the day's first keys again.
+# listing the day's first keys again, and the prepare task the pages it listed (a hand-off).
 SIZED_XCOM_KEY = "sized"
 
 
@@ -67,14 +67,25 @@ class S3PlanArchiveOperator(S3ArchivePrefixOperator):
 
     def _sized(self, prefix: str) -> dict:
         """The day sized as ``size`` sizes it (``split_by_size``: listed up to the job's
-        threshold): large, it is for segment tasks."""
+        threshold): large, it is for segment tasks, and (but in a dry run) the pages listed are
+        written for its prepare task, which lists only the keys after them."""
         from s3arch.ops.sizing import split_by_size
+        from s3arch.produce.segments.sized import hand_off_for
         from s3arch_airflow.failures import fail_task
 
         try:
-            return split_by_size(self.job, [[prefix]], self.hook.engine_clients().store)
+            store = self.hook.engine_clients().store
+            spec = self._spec(prefix)
+            return split_by_size(self.job, [[prefix]], store, None if spec.dry_run else hand_off_for(spec, store))
         except BaseException as exc:
             fail_task("sizing the day", exc)
+
+
+def sizing_handoff(context: Context, prefix: str) -> dict | None:
+    """The pages of ``prefix`` the plan task of this run listed to size it, if it did (a run
+    of one large day): the prepare task's hand-off (tasks/produce/segments/sized.py)."""
+    split = context["ti"].xcom_pull(task_ids="plan", key=SIZED_XCOM_KEY) or {}
+    return next((size.get("handoff") for size in split.get("sizes", ()) if size["prefix"] == prefix), None)
 
 
 def planned_batches(job: ArchiveJob, params: dict, reference) -> list[list[str]]:

@@ -24,22 +24,24 @@ from s3arch.ops.inventory.days import DaySize
 from s3arch.ops.archive_job import ArchiveJob
 from s3arch.ops.planning import days_between, parse_date, plan
 from s3arch.produce.segments import PrefixSize, size_prefixes
-from s3arch.produce.segments.sizing import SIZING_THREADS
+from s3arch.produce.segments.sizing import SIZING_THREADS, HandOff
 
 
-def split_by_size(job: ArchiveJob, planned: list[list[str]], store: Store) -> dict:
+def split_by_size(job: ArchiveJob, planned: list[list[str]], store: Store, hand_off: HandOff | None = None) -> dict:
     """The large prefixes, in plan order, what sizing found of each (``source``: inventory or
-    listing) and, for a job with an inventory, which report sized them."""
+    listing) and, for a job with an inventory, which report sized them. A large prefix sized by
+    listing has its pages ``hand_off``, its hand-off given as ``handoff``."""
     prefixes = [prefix for batch in planned for prefix in batch]
     from_report, inventory = _sized_by_inventory(job, job.inventory, store, prefixes) if job.inventory else ({}, None)
     unsized = [p for p in prefixes if p not in from_report]
-    listed = dict(zip(unsized, size_prefixes(store, job.source.bucket, unsized,
-                                             job.segment_min_objects, job.segment_min_bytes)))
+    listed = dict(zip(unsized, size_prefixes(store, job.source.bucket, unsized, job.segment_min_objects,
+                                             job.segment_min_bytes, hand_off=hand_off)))
     sizes = [from_report.get(p) or listed[p] for p in prefixes]
     split = {"large": [s.prefix for s in sizes if s.large(job.segment_min_objects, job.segment_min_bytes)],
              "sizes": [{"prefix": s.prefix, "objects": s.objects, "bytes": s.bytes, "complete": s.complete,
                         "seconds": round(s.seconds, 3), "requests": s.requests,
-                        "source": "inventory" if s.prefix in from_report else "listing"} for s in sizes]}
+                        "source": "inventory" if s.prefix in from_report else "listing",
+                        **({"handoff": s.handoff} if s.handoff else {})} for s in sizes]}
     return {**split, "inventory": inventory} if inventory else split
 
 

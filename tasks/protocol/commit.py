@@ -192,7 +192,8 @@ class CommitProtocol(PrefixRun):
             self.result.segments, self.result.timings = streamed.segments, streamed.timings
         return streamed
 
-    def prepare_segments(self, count: int, billed: Callable[[], dict] | None = None) -> SegmentPlan | None:
+    def prepare_segments(self, count: int, billed: Callable[[], dict] | None = None,
+                         listed: list[list] | None = None) -> SegmentPlan | None:
         """Steps 1-4 of a segmented run whose segments are produced elsewhere (Airflow segment
         tasks), then, still under the lease: plan ``count`` segments, open the archive's upload
         and record the plan in S3 for them. None if the prefix is committed (``result`` says
@@ -200,7 +201,8 @@ class CommitProtocol(PrefixRun):
         minutes) and released on return: a run that starts after supersedes this one (its
         cleanup aborts this upload), and this one's assembly then fails. A lost lease stops
         the plan, before it opens an upload or writes plan.json. ``billed``: what the step spent
-        so far, recorded in the plan (``write_plan``)."""
+        so far, recorded in the plan (``write_plan``). ``listed``: the prefix's first pages, as
+        its sizing listed them (``plan_segments``)."""
         spec = self.spec
         committed = read_committed(self.store, self.layout, spec.source)
         if committed and not spec.overwrite:
@@ -219,7 +221,7 @@ class CommitProtocol(PrefixRun):
             with cancelling(planning, self.cancel, f"planning the segments of {spec.source}",
                             "nothing was written"):
                 plan = plan_segments(spec, self.store, self.archive_key, count,
-                                     stop=planning.raise_cause_if_stopped)
+                                     stop=planning.raise_cause_if_stopped, listed=listed)
                 planning.raise_cause_if_stopped()
             held.confirm()
             plan = open_upload(spec.write_options, self.store, self.layout, plan)

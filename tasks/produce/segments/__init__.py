@@ -59,7 +59,8 @@ protocol's, docs/FORMAT.md):
 The package, one module per job: ``sizing`` (is a prefix large), ``plan`` (where its segments start),
 ``produce`` (one segment, anywhere), ``assemble`` (the segments into the archive),
 ``keys`` and ``temporaries`` (what segments leave for the assembler: where, and written and
-read), ``recorded`` (the plan's listing, kept for the segments), ``cleanup`` (what runs leave,
+read), ``recorded`` (the plan's listing, kept for the segments), ``sized`` (a sizing's pages,
+handed from the task that sized to the one that plans), ``cleanup`` (what runs leave,
 deleted) and ``workers`` (all of it on one machine, one process per segment).
 """
 

@@ -4,8 +4,9 @@ the archive, ``STEM.segments/``, so that one listing finds them all for the clea
 ``plan.json`` (the plan in progress), and per run ``RUN``: ``RUN/listing/NNNNNN.jsonl.gz``
 (the plan's listing, recorded in chunks), and per segment ``k``: ``RUN/k.held`` (the bytes
 kept back for the assembler), ``RUN/k.manifest.jsonl.gz`` (its records) and ``RUN/k.json``
-(its result, written last: a segment is done exactly when it exists). All are deleted once
-the prefix is committed or its run abandoned."""
+(its result, written last: a segment is done exactly when it exists); and
+``sized-TOKEN.jsonl.gz``, a sizing's pages handed to the task that plans (``sized``). All are
+deleted once the prefix is committed or its run abandoned."""
 
 from __future__ import annotations
 

@@ -47,6 +47,22 @@ class _Open:
     lines: list[bytes] = field(default_factory=list)
 
 
+def page_line(page: list[ListedObject], classes: bool = False) -> bytes:
+    """A listing page as one JSON line, by column, times as seconds since the epoch: no Python
+    loop per object (isoformat alone would cost more than the listing), and exact to the
+    microsecond. ``classes``: the storage classes too (a fifth column)."""
+    keys, sizes, etags, times, listed_classes = zip(*page)
+    columns = [keys, sizes, etags, list(map(datetime.timestamp, times))]
+    return json.dumps([*columns, listed_classes] if classes else columns).encode()
+
+
+def page_of(line: bytes) -> list[ListedObject]:
+    """The page ``page_line`` wrote (without its classes: STANDARD)."""
+    keys, sizes, etags, seconds, *classes = json.loads(line)
+    times = [_EPOCH + timedelta(seconds=t) for t in seconds]
+    return list(map(ListedObject, keys, sizes, etags, times, *classes))
+
+
 class ListingRecorder:
     """Chunks of listing pages, one being filled per key range, written in the background
     (at most ``uploads`` at once) while the listing goes on."""
@@ -64,10 +80,7 @@ class ListingRecorder:
         chunk = self._open.get(source)
         if chunk is None:
             chunk = self._open[source] = _Open(page[0].key)
-        # By column, and times as seconds since the epoch: no Python loop per object (isoformat
-        # alone would cost more than the listing), and exact to the microsecond.
-        keys, sizes, etags, times, _classes = zip(*page)  # classes: checked by the plan
-        chunk.lines.append(json.dumps([keys, sizes, etags, list(map(datetime.timestamp, times))]).encode())
+        chunk.lines.append(page_line(page))  # classes: checked by the plan
         chunk.last, chunk.objects = page[-1].key, chunk.objects + len(page)
         if len(chunk.lines) >= CHUNK_PAGES:
             self.end(source)
@@ -122,8 +135,7 @@ def recorded_pages(store: Store, layout: ArchiveLayout, chunks: tuple[ListingChu
             raise ObjectMissing(f"s3://{layout.bucket}/{chunk.key}, the plan's listing, is missing: the run's "
                                 "temporaries were cleaned up", hint="run the prefix again; a new plan is made")
         for line in gzip.decompress(body).splitlines():
-            keys, sizes, etags, times = json.loads(line)
-            page = [ListedObject(k, s, e, _EPOCH + timedelta(seconds=t)) for k, s, e, t in zip(keys, sizes, etags, times)]
+            page = page_of(line)
             if after is not None and key_order(page[0].key) <= after:
                 page = [o for o in page if key_order(o.key) > after]
             if page and key_order(page[-1].key) > end:

@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
-from typing import Iterator
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator
 
 from s3arch.core.config import S3Url
 from s3arch.io.sources import resolved, source_pages
 from s3arch.io.store import Store
+
+
+# What a sizing does with a large prefix's pages (in key order) and the epoch seconds its
+# listing started: writes them for the task that plans it, and answers the hand-off that
+# task takes over (tasks/produce/segments/sized.py).
+HandOff = Callable[[list, float], dict]
 
 
 @dataclass(frozen=True)
@@ -24,31 +30,38 @@ class PrefixSize:
     complete: bool  # the listing ended (else it stopped at the threshold: at least this much)
     seconds: float
     requests: int
+    handoff: dict | None = None  # a large prefix's pages, written for its plan (``HandOff``)
 
     def large(self, min_objects: int, min_bytes: int) -> bool:
         return self.objects >= min_objects or self.bytes >= min_bytes
 
 
-def size_prefix(store: Store, bucket: str, prefix: str, min_objects: int, min_bytes: int) -> PrefixSize:
+def size_prefix(store: Store, bucket: str, prefix: str, min_objects: int, min_bytes: int,
+                hand_off: HandOff | None = None) -> PrefixSize:
     """List ``prefix`` until it proves large or ends: at most ``min_objects / 1,000`` LISTs,
-    so sizing a small prefix costs what listing it costs, and a large one no more."""
+    so sizing a small prefix costs what listing it costs, and a large one no more. A large
+    one's pages go to ``hand_off``, whose answer is its size's ``handoff``."""
     source = resolved(store, S3Url(bucket, prefix))  # a pattern: the prefixes it expands to
-    return SizingListing(store, source, min_objects, min_bytes).result()
+    sizing = SizingListing(store, source, min_objects, min_bytes)
+    size = sizing.result()
+    if hand_off is None or not size.large(min_objects, min_bytes):
+        return size
+    return replace(size, handoff=hand_off(sizing.listed() or [], sizing.listed_at))
 
 
 SIZING_THREADS = 8  # prefixes sized at once (each is LISTs one after another, up to its threshold)
 
 
 def size_prefixes(store: Store, bucket: str, prefixes: list[str], min_objects: int, min_bytes: int,
-                  threads: int = SIZING_THREADS) -> list[PrefixSize]:
+                  threads: int = SIZING_THREADS, hand_off: HandOff | None = None) -> list[PrefixSize]:
     """``size_prefix`` of each prefix, in order, at most ``threads`` at once: a backfill's
     days are sized in the time of the slowest few, not of all of them one after another."""
     from concurrent.futures import ThreadPoolExecutor
 
     if len(prefixes) <= 1:
-        return [size_prefix(store, bucket, p, min_objects, min_bytes) for p in prefixes]
+        return [size_prefix(store, bucket, p, min_objects, min_bytes, hand_off) for p in prefixes]
     with ThreadPoolExecutor(min(threads, len(prefixes)), thread_name_prefix="s3arch-sizing") as pool:
-        return list(pool.map(lambda p: size_prefix(store, bucket, p, min_objects, min_bytes), prefixes))
+        return list(pool.map(lambda p: size_prefix(store, bucket, p, min_objects, min_bytes, hand_off), prefixes))
 
 
 class PrefixIsLarge(Exception):
@@ -72,6 +85,7 @@ class SizingListing:
         self._large = False
         self._error: BaseException | None = None
         self._started = time.monotonic()
+        self.listed_at = time.time()  # for a hand-off of its pages
         self._cond = threading.Condition()
         threading.Thread(target=self._list, name="s3arch-sizing", daemon=True).start()
 
