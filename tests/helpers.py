@@ -343,3 +343,17 @@ def make_ca_and_certificate(directory: Path, names: list[str]) -> tuple[Path, Pa
     key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
     return ca_file, cert_file, key_file
+
+
+def planned_listing_starts(monkeypatch) -> list:
+    """Where each plan's listing of the source starts (``start_after``: None for the first key)."""
+    import s3arch.produce.segments.plan
+
+    source_listing, started_after = s3arch.produce.segments.plan.source_listing, []
+
+    def recorded_listing(*args, **kwargs):
+        started_after.append(kwargs.get("start_after"))
+        return source_listing(*args, **kwargs)
+
+    monkeypatch.setattr(s3arch.produce.segments.plan, "source_listing", recorded_listing)
+    return started_after

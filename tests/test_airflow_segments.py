@@ -10,8 +10,8 @@ from datetime import date, datetime, timezone
 import pytest
 
 from devtools.sample_data import seed_day
-from helpers import (LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job, keys_in, open_uploads, read_archive,
-                     use_airflow_home)
+from helpers import (LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job, keys_in, open_uploads,
+                     planned_listing_starts, read_archive, use_airflow_home)
 
 
 pytestmark = pytest.mark.slow  # segmented days through dag.test, one segment task each
@@ -84,9 +84,11 @@ def test_large_day_fans_out_into_segment_tasks_one_fails_once_and_retries_alone(
         return produce(spec, clients, layout, plan, k, *args, **kwargs)
 
     monkeypatch.setattr(s3arch.produce.segments.produce, "produce_segment", fail_segment_2_once)
+    started_after = planned_listing_starts(monkeypatch)
     run, tis = run_dag({"date_from": str(LARGE), "date_to": str(SMALL)})
     assert run.state == "success"
     assert failed == [1]
+    assert started_after == [max(large)]  # prepare listed after the page the size task listed (the whole day)
     day = f"{LARGE:logs/%Y/%m/%d}/"
     assert {tis[("segment", k)].rendered_map_index for k in range(3)} == {f"{day} [{k}/3]" for k in (1, 2, 3)}
     assert [tis[("segment", k)].try_number for k in range(3)] == [1, 2, 1]  # only the failed one again
@@ -133,23 +135,17 @@ def test_a_scheduled_runs_large_day_is_sized_once_and_archived_by_segment_tasks(
     is large. The size task takes that sizing instead of listing the day's first keys again,
     and the prepare task the keys it listed: the plan lists only what comes after them."""
     import s3arch.ops.sizing
-    import s3arch.produce.segments.plan
 
     day = date(2026, 8, 20)
     seeded = seed_day(af.s3, af.src, TEMPLATE, day, files_per_hour=2, lines_per_file=20)  # 48 objects
     split_by_size, sized = s3arch.ops.sizing.split_by_size, []
-    source_listing, started_after = s3arch.produce.segments.plan.source_listing, []
 
     def counted(job, planned, store, hand_off=None):
         sized.append(planned)
         return split_by_size(job, planned, store, hand_off)
 
-    def recorded_listing(*args, **kwargs):
-        started_after.append(kwargs.get("start_after"))
-        return source_listing(*args, **kwargs)
-
     monkeypatch.setattr(s3arch.ops.sizing, "split_by_size", counted)
-    monkeypatch.setattr(s3arch.produce.segments.plan, "source_listing", recorded_listing)
+    started_after = planned_listing_starts(monkeypatch)
     run, tis = run_dag({}, logical_date=date(2026, 8, 22))  # min_age_days 2: the 20th
     assert run.state == "success"
     prefix = f"{day:logs/%Y/%m/%d}/"

@@ -1,12 +1,12 @@
-"""A prefix that proves large while it is sized is planned from the pages its sizing listed:
-the plan lists only what comes after them, so no key of a segmented run is listed twice."""
+"""A prefix that proves large while it is sized is planned from the pages its sizing listed,
+in one process or handed from the task that sized it to the task that plans it: the plan
+lists only what comes after them, so no key of a segmented run is listed twice."""
 
 from __future__ import annotations
 
 import pytest
-from helpers import keys_in, open_uploads, read_archive, seed
+from helpers import keys_in, open_uploads, planned_listing_starts, read_archive, seed
 
-import s3arch.produce.segments.plan
 from s3arch.archive import archive_prefix
 from s3arch.core.config import ArchiveSpec, S3Url
 
@@ -19,14 +19,7 @@ def test_the_plan_goes_on_after_the_pages_the_sizing_listed(s3, buckets, clients
     objects = {f"day/{h:02d}/{i:05d}.log": f"line {h} {i}\n".encode() * (i % 5 + 1)
                for h in range(3) for i in range(900)}  # 2,700 keys: the sizing stops after 1,000
     seed(s3, src, objects)
-    real_listing = s3arch.produce.segments.plan.source_listing
-    started_after = []
-
-    def recording_listing(*args, **kwargs):
-        started_after.append(kwargs.get("start_after"))
-        return real_listing(*args, **kwargs)
-
-    monkeypatch.setattr(s3arch.produce.segments.plan, "source_listing", recording_listing)
+    started_after = planned_listing_starts(monkeypatch)
     spec = ArchiveSpec(S3Url(src, source_key), S3Url(dst, "a/"), storage_class="STANDARD", processes=2,
                        segment_min_objects=1_000, memory_budget=320 << 20)
     result = archive_prefix(spec, clients)
@@ -46,21 +39,9 @@ def _handed_off_day(s3, src, clients, spec) -> tuple[dict, dict]:
     objects = {f"day/{h:02d}/{i:05d}.log": f"line {h} {i}\n".encode() * (i % 5 + 1)
                for h in range(3) for i in range(500)}
     seed(s3, src, objects)
-    size = size_prefix(clients.store, src, "day/", 1_000, 1 << 40, hand_off_for(spec, clients.store))
+    size = size_prefix(clients.store, src, "day/", 1_000, 1 << 40, hand_off_for(lambda prefix: spec, clients.store))
     assert size.large(1_000, 1 << 40) and size.handoff["objects"] == 1_000
     return objects, size.handoff
-
-
-def _planned_listing_starts(monkeypatch) -> list:
-    real_listing = s3arch.produce.segments.plan.source_listing
-    started_after: list = []
-
-    def recording_listing(*args, **kwargs):
-        started_after.append(kwargs.get("start_after"))
-        return real_listing(*args, **kwargs)
-
-    monkeypatch.setattr(s3arch.produce.segments.plan, "source_listing", recording_listing)
-    return started_after
 
 
 def _tasks_spec(src, dst):
@@ -75,7 +56,7 @@ def test_a_prepare_step_goes_on_after_the_pages_its_sizing_task_handed_off(s3, b
     spec = _tasks_spec(src, dst)
     objects, handoff = _handed_off_day(s3, src, clients, spec)
     assert [k for k in keys_in(s3, dst) if "/sized-" in k] == [handoff["key"]]
-    started_after = _planned_listing_starts(monkeypatch)
+    started_after = planned_listing_starts(monkeypatch)
 
     planned = prepare_segments(spec, 2, clients, sized=handoff)
     assert (planned.status, planned.objects) == ("planned", len(objects))
@@ -102,7 +83,7 @@ def test_a_hand_off_too_old_or_cleaned_up_is_not_used_the_prefix_is_listed_from_
         handoff = {**handoff, "listed_at": handoff["listed_at"] - HANDOFF_MAX_AGE - 60}
     else:  # another run of the prefix planned meanwhile
         s3.delete_object(Bucket=dst, Key=handoff["key"])
-    started_after = _planned_listing_starts(monkeypatch)
+    started_after = planned_listing_starts(monkeypatch)
 
     planned = prepare_segments(spec, 2, clients, sized=handoff)
     assert (planned.status, planned.objects) == ("planned", len(objects))

@@ -157,22 +157,28 @@ def segment_path(job: ArchiveJob, planned, step: dict, deleting: dict, outlets: 
     the size task's result (the large prefixes)."""
 
     @task(task_id="size", execution_timeout=timedelta(minutes=30), **job_retry_args(job))
-    def size_prefixes(planned: list[list[str]], ti=None) -> list[str]:
+    def size_prefixes(planned: list[list[str]], ti=None, params=None) -> list[str]:
         """Each prefix is sized from the job's inventory report, or listed up to the job's
-        threshold: the large ones go to segment tasks. A day the plan task sized (a run of one
-        day) is not listed again. Retried as the archive tasks are: only what another try can
-        help."""
+        threshold: the large ones go to segment tasks, and (but in a dry run) the pages listed
+        to their prepare tasks, which list only the keys after them. A day the plan task sized
+        (a run of one day) is not listed again. Retried as the archive tasks are: only what
+        another try can help."""
         from s3arch_airflow.hooks import S3ArchHook, failing_task
         from s3arch_airflow.plan_task import SIZED_XCOM_KEY
 
+        from s3arch.core.options import as_switch
         from s3arch.ops.sizing import split_by_size
+        from s3arch.produce.segments.sized import hand_off_for
 
         split = ti.xcom_pull(task_ids="plan", key=SIZED_XCOM_KEY)
         if split is None or [s["prefix"] for s in split["sizes"]] != [p for batch in planned for p in batch]:
             with failing_task("sizing the prefixes"):
-                split = split_by_size(job, planned, S3ArchHook.for_job(job).engine_clients().store)
+                store = S3ArchHook.for_job(job).engine_clients().store
+                split = split_by_size(job, planned, store, None if as_switch((params or {}).get("dry_run"))
+                                      else hand_off_for(job.spec_for, store))
         else:
             print("sized by the plan task:")
+        ti.xcom_push(key=SIZED_XCOM_KEY, value=split)
         for size in split["sizes"]:
             print(f"{size['prefix']}: {'at least ' if not size['complete'] else ''}{size['objects']:,} "
                   f"objects, {size['bytes']:,} bytes (from the {size['source']}: {size['requests']} LIST requests, "

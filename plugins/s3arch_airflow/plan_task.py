@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 
 # The trigger form's fields that make a run more than its logical date's day.
 RANGE_PARAMS = ("date_from", "date_to", "prefixes")
-# The plan task's sizing of a day it hands to segment tasks: the size task takes it instead of
-# listing the day's first keys again, and the prepare task the pages it listed (a hand-off).
+# The sizing of the days a run hands to segment tasks: the plan task's (a run of one day) for
+# the size task, which takes it instead of listing the day's first keys again; the size
+# task's for the prepare tasks, which take the pages listed (its hand-offs).
 SIZED_XCOM_KEY = "sized"
 
 
@@ -75,16 +76,16 @@ class S3PlanArchiveOperator(S3ArchivePrefixOperator):
 
         try:
             store = self.hook.engine_clients().store
-            spec = self._spec(prefix)
-            return split_by_size(self.job, [[prefix]], store, None if spec.dry_run else hand_off_for(spec, store))
+            return split_by_size(self.job, [[prefix]], store,
+                                 None if self._spec(prefix).dry_run else hand_off_for(self._spec, store))
         except BaseException as exc:
             fail_task("sizing the day", exc)
 
 
 def sizing_handoff(context: Context, prefix: str) -> dict | None:
-    """The pages of ``prefix`` the plan task of this run listed to size it, if it did (a run
-    of one large day): the prepare task's hand-off (tasks/produce/segments/sized.py)."""
-    split = context["ti"].xcom_pull(task_ids="plan", key=SIZED_XCOM_KEY) or {}
+    """The pages of ``prefix`` the plan or size task of this run listed to size it: the prepare
+    task's hand-off (tasks/produce/segments/sized.py), if there is one."""
+    split = context["ti"].xcom_pull(task_ids="size", key=SIZED_XCOM_KEY) or {}
     return next((size.get("handoff") for size in split.get("sizes", ()) if size["prefix"] == prefix), None)
 
 

@@ -1,6 +1,6 @@
 """A large prefix's first pages, as its sizing listed them, handed from the task that sized it to
-the task that plans its segments (the archive DAG's plan task to its prepare task), so that the
-plan lists only what comes after them: no key of the prefix is listed twice in a run.
+the task that plans its segments (the archive DAG's plan or size task to its prepare task), so
+that the plan lists only what comes after them: no key of the prefix is listed twice in a run.
 
 The pages are a segment temporary (tasks/produce/segments/keys.py), ``sized-TOKEN.jsonl.gz``:
 gzipped JSON lines, one per listing page, ``[keys, sizes, etags, seconds since the epoch,
@@ -21,6 +21,7 @@ import gzip
 import secrets
 import time
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 from s3arch.core.config import ArchiveSpec, WriteOptions
 from s3arch.format.manifest import ArchiveLayout, layout_for
@@ -59,10 +60,15 @@ def hand_off(options: WriteOptions, store: Store, layout: ArchiveLayout, pages: 
     return SizedPages(key, listed_at, sum(map(len, pages)), pages[-1][-1].key if pages else "")
 
 
-def hand_off_for(spec: ArchiveSpec, store: Store) -> HandOff:
-    """What a sizing of ``spec``'s prefix does with its pages if it is large: ``hand_off``."""
-    layout = layout_for(spec.source, spec.destination)
-    return lambda pages, listed_at: hand_off(spec.write_options, store, layout, pages, listed_at).to_dict()
+def hand_off_for(spec_of: Callable[[str], ArchiveSpec], store: Store) -> HandOff:
+    """What a sizing does with a large prefix's pages: ``hand_off`` them beside its archive,
+    written as ``spec_of(prefix)`` writes."""
+    def written(prefix: str, pages: list, listed_at: float) -> dict:
+        spec = spec_of(prefix)
+        layout = layout_for(spec.source, spec.destination)
+        return hand_off(spec.write_options, store, layout, pages, listed_at).to_dict()
+
+    return written
 
 
 def taken_over(store: Store, layout: ArchiveLayout, handoff: dict | None,

@@ -15,9 +15,9 @@ from s3arch.io.store import Store
 
 
 # What a sizing does with a large prefix's pages (in key order) and the epoch seconds its
-# listing started: writes them for the task that plans it, and answers the hand-off that
-# task takes over (tasks/produce/segments/sized.py).
-HandOff = Callable[[list, float], dict]
+# listing started, given the prefix: writes them for the task that plans it, and answers the
+# hand-off that task takes over (tasks/produce/segments/sized.py).
+HandOff = Callable[[str, list, float], dict]
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def size_prefix(store: Store, bucket: str, prefix: str, min_objects: int, min_by
     size = sizing.result()
     if hand_off is None or not size.large(min_objects, min_bytes):
         return size
-    return replace(size, handoff=hand_off(sizing.listed() or [], sizing.listed_at))
+    return replace(size, handoff=hand_off(prefix, sizing.listed() or [], sizing.listed_at))
 
 
 SIZING_THREADS = 8  # prefixes sized at once (each is LISTs one after another, up to its threshold)
