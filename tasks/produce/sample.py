@@ -12,11 +12,14 @@ the archive.
 from __future__ import annotations
 
 from concurrent.futures import Future, TimeoutError
+from typing import Any
 
 from s3arch.core.config import ArchiveSpec, MiB
 from s3arch.core.errors import ArchiverError, SourceChanged
 from s3arch.format.compression import codec_for
 from s3arch.format.tarwriter import member_header, member_name, member_size_bound
+from s3arch.io.dataplane import SourceRequests
+from s3arch.io.listed import ListedObject
 from s3arch.io.listing import NEEDS_RESTORE
 from s3arch.io.s3 import S3Clients
 
@@ -32,14 +35,14 @@ class Sample:
     def __init__(self, spec: ArchiveSpec, clients: S3Clients):
         self._spec = spec
         self._clients = clients
-        self._plane = None  # made on the first GET: a prefix of Glacier objects needs none
-        self._taken: list[tuple[object, Future, object]] = []  # (listed object, its body, its call)
+        self._plane: SourceRequests | None = None  # made on the first GET: a prefix of Glacier objects needs none
+        self._taken: list[tuple[ListedObject, Future, Any]] = []  # (listed object, its body, its GET)
         self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._taken)
 
-    def offer(self, o) -> None:
+    def offer(self, o: ListedObject) -> None:
         if self._bytes >= SAMPLE_BYTES or len(self._taken) >= SAMPLE_OBJECTS or not 0 < o.size <= _LARGEST \
                 or o.storage_class in NEEDS_RESTORE:
             return
@@ -86,7 +89,7 @@ class Sample:
             if not fetched.done():
                 call.cancel()
 
-    def _body(self, o, fetched: Future, call) -> bytes:
+    def _body(self, o: ListedObject, fetched: Future, call: Any) -> bytes:
         try:
             return fetched.result(timeout=self._spec.stall_timeout)  # the whole sample is at most 8 MiB
         except TimeoutError:
