@@ -17,32 +17,14 @@ each count the other's requests and CPU. The engine runs a process's prefixes on
 
 from __future__ import annotations
 
-import resource
-
-from s3arch.io.store import Sent
+from s3arch.io.spent import Spent
 from s3arch.protocol.result import ArchiveResult
 
-__all__ = ["RunBill", "process_cpu"]
+__all__ = ["RunBill"]
 
 
-def process_cpu() -> float:
-    """User plus system CPU-seconds of this process and of its reaped children."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-class RunBill:
+class RunBill(Spent):
     """What a run spent from now on (the module says how it is counted)."""
-
-    def __init__(self, sent: Sent):
-        self._sent = sent
-        self._before = sent.counts()
-        self._cpu = process_cpu()
-
-    def so_far(self) -> dict:
-        """``{"requests": {operation: count}, "cpu_s": seconds}`` since the run started (only
-        operations with a count)."""
-        return {"requests": self._sent.since(self._before), "cpu_s": round(process_cpu() - self._cpu, 3)}
 
     def close(self, result: ArchiveResult) -> ArchiveResult:
         """``result`` with what the run spent added to its bill (to what other processes spent)."""

@@ -9,6 +9,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from s3arch.core.outcome import Outcome
+from s3arch.io.spent import bill_sum
 
 if TYPE_CHECKING:
     from s3arch.format.manifest import Committed
@@ -76,11 +77,8 @@ class ArchiveResult:
 
     def add_bill(self, requests: dict, cpu_s: float) -> None:
         """``requests`` (operation -> count) and ``cpu_s`` added to the run's bill."""
-        for operation, n in requests.items():
-            if n:
-                self.requests[operation] = self.requests.get(operation, 0) + n
-        self.requests = dict(sorted(self.requests.items()))
-        self.cpu_s = round(self.cpu_s + cpu_s, 3)
+        summed = bill_sum({"requests": self.requests, "cpu_s": self.cpu_s}, {"requests": requests, "cpu_s": cpu_s})
+        self.requests, self.cpu_s = summed["requests"], summed["cpu_s"]
 
     def record_commit(self, streamed: "StreamedArchive", throttled: int, cost: dict) -> None:
         """The archive ``streamed`` committed; ``throttled``: the control plane's throttled answers.

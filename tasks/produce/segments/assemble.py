@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections import Counter
 from typing import NamedTuple
 
 from isal import isal_zlib
@@ -29,6 +28,7 @@ from s3arch.produce.segments.plan import SegmentPlan
 from s3arch.produce.segments.produce import segment_done
 from s3arch.produce.segments.temporaries import get_temporary
 from s3arch.io.store import Store
+from s3arch.io.spent import bill_sum
 
 
 def assemble(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, plan: SegmentPlan,
@@ -81,12 +81,7 @@ def recorded_bill(plan: SegmentPlan, results: list[dict]) -> dict:
     they recorded it (nothing for records written before they did): requests by operation,
     CPU-seconds. The whole bill of a run whose steps are other processes (Airflow tasks); a
     run on one machine counts its workers itself (``workers.stream_segmented``)."""
-    requests = Counter(plan.requests)
-    cpu = plan.cpu_s
-    for r in results:
-        requests.update(r.get("requests", {}))
-        cpu += r.get("cpu_s", 0.0)
-    return {"requests": dict(sorted(requests.items())), "cpu_s": round(cpu, 3)}
+    return bill_sum({"requests": plan.requests, "cpu_s": plan.cpu_s}, *results)
 
 
 def _results(spec: ArchiveSpec, store: Store, layout: ArchiveLayout, plan: SegmentPlan) -> list[dict]:

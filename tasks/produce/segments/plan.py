@@ -28,6 +28,7 @@ from s3arch.produce.segments.keys import plan_key, segment_key
 from s3arch.produce.segments.recorded import ListingChunk, ListingRecorder, recorded_pages
 from s3arch.produce.segments.temporaries import get_temporary, put_temporary
 from s3arch.io.store import Store
+from s3arch.io.spent import bill_sum
 
 # What one object costs beyond its bytes, as bytes of the same cost: about 1,300 small
 # objects/s against 200 MB/s per process here (bench/README.md), so one object ~ 150 KB.
@@ -264,9 +265,7 @@ def write_plan(options: WriteOptions, store: Store, layout: ArchiveLayout, plan:
 def with_own_put(bill: dict) -> dict:
     """``bill`` with one more ``put_object``: the PUT of the record that carries it, sent next
     (counted once, as ``Store.call`` counts it, whatever botocore resends)."""
-    requests = dict(bill["requests"])
-    requests["put_object"] = requests.get("put_object", 0) + 1
-    return {"requests": dict(sorted(requests.items())), "cpu_s": bill["cpu_s"]}
+    return bill_sum(bill, {"requests": {"put_object": 1}})
 
 
 def read_plan(store: Store, layout: ArchiveLayout) -> SegmentPlan | None:

@@ -20,6 +20,7 @@ from s3arch.format.tally import ListingTally
 from s3arch.produce.pipeline import stream_archive
 from s3arch.core.progress import Progress
 from s3arch.io.s3 import S3Clients
+from s3arch.io.spent import Spent
 from s3arch.produce.streamed import MemoryPlan
 from s3arch.format.tarwriter import END_OF_ARCHIVE
 from s3arch.io.upload import PartSizer, PartUploader, SharedUpload
@@ -113,7 +114,7 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
     its start), else what ``clients`` sent and this process used from this call on."""
     target = SegmentTarget(spec, layout, plan, k)
     started = time.monotonic()
-    billed = billed or _bill_from_now(clients)
+    billed = billed or Spent(clients.store.sent).so_far
     listed = recorded_pages(clients.store, layout, plan.listing, target.start_after, target.range.last_key) \
         if plan.listing else None  # a plan made before plans recorded their listing: list the range
     coordinator = StreamCoordinator(f"the archive of {target}", stall_timeout=spec.stall_timeout)
@@ -150,12 +151,6 @@ def produce_segment(spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout
     put_temporary(clients.store, layout, spec.write_options, plan.temp_key(layout, k, ".json"),
                   json.dumps(result).encode())
     return result
-
-
-def _bill_from_now(clients: S3Clients) -> Callable[[], dict]:
-    """What ``clients`` sent and this process used (CPU-seconds, its threads) from now on."""
-    sent, before, cpu = clients.store.sent, clients.store.sent.counts(), time.process_time()
-    return lambda: {"requests": sent.since(before), "cpu_s": round(time.process_time() - cpu, 3)}
 
 
 def segment_done(store: Store, layout: ArchiveLayout, plan: SegmentPlan, k: int) -> dict | None:
