@@ -267,12 +267,16 @@ class RangeListing(ParallelListing):
                     return
 
     def _send(self, args: dict, after: str | None, probe: bool) -> dict:
-        """One LIST of the range (one key if ``probe``), in the stream's table of requests in flight."""
-        request = self._coordinator.track(f"LIST s3://{self._bucket}/{self._prefix} after {after or '(start)'}")
+        """One LIST of the range (one key if ``probe``)."""
+        return self._request(f"after {after or '(start)'}", MaxKeys=1 if probe else self._page_size, **args,
+                          **LIST_RESTORE_STATUS)
+
+    def _request(self, what: str, **params) -> dict:
+        """One LIST of the prefix (``what`` names it), in the stream's table of requests in flight."""
+        request = self._coordinator.track(f"LIST s3://{self._bucket}/{self._prefix} {what}")
         try:
             return self._store.call("list_objects_v2", f"list s3://{self._bucket}/{self._prefix}", "bucket",
-                                    Bucket=self._bucket, Prefix=self._prefix,
-                                    MaxKeys=1 if probe else self._page_size, **args, **LIST_RESTORE_STATUS)
+                                    Bucket=self._bucket, Prefix=self._prefix, **params)
         finally:
             self._coordinator.untrack(request)
 
@@ -383,13 +387,7 @@ class RangeListing(ParallelListing):
 
     def _folders_after(self, after: str) -> list[str]:
         """The folders (``CommonPrefixes`` of ``Delimiter='/'``) after key ``after``: one LIST."""
-        request = self._coordinator.track(f"LIST s3://{self._bucket}/{self._prefix} folders after {after}")
-        try:
-            page = self._store.call("list_objects_v2", f"list s3://{self._bucket}/{self._prefix}", "bucket",
-                                    Bucket=self._bucket, Prefix=self._prefix, Delimiter="/", StartAfter=after,
-                                    MaxKeys=self._page_size)
-        finally:
-            self._coordinator.untrack(request)
+        page = self._request(f"folders after {after}", Delimiter="/", StartAfter=after, MaxKeys=self._page_size)
         with self._cond:
             self.requests += 1
         return [p["Prefix"] for p in page.get("CommonPrefixes") or ()]
