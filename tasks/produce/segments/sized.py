@@ -33,8 +33,10 @@ from s3arch.produce.segments.sizing import HandOff
 from s3arch.produce.segments.temporaries import get_temporary, put_temporary
 
 # A hand-off older than this is not used: the plan would be made of a listing that old. A
-# scheduled run's prepare task starts seconds or minutes after its plan task.
-HANDOFF_MAX_AGE = 3600.0
+# scheduled run's prepare task starts seconds or minutes after its plan task. Its age is read
+# on another worker's clock: one that seems from the future by up to HANDOFF_CLOCK_SKEW is
+# taken as new.
+HANDOFF_MAX_AGE, HANDOFF_CLOCK_SKEW = 3600.0, 300.0
 
 
 @dataclass(frozen=True)
@@ -71,21 +73,21 @@ def hand_off_for(spec_of: Callable[[str], ArchiveSpec], store: Store) -> HandOff
     return written
 
 
-def taken_over(store: Store, layout: ArchiveLayout, handoff: dict | None,
-               now: float | None = None) -> tuple[list[list[ListedObject]] | None, str]:
+def taken_over(store: Store, layout: ArchiveLayout,
+               handoff: dict | None) -> tuple[list[list[ListedObject]] | None, str]:
     """The pages a hand-off names, and a note for the run's result; None (the prefix is listed
     from its start) if there is none, it is too old, or its temporary is gone."""
     if not handoff:
         return None, ""
     sized = SizedPages(**handoff)
-    age = (time.time() if now is None else now) - sized.listed_at
-    if not 0 <= age <= HANDOFF_MAX_AGE:
-        return None, (f"the sizing's {sized.objects:,} listed objects were {age / 60:.0f} min old (the limit is "
+    age = time.time() - sized.listed_at
+    if not -HANDOFF_CLOCK_SKEW <= age <= HANDOFF_MAX_AGE:
+        return None, (f"the {sized.objects:,} objects the sizing listed were {age / 60:.0f} min old (the limit is "
                       f"{HANDOFF_MAX_AGE / 60:.0f}): the prefix was listed from its first key")
     body = get_temporary(store, layout, sized.key)
     if body is None:
-        return None, ("the sizing's listed objects were cleaned up by another run of the prefix: the prefix was "
-                      "listed from its first key")
+        return None, (f"the {sized.objects:,} objects the sizing listed were cleaned up (by an earlier try or "
+                      "another run of the prefix): the prefix was listed from its first key")
     pages = [page_of(line) for line in gzip.decompress(body).splitlines()]
-    return pages, (f"the first {sized.objects:,} objects as the sizing listed them {age:.0f} s before; "
-                   f"listed from {sized.last_key!r} on")
+    return pages, (f"the first {sized.objects:,} objects as the sizing listed them {max(0.0, age):.0f} s before; "
+                   f"listed after {sized.last_key!r}")
