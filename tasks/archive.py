@@ -35,20 +35,21 @@ from s3arch.format.tally import ListingTally
 
 def archive_prefix(spec: ArchiveSpec, clients: S3Clients | None = None,
                    progress: Progress | None = None, cancel: Cancel | None = None,
-                   recheck: bool = False) -> ArchiveResult:
+                   recheck: bool = False, listed: list[list] | None = None) -> ArchiveResult:
     """Archive one prefix. Setting ``cancel`` (from another thread or a signal handler) stops
     the run: its uploads are aborted and it raises ``Cancelled`` with the reason given to
     ``cancel.set``; nothing is committed (tasks/core/stops.py). ``recheck``: the prefix is
     expected archived (a late window's day): its state is read before the lease is taken, so a
     day with nothing new costs no lease PUT and DELETE; a first run takes it alongside instead
-    (one round trip less when the day is new)."""
+    (one round trip less when the day is new). ``listed``: with ``spec.segments`` >= 2, the
+    prefix's first pages as its caller's sizing listed them (the plan lists after them)."""
     clients = clients or _clients_for(spec)
     bill = RunBill(clients.store.sent)
-    return bill.close(_archive_prefix(spec, clients, progress, cancel, recheck))
+    return bill.close(_archive_prefix(spec, clients, progress, cancel, recheck, listed))
 
 
 def _archive_prefix(spec: ArchiveSpec, clients: S3Clients, progress: Progress | None, cancel: Cancel | None,
-                    recheck: bool) -> ArchiveResult:
+                    recheck: bool, listed: list[list] | None) -> ArchiveResult:
     protocol = _checked(spec, clients, cancel)
     spec = protocol.spec  # a pattern's prefixes expanded
     if spec.dry_run:
@@ -56,7 +57,7 @@ def _archive_prefix(spec: ArchiveSpec, clients: S3Clients, progress: Progress | 
         return committed or _dry_run(spec, clients, protocol.result, protocol.started)
     if recheck and (skipped := protocol.skipped_before_lease()) is not None:
         return skipped
-    return protocol.run(OnThisMachine(spec, clients, protocol.layout, protocol.archive_key, progress))
+    return protocol.run(OnThisMachine(spec, clients, protocol.layout, protocol.archive_key, progress, listed))
 
 
 def prepare_segments(spec: ArchiveSpec, count: int, clients: S3Clients | None = None,

@@ -89,3 +89,21 @@ def test_a_hand_off_too_old_or_cleaned_up_is_not_used_the_prefix_is_listed_from_
     assert (planned.status, planned.objects) == ("planned", len(objects))
     assert started_after == [None]
     assert any("listed from its first key" in note for note in planned.notes)
+
+
+def test_the_cli_segments_flag_plans_after_the_pages_it_sized(s3, buckets, cli_env, monkeypatch):
+    """``--segments N`` sizes the prefix before the run (a small one is one pipeline): a large
+    one's plan goes on after the pages that sizing listed."""
+    from s3arch.cli import main
+
+    src, dst = buckets
+    objects = {f"day/{h:02d}/{i:05d}.log": f"line {h} {i}\n".encode() * (i % 5 + 1) for h in range(3) for i in range(500)}
+    seed(s3, src, objects)
+    for name, value in cli_env.items():
+        monkeypatch.setenv(name, value)
+    started_after = planned_listing_starts(monkeypatch)
+    assert main(["archive", f"s3://{src}/day/", f"s3://{dst}/a/", "--segments", "2", "--segment-min-objects", "1000",
+                 "--storage-class", "STANDARD", "--quiet"]) == 0
+    assert started_after == [sorted(objects)[999]]
+    archive = next(k for k in keys_in(s3, dst) if k.endswith(".tar.gz"))
+    assert read_archive(s3, dst, archive) == objects

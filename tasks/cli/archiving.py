@@ -87,14 +87,14 @@ def archive_sized(args, spec: ArchiveSpec, clients, recheck: bool = False):
     from s3arch.protocol.bill import RunBill
 
     bill = RunBill(clients.store.sent)
-    spec = sized(spec, clients.store)
+    spec, listed = sized(spec, clients.store)
     sizing = bill.so_far()
-    result = archive_one(args, spec, clients, recheck)
+    result = archive_one(args, spec, clients, recheck, listed)
     result.add_bill(sizing["requests"], sizing["cpu_s"])
     return result
 
 
-def archive_one(args, spec: ArchiveSpec, clients, recheck: bool = False):
+def archive_one(args, spec: ArchiveSpec, clients, recheck: bool = False, listed: list[list] | None = None):
     from s3arch.archive import archive_prefix
 
     show = not (args.json or args.quiet)
@@ -105,7 +105,7 @@ def archive_one(args, spec: ArchiveSpec, clients, recheck: bool = False):
         progress = Progress((lambda s: print(s.line(), file=sys.stderr, flush=True)) if show else None,
                             interval=5.0)
     try:
-        return archive_prefix(spec, clients, progress, recheck=recheck)
+        return archive_prefix(spec, clients, progress, recheck=recheck, listed=listed)
     finally:
         if live:
             live.close()
@@ -161,19 +161,27 @@ def bill_text(result) -> str:
     return f"{total:,} requests" + (f" ({shown})" if shown else "") + f", {result.cpu_s:.1f} CPU-s"
 
 
-def sized(spec: ArchiveSpec, store: Store) -> ArchiveSpec:
+def sized(spec: ArchiveSpec, store: Store) -> tuple[ArchiveSpec, list[list] | None]:
     """``--segments N`` (N >= 2) cuts only a prefix at or over the thresholds, as a job's
     ``segments`` does: the prefix is sized first (a listing of at most
     segment_min_objects / 1,000 pages, what the archive DAG's sizing task does), and a smaller
-    one is archived as one pipeline. Without --segments the engine sizes it while it runs."""
+    one is archived as one pipeline. A large one's pages are the plan's first (not listed
+    again). Without --segments the engine sizes it while it runs."""
     if spec.segments < 2 or spec.dry_run:
-        return spec
+        return spec, None
     from s3arch.produce.segments import size_prefix
 
-    size = size_prefix(store, spec.source.bucket, spec.source.key, spec.segment_min_objects, spec.segment_min_bytes)
+    kept: list[list] = []
+
+    def keep(prefix: str, pages: list, listed_at: float) -> dict:
+        kept.extend(pages)
+        return {"objects": sum(map(len, pages))}
+
+    size = size_prefix(store, spec.source.bucket, spec.source.key, spec.segment_min_objects, spec.segment_min_bytes,
+                       hand_off=keep)
     if size.large(spec.segment_min_objects, spec.segment_min_bytes):
-        return spec
-    return replace(spec, segments=0, processes=1)
+        return spec, kept
+    return replace(spec, segments=0, processes=1), None
 
 
 def retention_text(retention: dict) -> str:

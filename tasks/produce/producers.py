@@ -59,9 +59,10 @@ class OnThisMachine:
     keep: SegmentPlan | None = None
 
     def __init__(self, spec: ArchiveSpec, clients: S3Clients, layout: ArchiveLayout, archive_key: str,
-                 progress: Progress | None = None):
+                 progress: Progress | None = None, listed: list[list] | None = None):
         self.spec, self.clients, self.layout, self.archive_key = spec, clients, layout, archive_key
         self.progress = progress
+        self._listed = listed  # the first pages of a prefix its caller sized (``archive_prefix``)
         self.segmented = False
         self._sizing: SizingListing | None = None
 
@@ -91,7 +92,7 @@ class OnThisMachine:
                     self.progress.reset()
         # The pages the sizing listed are the plan's first: no key of them is listed twice.
         streamed = stream_segmented(spec, self.clients, self.layout, self.archive_key, coordinator, self.progress,
-                                    listed=self._sizing.listed() if self._sizing else None)
+                                    listed=self._sizing.listed() if self._sizing else self._listed)
         self.segmented = True
         return streamed
 
