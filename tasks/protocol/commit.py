@@ -34,12 +34,13 @@ from s3arch.format.manifest import Committed
 from s3arch.io.multipart import abort_uploads
 from s3arch.io.retention import check_applied
 from s3arch.io.throttling import throttled
+from s3arch.io.spent import bill_sum
 from s3arch.produce.producers import Producer
 from s3arch.produce.segments import SegmentPlan, delete_temporaries, open_upload, plan_segments, write_plan
 from s3arch.produce.streamed import StreamedArchive
 from s3arch.protocol.checks import cost_of
 from s3arch.protocol.deletion import DeletionResult, delete_archived_sources
-from s3arch.protocol.lease import Held
+from s3arch.protocol.lease import RELEASE_REQUESTS, Held
 from s3arch.protocol.overwrite import refuse_fewer_objects
 from s3arch.protocol.parts import LateCheck, LatePart, record_parts
 from s3arch.protocol.prefix_run import PrefixRun
@@ -201,7 +202,8 @@ class CommitProtocol(PrefixRun):
         minutes) and released on return: a run that starts after supersedes this one (its
         cleanup aborts this upload), and this one's assembly then fails. A lost lease stops
         the plan, before it opens an upload or writes plan.json. ``billed``: what the step spent
-        so far, recorded in the plan (``write_plan``). ``listed``: the prefix's first pages, as
+        so far, recorded in the plan (``write_plan``) with the lease's release that follows it.
+        ``listed``: the prefix's first pages, as
         its sizing listed them (``plan_segments``)."""
         spec = self.spec
         committed = read_committed(self.store, self.layout, spec.source)
@@ -227,7 +229,8 @@ class CommitProtocol(PrefixRun):
             plan = open_upload(spec.write_options, self.store, self.layout, plan)
             try:
                 held.confirm()
-                write_plan(spec.write_options, self.store, self.layout, plan, billed)
+                write_plan(spec.write_options, self.store, self.layout, plan,
+                           billed and (lambda: bill_sum(billed(), {"requests": RELEASE_REQUESTS})))
             except BaseException:
                 abort_uploads(self.store, self.layout.bucket, [(plan.archive_key, plan.upload_id)])
                 raise

@@ -56,6 +56,12 @@ def _start_ticks(pid: int) -> str | None:
         return None
 
 
+# What ``release`` sends once the work under the lease is done (a HEAD, then the DELETE): a
+# record written under the lease that carries its step's bill counts them in advance
+# (``CommitProtocol.prepare_segments``), as they are sent after it.
+RELEASE_REQUESTS = {"head_object": 1, "delete_object": 1}
+
+
 @dataclass(frozen=True)
 class Holder:
     owner: str
