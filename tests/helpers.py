@@ -55,13 +55,17 @@ def cli_archive_day(env, src: str, dst: str, *extra, check=False) -> dict:
 
 
 class TaskInstanceStub:
-    """What an archive operator needs of a task instance when called directly: xcom_push."""
+    """What an archive operator needs of a task instance when called directly: xcom_push, and
+    xcom_pull (no task ran before it)."""
 
     def __init__(self):
         self.pushed = {}
 
     def xcom_push(self, key, value):
         self.pushed[key] = value
+
+    def xcom_pull(self, task_ids=None, key=None):
+        return None
 
 
 def archive_task(monkeypatch, clients, buckets, operator: str, prefix: str | list[str], **kwargs):

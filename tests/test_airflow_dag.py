@@ -15,7 +15,8 @@ from datetime import date, datetime, timedelta, timezone
 import pytest
 
 from devtools.sample_data import seed_day
-from helpers import LOG_TEMPLATE as TEMPLATE, ROOT, airflow_with_log_job, keys_in, read_archive, use_airflow_home
+from helpers import (LOG_TEMPLATE as TEMPLATE, ROOT, TaskInstanceStub, airflow_with_log_job, keys_in, read_archive,
+                     use_airflow_home)
 
 DAG_ID = "s3_archive__logs"
 
@@ -229,16 +230,6 @@ def test_range_longer_than_max_map_length_is_batched_into_fewer_tasks(af, monkey
     assert [r["prefix"] for r in xcom_rows(run)] == [f"{d:logs/%Y/%m/%d}/" for d in days]
     for day in days:
         assert archived_day(af, day)
-
-
-class TaskInstanceStub:
-    """What the operator needs of a task instance when called directly: xcom_push."""
-
-    def __init__(self):
-        self.pushed = {}
-
-    def xcom_push(self, key, value):
-        self.pushed[key] = value
 
 
 def test_missing_connection_fails_permanently_instead_of_using_other_credentials(af):

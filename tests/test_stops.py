@@ -134,13 +134,13 @@ def test_on_kill_stops_a_prepare_task_before_it_plans_or_opens_an_upload(s3, buc
     operator = archive_task(monkeypatch, clients, buckets, "S3PrepareSegmentsOperator", prefix=PREFIX, segments=2)
     plan_segments = commit.plan_segments
 
-    def killed_while_planning(spec, store, archive_key, count, stop):
+    def killed_while_planning(spec, store, archive_key, count, stop, listed=None):
         def kill_then_stop():
             operator.on_kill()
             assert stop.__self__.wait(10), "the kill never reached the plan"  # the plan's coordinator
             stop()
 
-        return plan_segments(spec, store, archive_key, count, stop=kill_then_stop)
+        return plan_segments(spec, store, archive_key, count, stop=kill_then_stop, listed=listed)
 
     monkeypatch.setattr(commit, "plan_segments", killed_while_planning)
     assert killed_row(operator) == (

@@ -164,7 +164,7 @@ def segment_path(job: ArchiveJob, planned, step: dict, deleting: dict, outlets: 
         (a run of one day) is not listed again. Retried as the archive tasks are: only what
         another try can help."""
         from s3arch_airflow.hooks import S3ArchHook, failing_task
-        from s3arch_airflow.plan_task import SIZED_XCOM_KEY
+        from s3arch_airflow.sizing import SIZED_XCOM_KEY
 
         from s3arch.core.options import as_switch
         from s3arch.ops.sizing import split_by_size

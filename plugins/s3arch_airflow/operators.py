@@ -137,7 +137,7 @@ class S3PrepareSegmentsOperator(S3ArchiveBaseOperator):
 
     def execute(self, context: Context) -> list[dict]:
         from s3arch.archive import prepare_segments
-        from s3arch_airflow.plan_task import sizing_handoff
+        from s3arch_airflow.sizing import sizing_handoff
 
         return self._run_each(context, [self.prefix], lambda clients, prefix: self._row(
             prefix, prepare_segments(self._spec(prefix), self.segments, clients, cancel=self._cancel,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from s3arch_airflow.operators import S3ArchivePrefixOperator
 from s3arch_airflow.report import print_report
+from s3arch_airflow.sizing import SIZED_XCOM_KEY
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -25,10 +26,6 @@ if TYPE_CHECKING:
 
 # The trigger form's fields that make a run more than its logical date's day.
 RANGE_PARAMS = ("date_from", "date_to", "prefixes")
-# The sizing of the days a run hands to segment tasks: the plan task's (a run of one day) for
-# the size task, which takes it instead of listing the day's first keys again; the size
-# task's for the prepare tasks, which take the pages listed (its hand-offs).
-SIZED_XCOM_KEY = "sized"
 
 
 class S3PlanArchiveOperator(S3ArchivePrefixOperator):
@@ -80,13 +77,6 @@ class S3PlanArchiveOperator(S3ArchivePrefixOperator):
                                  None if self._spec(prefix).dry_run else hand_off_for(self._spec, store))
         except BaseException as exc:
             fail_task("sizing the day", exc)
-
-
-def sizing_handoff(context: Context, prefix: str) -> dict | None:
-    """The pages of ``prefix`` the plan or size task of this run listed to size it: the prepare
-    task's hand-off (tasks/produce/segments/sized.py), if there is one."""
-    split = context["ti"].xcom_pull(task_ids="size", key=SIZED_XCOM_KEY) or {}
-    return next((size.get("handoff") for size in split.get("sizes", ()) if size["prefix"] == prefix), None)
 
 
 def planned_batches(job: ArchiveJob, params: dict, reference) -> list[list[str]]:
